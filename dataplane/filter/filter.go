@@ -1,0 +1,278 @@
+// Package filter is the engine of the data plane: named scalable bloom filters with expiry,
+// memory accounting and the locking that lets many requests use one filter at once. It knows
+// nothing of HTTP or disk.
+package filter
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// Filter is one named bloom filter: a list of layers, of which only the newest takes new keys.
+// bits-and-blooms filters are not safe for concurrent writers, so every Filter owns an RWMutex:
+// checks share it, writes take it exclusively, and batches take it once per batch.
+type Filter struct {
+	name    string
+	opts    Options
+	created time.Time
+	clock   func() time.Time
+	memory  *budget
+
+	// lastAccess is unix nanoseconds of the last check or set; read only for sliding expiry.
+	lastAccess atomic.Int64
+	// items approximates the number of distinct keys added: a key counts when no layer held it.
+	items     atomic.Uint64
+	sizeBytes atomic.Uint64
+
+	mu     sync.RWMutex
+	layers []*bloom.BloomFilter
+	// newestItems counts the keys added to the newest layer, to know when it reaches
+	// newestCapacity and a new layer is due.
+	newestItems    uint64
+	newestCapacity uint64
+	// maxHashes is the largest k of all layers: one Locations call serves every layer, because
+	// the i-th location of a key does not depend on the layer.
+	maxHashes uint
+	// dropped is set when the filter left its store; it then no longer grows, so the memory it
+	// gave back cannot be taken again behind the store's back.
+	dropped bool
+}
+
+func newFilter(name string, opts Options, clock func() time.Time, memory *budget) (*Filter, error) {
+	shape, err := opts.layerShape(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := memory.reserve(name, shape.SizeBytes(), 0); err != nil {
+		return nil, err
+	}
+	now := clock()
+	f := &Filter{name: name, opts: opts, created: now, clock: clock, memory: memory}
+	f.lastAccess.Store(now.UnixNano())
+	f.appendLayer(shape)
+	return f, nil
+}
+
+func (f *Filter) appendLayer(shape LayerShape) {
+	f.layers = append(f.layers, bloom.New(shape.Bits, shape.Hashes))
+	f.newestItems, f.newestCapacity = 0, shape.Capacity
+	f.maxHashes = max(f.maxHashes, shape.Hashes)
+	f.sizeBytes.Add(shape.SizeBytes())
+}
+
+// Name is the filter's name in its store.
+func (f *Filter) Name() string { return f.name }
+
+// Options are the options the filter was created with.
+func (f *Filter) Options() Options { return f.opts }
+
+// Check reports whether key may have been added.
+func (f *Filter) Check(key string) bool {
+	f.touch()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.contains(f.locations(key))
+}
+
+// CheckMany answers Check for every key, in order, under one read lock.
+func (f *Filter) CheckMany(keys []string) []bool {
+	f.touch()
+	out := make([]bool, len(keys))
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for i, key := range keys {
+		out[i] = f.contains(f.locations(key))
+	}
+	return out
+}
+
+// CheckAndSet adds key and reports whether it may have been present before. Of two concurrent
+// calls with the same new key exactly one answers false.
+func (f *Filter) CheckAndSet(key string) (bool, error) {
+	f.touch()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.checkAndSetLocked(key)
+}
+
+// CheckAndSetMany answers CheckAndSet for every key, in order, under one write lock, so a key
+// repeated later in keys answers true. On error the keys before the failing one are added (adds
+// are never undone) and their answers are returned.
+func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
+	f.touch()
+	out := make([]bool, 0, len(keys))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, key := range keys {
+		present, err := f.checkAndSetLocked(key)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, present)
+	}
+	return out, nil
+}
+
+// Add adds key without answering whether it was present.
+func (f *Filter) Add(key string) error {
+	_, err := f.CheckAndSet(key)
+	return err
+}
+
+// AddMany adds every key under one write lock.
+func (f *Filter) AddMany(keys []string) error {
+	_, err := f.CheckAndSetMany(keys)
+	return err
+}
+
+func (f *Filter) checkAndSetLocked(key string) (bool, error) {
+	locs := f.locations(key)
+	if f.contains(locs) {
+		return true, nil
+	}
+	if err := f.growIfFullLocked(); err != nil {
+		return false, err
+	}
+	newest := f.layers[len(f.layers)-1]
+	if newest.K() > uint(len(locs)) { // the new layer hashes more than the old ones did
+		locs = f.locations(key)
+	}
+	bits, m := newest.BitSet(), uint64(newest.Cap())
+	for _, loc := range locs[:newest.K()] {
+		bits.Set(uint(loc % m))
+	}
+	f.newestItems++
+	f.items.Add(1)
+	return false, nil
+}
+
+func (f *Filter) growIfFullLocked() error {
+	if !f.opts.Scalable || f.dropped || f.newestItems < f.newestCapacity {
+		return nil
+	}
+	if len(f.layers) >= MaxLayers {
+		return fmt.Errorf("%w: filter %q already has %d layers", ErrTooLarge, f.name, MaxLayers)
+	}
+	next, err := f.opts.layerShape(len(f.layers))
+	if err != nil {
+		return err
+	}
+	if err := f.memory.reserve(f.name, next.SizeBytes(), f.sizeBytes.Load()); err != nil {
+		return err
+	}
+	f.appendLayer(next)
+	return nil
+}
+
+// locations hashes key once for every layer. The caller holds mu, so maxHashes is stable.
+func (f *Filter) locations(key string) []uint64 {
+	return bloom.Locations([]byte(key), f.maxHashes)
+}
+
+func (f *Filter) contains(locs []uint64) bool {
+	for _, layer := range f.layers {
+		if layer.TestLocations(locs[:layer.K()]) {
+			return true
+		}
+	}
+	return false
+}
+
+// touch extends sliding expiry. Writing the shared timestamp at most once a millisecond keeps
+// concurrent readers of a hot filter from fighting over its cache line.
+func (f *Filter) touch() {
+	if f.opts.ValidAfterAccess == 0 {
+		return
+	}
+	now := f.clock().UnixNano()
+	if now-f.lastAccess.Load() > int64(time.Millisecond) {
+		f.lastAccess.Store(now)
+	}
+}
+
+// Expiry is when the filter expires; the zero time means never.
+func (f *Filter) Expiry() time.Time {
+	switch {
+	case f.opts.ValidAfterAccess > 0:
+		return time.Unix(0, f.lastAccess.Load()).Add(f.opts.ValidAfterAccess)
+	case f.opts.ValidAfterCreate > 0:
+		return f.created.Add(f.opts.ValidAfterCreate)
+	}
+	return time.Time{}
+}
+
+// canExpire spares the clock read on the request path for filters that live forever.
+func (f *Filter) canExpire() bool {
+	return f.opts.ValidAfterAccess > 0 || f.opts.ValidAfterCreate > 0
+}
+
+// Expired reports whether the filter has expired at now.
+func (f *Filter) Expired(now time.Time) bool {
+	expiry := f.Expiry()
+	return !expiry.IsZero() && !now.Before(expiry)
+}
+
+// SizeBytes is the memory of all layers' bit arrays.
+func (f *Filter) SizeBytes() uint64 { return f.sizeBytes.Load() }
+
+// Items approximates the number of distinct keys added.
+func (f *Filter) Items() uint64 { return f.items.Load() }
+
+// Info describes a filter's shape and state at one moment.
+type Info struct {
+	Name    string
+	Options Options
+	Created time.Time
+	// Expiry is the zero time when the filter never expires.
+	Expiry    time.Time
+	Items     uint64
+	Layers    int
+	Bits      uint64
+	Hashes    uint // of the newest layer
+	SizeBytes uint64
+	// FillRatio is the share of bits set across all layers.
+	FillRatio float64
+	// EstimatedFPP is the false positive probability given the bits set now.
+	EstimatedFPP float64
+}
+
+// Info counts the bits set in every layer, which reads the whole bit array: it is meant for
+// status requests, not for the request path.
+func (f *Filter) Info() Info {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	info := Info{
+		Name:      f.name,
+		Options:   f.opts,
+		Created:   f.created,
+		Expiry:    f.Expiry(),
+		Items:     f.items.Load(),
+		Layers:    len(f.layers),
+		SizeBytes: f.sizeBytes.Load(),
+	}
+	var set uint64
+	noFalsePositive := 1.0
+	for _, layer := range f.layers {
+		m, ones := uint64(layer.Cap()), uint64(layer.BitSet().Count())
+		info.Bits += m
+		set += ones
+		noFalsePositive *= 1 - math.Pow(float64(ones)/float64(m), float64(layer.K()))
+	}
+	info.Hashes = f.layers[len(f.layers)-1].K()
+	info.FillRatio = float64(set) / float64(info.Bits)
+	info.EstimatedFPP = 1 - noFalsePositive
+	return info
+}
+
+// drop detaches the filter from its store's memory accounting and returns the bytes it held.
+func (f *Filter) drop() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dropped = true
+	return f.sizeBytes.Load()
+}

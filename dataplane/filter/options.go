@@ -1,0 +1,103 @@
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// Defaults of a scalable filter, as in bloomd and RedisBloom.
+const (
+	DefaultGrowth     = 2
+	DefaultTightening = 0.5
+)
+
+// MaxLayers bounds how far a scalable filter may grow. Each layer doubles (by default) the
+// capacity of the one before, so 48 layers is far beyond any memory a machine has; the bound only
+// keeps error rates of deep layers away from float underflow.
+const MaxLayers = 48
+
+// maxLayerBits bounds one layer before anything is allocated: 2^40 bits is 128 GiB.
+const maxLayerBits = 1 << 40
+
+// Options define a filter. The shape-defining fields (Capacity, FPP, Scalable, Growth,
+// Tightening) never change after creation.
+type Options struct {
+	// Capacity is the number of items the first layer holds at rate FPP (filter-service's
+	// expectedInsertions).
+	Capacity uint64
+	// FPP is the false positive probability the filter keeps while it holds no more items
+	// than it was sized for; a scalable filter keeps it at any size.
+	FPP float64
+	// Scalable filters add a layer when the newest is full; fixed filters have one layer whose
+	// error rate rises past Capacity.
+	Scalable bool
+	// Growth is the capacity factor from one layer to the next (s); used when Scalable.
+	Growth uint
+	// Tightening is the error factor from one layer to the next (r); used when Scalable.
+	Tightening float64
+	// ValidAfterCreate expires the filter this long after creation; 0 means never.
+	ValidAfterCreate time.Duration
+	// ValidAfterAccess expires the filter this long after the last check or set; 0 means no
+	// sliding expiry. When set it governs expiry and ValidAfterCreate is ignored, as in
+	// filter-service.
+	ValidAfterAccess time.Duration
+}
+
+// ErrInvalidOptions wraps every validation failure of Options.
+var ErrInvalidOptions = errors.New("invalid filter options")
+
+// Validate reports the first field out of range.
+func (o Options) Validate() error {
+	switch {
+	case o.Capacity == 0:
+		return fmt.Errorf("%w: capacity must be > 0", ErrInvalidOptions)
+	case !(o.FPP > 0 && o.FPP < 1):
+		return fmt.Errorf("%w: fpp must be > 0 and < 1, got %v", ErrInvalidOptions, o.FPP)
+	case o.ValidAfterCreate < 0 || o.ValidAfterAccess < 0:
+		return fmt.Errorf("%w: validity periods must not be negative", ErrInvalidOptions)
+	}
+	if o.Scalable {
+		if o.Growth < 1 || o.Growth > 16 {
+			return fmt.Errorf("%w: growth must be between 1 and 16, got %d", ErrInvalidOptions, o.Growth)
+		}
+		if !(o.Tightening > 0 && o.Tightening < 1) {
+			return fmt.Errorf("%w: tightening must be > 0 and < 1, got %v", ErrInvalidOptions, o.Tightening)
+		}
+	}
+	if _, err := o.layerShape(0); err != nil {
+		return err
+	}
+	return nil
+}
+
+// LayerShape is the layer's capacity and its bloom parameters (m bits, k hashes). It is a pure
+// function of the shape-defining options and the layer index, so two replicas that grew
+// independently hold layers of identical shape, which makes them mergeable with OR.
+type LayerShape struct {
+	Capacity uint64
+	Bits     uint
+	Hashes   uint
+}
+
+// SizeBytes is the memory the layer's bit array takes.
+func (l LayerShape) SizeBytes() uint64 { return uint64((l.Bits+63)/64) * 8 }
+
+func (o Options) layerShape(i int) (LayerShape, error) {
+	capacity, fpp := float64(o.Capacity), o.FPP
+	if o.Scalable {
+		// p0 = p·(1−r) and p_i = p0·r^i: the compound error of all layers stays under p.
+		capacity *= math.Pow(float64(o.Growth), float64(i))
+		fpp = o.FPP * (1 - o.Tightening) * math.Pow(o.Tightening, float64(i))
+	}
+	bits := -capacity * math.Log(fpp) / (math.Ln2 * math.Ln2)
+	if fpp <= 0 || bits > maxLayerBits || capacity > math.MaxInt64 {
+		return LayerShape{}, fmt.Errorf("%w: layer %d would need %.3g bits, more than the %d a layer may have",
+			ErrTooLarge, i, bits, uint64(maxLayerBits))
+	}
+	m, k := bloom.EstimateParameters(uint(capacity), fpp)
+	return LayerShape{Capacity: uint64(capacity), Bits: m, Hashes: k}, nil
+}

@@ -1,0 +1,196 @@
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	// ErrNotFound: no filter of that name, or it expired.
+	ErrNotFound = errors.New("filter not found")
+	// ErrInvalidName: the name breaks the rules of ValidateName.
+	ErrInvalidName = errors.New("invalid filter name")
+	// ErrTooLarge: the filter, or its next layer, would exceed the per-filter memory limit.
+	ErrTooLarge = errors.New("filter too large")
+	// ErrOutOfMemory: the filter, or its next layer, would exceed the total memory limit.
+	ErrOutOfMemory = errors.New("memory limit reached")
+)
+
+// MaxNameLength is the longest filter name, the length of a Kubernetes object name, so that a
+// BloomFilter resource can always name its filter.
+const MaxNameLength = 253
+
+// ValidateName accepts 1 to 253 characters of [A-Za-z0-9._-], except "list", which the REST API
+// uses for the listing of names.
+func ValidateName(name string) error {
+	if name == "" || len(name) > MaxNameLength {
+		return fmt.Errorf("%w: %q must be 1 to %d characters long", ErrInvalidName, name, MaxNameLength)
+	}
+	if name == "list" {
+		return fmt.Errorf("%w: \"list\" is reserved", ErrInvalidName)
+	}
+	for _, c := range []byte(name) {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q may only contain letters, digits, '.', '_' and '-'", ErrInvalidName, name)
+		}
+	}
+	return nil
+}
+
+// Limits bound the memory of bit arrays; 0 means unlimited.
+type Limits struct {
+	FilterBytes uint64 // one filter, all its layers together
+	TotalBytes  uint64 // all filters of the store together
+}
+
+// budget is the store's memory account; filters reserve from it before they allocate.
+type budget struct {
+	limits Limits
+	used   atomic.Uint64
+}
+
+// reserve takes n bytes for a filter that already holds held bytes, or says which limit refuses.
+func (b *budget) reserve(name string, n, held uint64) error {
+	if limit := b.limits.FilterBytes; limit > 0 && held+n > limit {
+		return fmt.Errorf("%w: filter %q would need %s, above the per-filter limit of %s",
+			ErrTooLarge, name, FormatBytes(held+n), FormatBytes(limit))
+	}
+	for {
+		used := b.used.Load()
+		if limit := b.limits.TotalBytes; limit > 0 && used+n > limit {
+			return fmt.Errorf("%w: filter %q needs %s more, but %s of the total limit of %s are in use",
+				ErrOutOfMemory, name, FormatBytes(n), FormatBytes(used), FormatBytes(limit))
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return nil
+		}
+	}
+}
+
+func (b *budget) release(n uint64) { b.used.Add(-n) }
+
+// Store holds the filters of one data plane by name. Lookups take no lock shared by all filters.
+type Store struct {
+	filters sync.Map // name → *Filter
+	memory  budget
+	clock   func() time.Time
+}
+
+// NewStore returns an empty store. clock is the time source for expiry; nil means time.Now.
+func NewStore(limits Limits, clock func() time.Time) *Store {
+	if clock == nil {
+		clock = time.Now
+	}
+	return &Store{memory: budget{limits: limits}, clock: clock}
+}
+
+// Create makes a filter. If a live filter of that name exists and overwrite is false, it returns
+// that filter and created=false; with overwrite it replaces it.
+func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, created bool, err error) {
+	if err := ValidateName(name); err != nil {
+		return nil, false, err
+	}
+	if err := opts.Validate(); err != nil {
+		return nil, false, err
+	}
+	if !overwrite {
+		if existing, err := s.Get(name); err == nil {
+			return existing, false, nil
+		}
+	}
+	fresh, err := newFilter(name, opts, s.clock, &s.memory)
+	if err != nil {
+		return nil, false, err
+	}
+	for {
+		old, loaded := s.filters.LoadOrStore(name, fresh)
+		if !loaded {
+			return fresh, true, nil
+		}
+		existing := old.(*Filter)
+		if !overwrite && !existing.Expired(s.clock()) {
+			// Lost a race with a concurrent create: that one wins, as if it came first.
+			s.memory.release(fresh.drop())
+			return existing, false, nil
+		}
+		if s.filters.CompareAndSwap(name, existing, fresh) {
+			s.memory.release(existing.drop())
+			return fresh, true, nil
+		}
+	}
+}
+
+// Get returns the live filter of that name, or ErrNotFound if it is absent or expired. An expired
+// filter stays in memory until PurgeExpired removes it.
+func (s *Store) Get(name string) (*Filter, error) {
+	v, ok := s.filters.Load(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	f := v.(*Filter)
+	if f.canExpire() && f.Expired(s.clock()) {
+		return nil, fmt.Errorf("%w: %q expired at %s", ErrNotFound, name, f.Expiry().UTC().Format(time.RFC3339))
+	}
+	return f, nil
+}
+
+// Delete removes the filter and reports whether there was one.
+func (s *Store) Delete(name string) bool {
+	v, ok := s.filters.LoadAndDelete(name)
+	if ok {
+		s.memory.release(v.(*Filter).drop())
+	}
+	return ok
+}
+
+// Names lists the live filters, sorted.
+func (s *Store) Names() []string {
+	now := s.clock()
+	var names []string
+	s.filters.Range(func(_, v any) bool {
+		if f := v.(*Filter); !f.Expired(now) {
+			names = append(names, f.name)
+		}
+		return true
+	})
+	slices.Sort(names)
+	return names
+}
+
+// PurgeExpired removes expired filters, returns their memory and their names.
+func (s *Store) PurgeExpired() []string {
+	now := s.clock()
+	var purged []string
+	s.filters.Range(func(k, v any) bool {
+		if f := v.(*Filter); f.Expired(now) && s.filters.CompareAndDelete(k, v) {
+			s.memory.release(f.drop())
+			purged = append(purged, f.name)
+		}
+		return true
+	})
+	return purged
+}
+
+// UsedBytes is the memory all filters' bit arrays take.
+func (s *Store) UsedBytes() uint64 { return s.memory.used.Load() }
+
+// Limits are the store's memory limits.
+func (s *Store) Limits() Limits { return s.memory.limits }
+
+// FormatBytes writes n in binary units, for messages people read.
+func FormatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
