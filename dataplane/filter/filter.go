@@ -256,16 +256,18 @@ func (f *Filter) Info() Info {
 		SizeBytes: f.sizeBytes.Load(),
 	}
 	var set uint64
-	noFalsePositive := 1.0
+	// A key is a false positive unless every layer rejects it; sum logarithms so that rates
+	// as small as 1e-20 survive the arithmetic.
+	logNoFalsePositive := 0.0
 	for _, layer := range f.layers {
 		m, ones := uint64(layer.Cap()), uint64(layer.BitSet().Count())
 		info.Bits += m
 		set += ones
-		noFalsePositive *= 1 - math.Pow(float64(ones)/float64(m), float64(layer.K()))
+		logNoFalsePositive += math.Log1p(-math.Pow(float64(ones)/float64(m), float64(layer.K())))
 	}
 	info.Hashes = f.layers[len(f.layers)-1].K()
 	info.FillRatio = float64(set) / float64(info.Bits)
-	info.EstimatedFPP = 1 - noFalsePositive
+	info.EstimatedFPP = -math.Expm1(logNoFalsePositive)
 	return info
 }
 

@@ -95,9 +95,17 @@ func (o Options) layerShape(i int) (LayerShape, error) {
 	}
 	bits := -capacity * math.Log(fpp) / (math.Ln2 * math.Ln2)
 	if fpp <= 0 || bits > maxLayerBits || capacity > math.MaxInt64 {
-		return LayerShape{}, fmt.Errorf("%w: layer %d would need %.3g bits, more than the %d a layer may have",
-			ErrTooLarge, i, bits, uint64(maxLayerBits))
+		return LayerShape{}, fmt.Errorf("%w: layer %d would need %s, more than the %s one layer may hold",
+			ErrTooLarge, i, formatFloatBytes(bits/8), FormatBytes(maxLayerBits/8))
 	}
 	m, k := bloom.EstimateParameters(uint(capacity), fpp)
 	return LayerShape{Capacity: uint64(capacity), Bits: m, Hashes: k}, nil
+}
+
+// formatFloatBytes writes sizes that may not fit in an integer.
+func formatFloatBytes(n float64) string {
+	if n < math.MaxInt64 {
+		return FormatBytes(uint64(n))
+	}
+	return fmt.Sprintf("%.3g bytes", n)
 }

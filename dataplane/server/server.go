@@ -1,29 +1,156 @@
+// Package server is the data plane's HTTP server: the REST API of filter-service, extended,
+// over the filter engine. It knows nothing of Kubernetes.
 package server
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"golang.org/x/net/netutil"
 )
 
 // Server is the data plane's HTTP server.
 type Server struct {
-	cfg Config
-	log *slog.Logger
+	cfg   Config
+	log   *slog.Logger
+	store *filter.Store
+	echo  *echo.Echo
 }
 
 // New builds a server from a validated configuration.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
-	return &Server{cfg: cfg, log: log}, nil
+	if cfg.MaxHTTPRequestLength <= 0 {
+		return nil, fmt.Errorf("maxHttpRequestLength must be > 0, got %d", cfg.MaxHTTPRequestLength)
+	}
+	s := &Server{
+		cfg:   cfg,
+		log:   log,
+		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes}, nil),
+		echo:  echo.New(),
+	}
+	s.routes()
+	return s, nil
+}
+
+func (s *Server) routes() {
+	e := s.echo
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = s.handleError
+	e.JSONSerializer = jsonSerializer{}
+	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: requestIDs()}))
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
+		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
+			s.log.Error("Recovered from panic", "path", c.Request().URL.Path, "error", err, "stack", string(stack))
+			return &apiError{http.StatusInternalServerError, api.CodeInternal, "internal error: " + err.Error()}
+		},
+	}))
+
+	v1 := e.Group(api.BasePath)
+	v1.GET("/ping", s.ping)
+	filters := v1.Group("/bloomfilter")
+	filters.GET("/list", s.listFilters)
+	filters.PUT("/:name", s.createFilter)
+	filters.GET("/:name", s.getFilter)
+	filters.DELETE("/:name", s.deleteFilter)
+	filters.POST("/:name/check", s.check)
+	filters.POST("/:name/multi-check", s.multiCheck)
+	filters.POST("/:name/check-and-set", s.checkAndSet)
+	filters.POST("/:name/multi-check-and-set", s.multiCheckAndSet)
+	filters.POST("/:name/set", s.set)
+	filters.POST("/:name/multi-set", s.multiSet)
+	// "list" is a reserved name, not a route for other methods: say so instead of 405.
+	for _, method := range []string{http.MethodPut, http.MethodDelete} {
+		filters.Add(method, "/list", func(echo.Context) error {
+			return engineError(filter.ValidateName("list"), method == http.MethodPut)
+		})
+	}
+}
+
+// requestIDs numbers requests within the process: unique enough to find a request's log lines,
+// and far cheaper than random IDs on the hot path.
+func requestIDs() func() string {
+	prefix := strconv.FormatInt(time.Now().UnixNano()%1e9, 36) + "-"
+	var n atomic.Uint64
+	return func() string { return prefix + strconv.FormatUint(n.Add(1), 36) }
 }
 
 // Handler serves the whole API; tests mount it on httptest servers.
-func (s *Server) Handler() http.Handler { return http.NotFoundHandler() }
+func (s *Server) Handler() http.Handler { return s.echo }
 
 // Run serves on ln until ctx is cancelled, then shuts down gracefully within
 // cfg.GracefulShutdownTimeout. It returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
-	<-ctx.Done()
-	return ln.Close()
+	if s.cfg.MaxHTTPConnections > 0 {
+		ln = netutil.LimitListener(ln, s.cfg.MaxHTTPConnections)
+	}
+	srv := &http.Server{
+		Handler: s.echo,
+		// The API answers from memory; a request that takes longer than the timeout to arrive
+		// or to be answered is a stuck client, and its connection is better closed.
+		ReadHeaderTimeout: s.cfg.RequestTimeout,
+		ReadTimeout:       s.cfg.RequestTimeout,
+		WriteTimeout:      s.cfg.RequestTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	}
+
+	purgeCtx, stopPurge := context.WithCancel(ctx)
+	defer stopPurge()
+	purgeDone := make(chan struct{})
+	go func() {
+		defer close(purgeDone)
+		s.purgeExpired(purgeCtx)
+	}()
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	s.log.Info("Listening", "address", ln.Addr().String())
+
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+	}
+	s.log.Info("Shutting down", "timeout", s.cfg.GracefulShutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.GracefulShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(shutdownCtx)
+	stopPurge()
+	<-purgeDone
+	if err != nil {
+		return fmt.Errorf("graceful shutdown: %w", err)
+	}
+	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	s.log.Info("Stopped")
+	return nil
+}
+
+// purgeExpired removes expired filters every PurgeInterval. Requests already answer 404 for
+// them; purging gives their memory back.
+func (s *Server) purgeExpired(ctx context.Context) {
+	ticker := time.NewTicker(s.cfg.PurgeInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			for _, name := range s.store.PurgeExpired() {
+				s.log.Info("Purged expired filter", "filter", name)
+			}
+		}
+	}
 }

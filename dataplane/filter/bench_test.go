@@ -1,0 +1,132 @@
+package filter
+
+import (
+	"strconv"
+	"sync/atomic"
+	"testing"
+)
+
+// Benchmarks of the engine on a small filter and on the 1e8 / 0.001 filter of the performance
+// targets (180 MB of bits, so most probes miss the CPU caches). Run them with
+// `make bench` or `go test -run '^$' -bench . -benchmem ./dataplane/filter`.
+
+var benchShapes = []struct {
+	name string
+	opts Options
+}{
+	{"small", Options{Capacity: 10_000, FPP: 0.01, Scalable: true, Growth: DefaultGrowth, Tightening: DefaultTightening}},
+	{"1e8", Options{Capacity: 100_000_000, FPP: 0.001, Scalable: true, Growth: DefaultGrowth, Tightening: DefaultTightening}},
+}
+
+// keys are prepared up front so that the benchmarks measure the filter, not strconv.
+var benchKeys = func() []string {
+	keys := make([]string, 1<<16)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i*7919)
+	}
+	return keys
+}()
+
+func benchFilter(b *testing.B, opts Options) *Filter {
+	b.Helper()
+	f, _, err := NewStore(Limits{}, nil).Create("bench", opts, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return f
+}
+
+func BenchmarkCheck(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			f := benchFilter(b, shape.opts)
+			_ = f.AddMany(benchKeys[:len(benchKeys)/2])
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				f.Check(benchKeys[i&(len(benchKeys)-1)])
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkCheckParallel(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			f := benchFilter(b, shape.opts)
+			_ = f.AddMany(benchKeys[:len(benchKeys)/2])
+			var next atomic.Int64
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(next.Add(1) * 1000)
+				for pb.Next() {
+					f.Check(benchKeys[i&(len(benchKeys)-1)])
+					i++
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			f := benchFilter(b, shape.opts)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_ = f.Add(benchKeys[i&(len(benchKeys)-1)])
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkCheckAndSet(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			f := benchFilter(b, shape.opts)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				_, _ = f.CheckAndSet(benchKeys[i&(len(benchKeys)-1)])
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkCheckAndSetMany1000 reports ns per batch of 1000 keys; keys/s is 1e12 / that.
+func BenchmarkCheckAndSetMany1000(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			f := benchFilter(b, shape.opts)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				start := (i * 1000) & (len(benchKeys) - 1)
+				end := min(start+1000, len(benchKeys))
+				_, _ = f.CheckAndSetMany(benchKeys[start:end])
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkCheckMany1000(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			f := benchFilter(b, shape.opts)
+			_ = f.AddMany(benchKeys[:len(benchKeys)/2])
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				start := (i * 1000) & (len(benchKeys) - 1)
+				end := min(start+1000, len(benchKeys))
+				f.CheckMany(benchKeys[start:end])
+				i++
+			}
+		})
+	}
+}

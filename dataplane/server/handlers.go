@@ -1,0 +1,286 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/labstack/echo/v4"
+)
+
+// Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.
+var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
+	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening"}
+
+func (s *Server) createFilter(c echo.Context) error {
+	name := c.Param("name")
+	if err := filter.ValidateName(name); err != nil {
+		return engineError(err, true)
+	}
+	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
+	if err != nil {
+		return err
+	}
+	opts, overwrite, err := s.createOptions(b)
+	if err != nil {
+		return err
+	}
+	f, created, err := s.store.Create(name, opts, overwrite)
+	if err != nil {
+		return engineError(err, true)
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
+			"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite)
+	}
+	return c.JSON(status, describe(f.Info()))
+}
+
+func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err error) {
+	if err = b.only(createFields...); err != nil {
+		return opts, false, err
+	}
+	_, hasAlias := b.field("validPeriod")
+	if _, hasField := b.field("validPeriodAfterCreate"); hasAlias && hasField {
+		return opts, false, invalidParameter("validPeriod", `it is another name of "validPeriodAfterCreate"; give one of them`)
+	}
+	afterCreate := "validPeriodAfterCreate"
+	if hasAlias {
+		afterCreate = "validPeriod"
+	}
+	const maxCapacity = 1 << 53 // far beyond any memory limit; keeps the float arithmetic exact
+	var growth uint64
+	// Fields are checked in a fixed order, so the first error named is predictable.
+	if opts.Capacity, err = b.uint("expectedInsertions", s.cfg.DefaultExpectedInsertions, 1, maxCapacity); err != nil {
+		return opts, false, err
+	}
+	if opts.FPP, err = b.openUnitInterval("fpp", s.cfg.DefaultFPP); err != nil {
+		return opts, false, err
+	}
+	if opts.ValidAfterCreate, err = b.seconds(afterCreate, s.cfg.DefaultValidAfterCreate); err != nil {
+		return opts, false, err
+	}
+	if opts.ValidAfterAccess, err = b.seconds("validPeriodAfterAccess", 0); err != nil {
+		return opts, false, err
+	}
+	if opts.Scalable, err = b.bool("scalable", true); err != nil {
+		return opts, false, err
+	}
+	if growth, err = b.uint("growth", filter.DefaultGrowth, 1, 16); err != nil {
+		return opts, false, err
+	}
+	opts.Growth = uint(growth)
+	if opts.Tightening, err = b.openUnitInterval("tightening", filter.DefaultTightening); err != nil {
+		return opts, false, err
+	}
+	overwrite, err = b.bool("overwrite", false)
+	return opts, overwrite, err
+}
+
+func (s *Server) getFilter(c echo.Context) error {
+	f, err := s.lookup(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, describe(f.Info()))
+}
+
+func (s *Server) listFilters(c echo.Context) error {
+	names := s.store.Names()
+	if names == nil {
+		names = []string{}
+	}
+	return c.JSON(http.StatusOK, names)
+}
+
+func (s *Server) deleteFilter(c echo.Context) error {
+	name := c.Param("name")
+	if err := filter.ValidateName(name); err != nil {
+		return engineError(err, false)
+	}
+	if s.store.Delete(name) {
+		s.log.Info("Deleted filter", "filter", name)
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+// lookup finds the filter named in the path, after the body has been validated.
+func (s *Server) lookup(c echo.Context) (*filter.Filter, error) {
+	name := c.Param("name")
+	if err := filter.ValidateName(name); err != nil {
+		return nil, engineError(err, false)
+	}
+	f, err := s.store.Get(name)
+	if err != nil {
+		return nil, engineError(err, false)
+	}
+	return f, nil
+}
+
+// single reads {"value": "..."} and the filter it is meant for.
+func (s *Server) single(c echo.Context) (*filter.Filter, string, error) {
+	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
+	if err != nil {
+		return nil, "", err
+	}
+	if err := b.only("value"); err != nil {
+		return nil, "", err
+	}
+	value, err := b.string("value")
+	if err != nil {
+		return nil, "", err
+	}
+	f, err := s.lookup(c)
+	return f, value, err
+}
+
+// batch reads {"values": [...]} and the filter it is meant for.
+type batch struct {
+	values     []string
+	isString   []bool
+	allStrings bool
+}
+
+func (s *Server) batch(c echo.Context) (*filter.Filter, batch, error) {
+	var bt batch
+	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
+	if err != nil {
+		return nil, bt, err
+	}
+	if err := b.only("values"); err != nil {
+		return nil, bt, err
+	}
+	if bt.values, bt.isString, bt.allStrings, err = b.strings("values"); err != nil {
+		return nil, bt, err
+	}
+	f, err := s.lookup(c)
+	return f, bt, err
+}
+
+// strings are the batch's string values; answers maps the answers for them back onto every
+// element, with false for the elements that are not strings.
+func (bt batch) strings() []string {
+	if bt.allStrings {
+		return bt.values
+	}
+	out := make([]string, 0, len(bt.values))
+	for i, v := range bt.values {
+		if bt.isString[i] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (bt batch) answers(forStrings []bool) []bool {
+	if bt.allStrings {
+		return forStrings
+	}
+	out := make([]bool, len(bt.values))
+	j := 0
+	for i := range out {
+		if bt.isString[i] && j < len(forStrings) {
+			out[i] = forStrings[j]
+			j++
+		}
+	}
+	return out
+}
+
+func (s *Server) check(c echo.Context) error {
+	f, value, err := s.single(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, f.Check(value))
+}
+
+func (s *Server) multiCheck(c echo.Context) error {
+	f, bt, err := s.batch(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, bt.answers(f.CheckMany(bt.strings())))
+}
+
+func (s *Server) checkAndSet(c echo.Context) error {
+	f, value, err := s.single(c)
+	if err != nil {
+		return err
+	}
+	present, err := f.CheckAndSet(value)
+	if err != nil {
+		return engineError(err, false)
+	}
+	return c.JSON(http.StatusOK, present)
+}
+
+func (s *Server) multiCheckAndSet(c echo.Context) error {
+	f, bt, err := s.batch(c)
+	if err != nil {
+		return err
+	}
+	present, err := f.CheckAndSetMany(bt.strings())
+	if err != nil {
+		return engineError(err, false)
+	}
+	return c.JSON(http.StatusOK, bt.answers(present))
+}
+
+func (s *Server) set(c echo.Context) error {
+	f, value, err := s.single(c)
+	if err != nil {
+		return err
+	}
+	if err := f.Add(value); err != nil {
+		return engineError(err, false)
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+func (s *Server) multiSet(c echo.Context) error {
+	f, bt, err := s.batch(c)
+	if err != nil {
+		return err
+	}
+	if err := f.AddMany(bt.strings()); err != nil {
+		return engineError(err, false)
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+func (s *Server) ping(c echo.Context) error {
+	return c.String(http.StatusOK, "pong")
+}
+
+// describe writes a filter's info in the API's JSON shape.
+func describe(info filter.Info) api.Filter {
+	o := info.Options
+	out := api.Filter{
+		Name:               info.Name,
+		ExpectedInsertions: o.Capacity,
+		FPP:                o.FPP,
+		Created:            info.Created.UTC().Format(api.TimeFormat),
+		Scalable:           o.Scalable,
+		Items:              info.Items,
+		Bits:               info.Bits,
+		Hashes:             info.Hashes,
+		Layers:             info.Layers,
+		SizeBytes:          info.SizeBytes,
+		FillRatio:          info.FillRatio,
+		EstimatedFPP:       info.EstimatedFPP,
+	}
+	if !info.Expiry.IsZero() {
+		out.Expiration = info.Expiry.UTC().Format(api.TimeFormat)
+	}
+	if o.ValidAfterAccess > 0 {
+		out.ValidPeriodAfterAccess = int64(o.ValidAfterAccess / time.Second)
+	}
+	if o.Scalable {
+		out.Growth, out.Tightening = o.Growth, o.Tightening
+	}
+	return out
+}
