@@ -1,0 +1,107 @@
+# Bloomery — developer entry points. `make help` lists the targets.
+
+# VERSION is stamped into the binary (main.version). Outside a git checkout, or in
+# one without commits, it falls back to "dev".
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+# Recipes run in bash with -e and pipefail, so a failing command in a pipe fails the target.
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+GO ?= go
+
+.PHONY: all
+all: build
+
+##@ General
+
+# The help target prints every target annotated with '## text', grouped by the
+# '##@ Section' lines above them.
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: fmt
+fmt: golangci-lint ## Format code: gofmt -s and goimports (local imports grouped last).
+	$(GOLANGCI_LINT) fmt
+
+.PHONY: vet
+vet: ## Run go vet against code.
+	$(GO) vet ./...
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint (config: .golangci.yml).
+	$(GOLANGCI_LINT) run
+
+.PHONY: lint-fix
+lint-fix: golangci-lint ## Run golangci-lint and apply the fixes it can make.
+	$(GOLANGCI_LINT) run --fix
+
+.PHONY: lint-config
+lint-config: golangci-lint ## Verify .golangci.yml against the linter's schema.
+	$(GOLANGCI_LINT) config verify
+
+.PHONY: test
+test: vet ## Run go vet, then all tests with the race detector.
+	$(GO) test -race -count=1 ./...
+
+.PHONY: bench
+bench: ## Run the Go benchmarks of the data plane.
+	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
+
+# Load test over HTTP with wrk: make bench-http SCRIPT=bench/check.lua DURATION=30s
+SCRIPT ?= bench/check.lua
+DURATION ?= 10s
+THREADS ?= 4
+CONNECTIONS ?= 20
+
+.PHONY: bench-http
+bench-http: ## Load-test the data plane with wrk (SCRIPT, DURATION, THREADS, CONNECTIONS).
+	bench/run.sh $(SCRIPT) $(DURATION) $(THREADS) $(CONNECTIONS)
+
+##@ Build
+
+.PHONY: build
+build: ## Build the bloomery binary into bin/.
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LOCALBIN)/bloomery .
+
+.PHONY: run
+run: ## Run the data plane locally on port 8080 with ./data as its data directory.
+	$(GO) run . dataplane -p 8080 --data-dir ./data
+
+##@ Dependencies
+
+## Location to install dependencies to
+LOCALBIN ?= $(shell pwd)/bin
+$(LOCALBIN):
+	mkdir -p "$(LOCALBIN)"
+
+## Tool binaries
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
+
+## Tool versions
+GOLANGCI_LINT_VERSION ?= v2.15.0
+
+# Phony on purpose: the macro's own check is cheap, and it reinstalls when the version changes.
+.PHONY: golangci-lint
+golangci-lint: | $(LOCALBIN) ## Download golangci-lint locally if necessary.
+	$(call go-install-tool,$(GOLANGCI_LINT),github.com/golangci/golangci-lint/v2/cmd/golangci-lint,$(GOLANGCI_LINT_VERSION))
+
+# go-install-tool 'go install's a versioned tool into $(LOCALBIN) as NAME-VERSION and
+# points the symlink NAME at it, so changing a version reinstalls and nothing else does.
+# $1 - target path with name of binary
+# $2 - package url which can be installed
+# $3 - specific version of package
+define go-install-tool
+@[ -f "$(1)-$(3)" ] && [ "$$(readlink -- "$(1)" 2>/dev/null)" = "$(1)-$(3)" ] || { \
+set -e; \
+package=$(2)@$(3) ;\
+echo "Downloading $${package}" ;\
+rm -f "$(1)" ;\
+GOBIN="$(LOCALBIN)" $(GO) install $${package} ;\
+mv "$(LOCALBIN)/$$(basename "$(1)")" "$(1)-$(3)" ;\
+} ;\
+ln -sf "$$(realpath "$(1)-$(3)")" "$(1)"
+endef
