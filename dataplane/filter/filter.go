@@ -20,11 +20,13 @@ type Filter struct {
 	name    string
 	opts    Options
 	created time.Time
-	clock   func() time.Time
-	memory  *budget
+	store   *Store
 
 	// lastAccess is unix nanoseconds of the last check or set; read only for sliding expiry.
 	lastAccess atomic.Int64
+	// journaledAccess is the last access told to the journal, which hears of accesses at most
+	// once a second per filter.
+	journaledAccess atomic.Int64
 	// items approximates the number of distinct keys added: a key counts when no layer held it.
 	items     atomic.Uint64
 	sizeBytes atomic.Uint64
@@ -43,23 +45,23 @@ type Filter struct {
 	dropped bool
 }
 
-func newFilter(name string, opts Options, clock func() time.Time, memory *budget) (*Filter, error) {
-	shape, err := opts.layerShape(0)
+func newFilter(s *Store, name string, opts Options) (*Filter, error) {
+	shape, err := opts.LayerShape(0)
 	if err != nil {
 		return nil, err
 	}
-	if err := memory.reserve(name, shape.SizeBytes(), 0); err != nil {
+	if err := s.memory.reserve(name, shape.SizeBytes(), 0); err != nil {
 		return nil, err
 	}
-	now := clock()
-	f := &Filter{name: name, opts: opts, created: now, clock: clock, memory: memory}
-	f.lastAccess.Store(now.UnixNano())
-	f.appendLayer(shape)
+	f := &Filter{name: name, opts: opts, created: s.clock(), store: s}
+	f.lastAccess.Store(f.created.UnixNano())
+	f.journaledAccess.Store(f.created.UnixNano())
+	f.appendLayer(shape, bloom.New(shape.Bits, shape.Hashes))
 	return f, nil
 }
 
-func (f *Filter) appendLayer(shape LayerShape) {
-	f.layers = append(f.layers, bloom.New(shape.Bits, shape.Hashes))
+func (f *Filter) appendLayer(shape LayerShape, layer *bloom.BloomFilter) {
+	f.layers = append(f.layers, layer)
 	f.newestItems, f.newestCapacity = 0, shape.Capacity
 	f.maxHashes = max(f.maxHashes, shape.Hashes)
 	f.sizeBytes.Add(shape.SizeBytes())
@@ -70,6 +72,9 @@ func (f *Filter) Name() string { return f.name }
 
 // Options are the options the filter was created with.
 func (f *Filter) Options() Options { return f.opts }
+
+// Created is when the filter was created.
+func (f *Filter) Created() time.Time { return f.created }
 
 // Check reports whether key may have been added.
 func (f *Filter) Check(key string) bool {
@@ -96,8 +101,12 @@ func (f *Filter) CheckMany(keys []string) []bool {
 func (f *Filter) CheckAndSet(key string) (bool, error) {
 	f.touch()
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.checkAndSetLocked(key)
+	present, err := f.checkAndSetLocked(key)
+	f.mu.Unlock()
+	if err != nil {
+		return false, err
+	}
+	return present, f.journalAdded([]string{key})
 }
 
 // CheckAndSetMany answers CheckAndSet for every key, in order, under one write lock, so a key
@@ -107,15 +116,42 @@ func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	f.touch()
 	out := make([]bool, 0, len(keys))
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	var err error
 	for _, key := range keys {
-		present, err := f.checkAndSetLocked(key)
-		if err != nil {
-			return out, err
+		var present bool
+		if present, err = f.checkAndSetLocked(key); err != nil {
+			break
 		}
 		out = append(out, present)
 	}
-	return out, nil
+	f.mu.Unlock()
+	if jerr := f.journalAdded(keys[:len(out)]); err == nil {
+		err = jerr
+	}
+	return out, err
+}
+
+// journalAdded records keys after they are in the filter and before the caller answers. The
+// journal records keys that were present too: a key that only tested present through a false
+// positive must still test present after a replay in another order.
+func (f *Filter) journalAdded(keys []string) error {
+	if j := f.store.journal; j != nil && len(keys) > 0 {
+		return j.Added(f.name, keys)
+	}
+	return nil
+}
+
+// Replay adds keys read back from a journal: it neither extends sliding expiry (the journal
+// records accesses itself) nor journals them again.
+func (f *Filter) Replay(keys []string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, key := range keys {
+		if _, err := f.checkAndSetLocked(key); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Add adds key without answering whether it was present.
@@ -158,14 +194,14 @@ func (f *Filter) growIfFullLocked() error {
 	if len(f.layers) >= MaxLayers {
 		return fmt.Errorf("%w: filter %q already has %d layers", ErrTooLarge, f.name, MaxLayers)
 	}
-	next, err := f.opts.layerShape(len(f.layers))
+	next, err := f.opts.LayerShape(len(f.layers))
 	if err != nil {
 		return err
 	}
-	if err := f.memory.reserve(f.name, next.SizeBytes(), f.sizeBytes.Load()); err != nil {
+	if err := f.store.memory.reserve(f.name, next.SizeBytes(), f.sizeBytes.Load()); err != nil {
 		return err
 	}
-	f.appendLayer(next)
+	f.appendLayer(next, bloom.New(next.Bits, next.Hashes))
 	return nil
 }
 
@@ -189,19 +225,38 @@ func (f *Filter) touch() {
 	if f.opts.ValidAfterAccess == 0 {
 		return
 	}
-	now := f.clock().UnixNano()
-	if now-f.lastAccess.Load() > int64(time.Millisecond) {
-		f.lastAccess.Store(now)
+	now := f.store.clock().UnixNano()
+	if now-f.lastAccess.Load() <= int64(time.Millisecond) {
+		return
+	}
+	f.lastAccess.Store(now)
+	last := f.journaledAccess.Load()
+	if j := f.store.journal; j != nil && now-last > int64(time.Second) && f.journaledAccess.CompareAndSwap(last, now) {
+		j.Accessed(f.name, time.Unix(0, now))
+	}
+}
+
+// SetLastAccess moves sliding expiry to at if that is later; replays of the journal use it.
+func (f *Filter) SetLastAccess(at time.Time) {
+	for {
+		last := f.lastAccess.Load()
+		if at.UnixNano() <= last || f.lastAccess.CompareAndSwap(last, at.UnixNano()) {
+			return
+		}
 	}
 }
 
 // Expiry is when the filter expires; the zero time means never.
 func (f *Filter) Expiry() time.Time {
+	return expiry(f.opts, f.created, time.Unix(0, f.lastAccess.Load()))
+}
+
+func expiry(opts Options, created, lastAccess time.Time) time.Time {
 	switch {
-	case f.opts.ValidAfterAccess > 0:
-		return time.Unix(0, f.lastAccess.Load()).Add(f.opts.ValidAfterAccess)
-	case f.opts.ValidAfterCreate > 0:
-		return f.created.Add(f.opts.ValidAfterCreate)
+	case opts.ValidAfterAccess > 0:
+		return lastAccess.Add(opts.ValidAfterAccess)
+	case opts.ValidAfterCreate > 0:
+		return created.Add(opts.ValidAfterCreate)
 	}
 	return time.Time{}
 }

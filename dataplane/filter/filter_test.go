@@ -124,14 +124,14 @@ func TestLayerShapesArePureFunctionsOfTheOptions(t *testing.T) {
 		if a.layers[i].Cap() != b.layers[i].Cap() || a.layers[i].K() != b.layers[i].K() {
 			t.Errorf("layer %d: (m=%d,k=%d) vs (m=%d,k=%d)", i, a.layers[i].Cap(), a.layers[i].K(), b.layers[i].Cap(), b.layers[i].K())
 		}
-		shape, err := opts.layerShape(i)
+		shape, err := opts.LayerShape(i)
 		if err != nil || uint(shape.Bits) != a.layers[i].Cap() || shape.Hashes != a.layers[i].K() {
 			t.Errorf("layer %d differs from layerShape: %+v, %v", i, shape, err)
 		}
 	}
 	// Tighter error in every later layer keeps the compound rate under p.
-	first, _ := opts.layerShape(0)
-	second, _ := opts.layerShape(1)
+	first, _ := opts.LayerShape(0)
+	second, _ := opts.LayerShape(1)
 	if second.Capacity != 2*first.Capacity || second.Hashes <= first.Hashes {
 		t.Errorf("layer 1 %+v does not grow and tighten layer 0 %+v", second, first)
 	}
@@ -277,8 +277,11 @@ func TestCreateOverwriteAndDelete(t *testing.T) {
 	if s.UsedBytes() != replaced.SizeBytes() {
 		t.Errorf("used %d, want %d", s.UsedBytes(), replaced.SizeBytes())
 	}
-	if !s.Delete("f") || s.Delete("f") {
-		t.Error("Delete should report true once, then false")
+	if deleted, err := s.Delete("f"); !deleted || err != nil {
+		t.Errorf("first Delete = %v, %v; want true", deleted, err)
+	}
+	if deleted, err := s.Delete("f"); deleted || err != nil {
+		t.Errorf("second Delete = %v, %v; want false", deleted, err)
 	}
 	if _, err := s.Get("f"); !errors.Is(err, ErrNotFound) || s.UsedBytes() != 0 {
 		t.Errorf("after delete: err %v, used %d", err, s.UsedBytes())
@@ -318,7 +321,7 @@ func TestConcurrentCreatesOfOneNameMakeOneFilter(t *testing.T) {
 
 func TestMemoryLimits(t *testing.T) {
 	small := Options{Capacity: 1000, FPP: 0.01} // 9592 bits: 1200 bytes
-	size, _ := small.layerShape(0)
+	size, _ := small.LayerShape(0)
 	if size.SizeBytes() != 1200 {
 		t.Fatalf("test assumes 1200 bytes per filter, got %d", size.SizeBytes())
 	}
@@ -338,7 +341,7 @@ func TestMemoryLimits(t *testing.T) {
 		if !errors.Is(err, ErrOutOfMemory) {
 			t.Fatalf("third filter: err = %v, want ErrOutOfMemory", err)
 		}
-		s.Delete("a")
+		_, _ = s.Delete("a")
 		mustCreate(t, s, "c", small)
 		if s.UsedBytes() != 2400 {
 			t.Errorf("used = %d, want 2400", s.UsedBytes())
@@ -346,8 +349,8 @@ func TestMemoryLimits(t *testing.T) {
 	})
 	t.Run("growth of a scalable filter", func(t *testing.T) {
 		opts := scalable(100, 0.01)
-		first, _ := opts.layerShape(0)
-		second, _ := opts.layerShape(1)
+		first, _ := opts.LayerShape(0)
+		second, _ := opts.LayerShape(1)
 		s := NewStore(Limits{FilterBytes: first.SizeBytes() + second.SizeBytes()}, nil)
 		f := mustCreate(t, s, "f", opts)
 		var err error

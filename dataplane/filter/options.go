@@ -68,15 +68,13 @@ func (o Options) Validate() error {
 			return fmt.Errorf("%w: tightening must be > 0 and < 1, got %v", ErrInvalidOptions, o.Tightening)
 		}
 	}
-	if _, err := o.layerShape(0); err != nil {
+	if _, err := o.LayerShape(0); err != nil {
 		return err
 	}
 	return nil
 }
 
-// LayerShape is the layer's capacity and its bloom parameters (m bits, k hashes). It is a pure
-// function of the shape-defining options and the layer index, so two replicas that grew
-// independently hold layers of identical shape, which makes them mergeable with OR.
+// LayerShape is a layer's capacity and its bloom parameters (m bits, k hashes).
 type LayerShape struct {
 	Capacity uint64
 	Bits     uint
@@ -86,7 +84,10 @@ type LayerShape struct {
 // SizeBytes is the memory the layer's bit array takes.
 func (l LayerShape) SizeBytes() uint64 { return uint64((l.Bits+63)/64) * 8 }
 
-func (o Options) layerShape(i int) (LayerShape, error) {
+// LayerShape is the shape of layer i. It is a pure function of the shape-defining options and
+// the index, so two replicas that grew independently hold layers of identical shape, which makes
+// them mergeable with OR.
+func (o Options) LayerShape(i int) (LayerShape, error) {
 	capacity, fpp := float64(o.Capacity), o.FPP
 	if o.Scalable {
 		// p0 = p·(1−r) and p_i = p0·r^i: the compound error of all layers stays under p.

@@ -73,11 +73,31 @@ func (b *budget) reserve(name string, n, held uint64) error {
 
 func (b *budget) release(n uint64) { b.used.Add(-n) }
 
+// Journal records changes so that they survive a restart. The store calls it in the order the
+// changes take effect: a filter's creation is recorded before anyone can write to the filter, so
+// a replay never applies a write to the filter that the new one replaced.
+type Journal interface {
+	// Created is called before f becomes visible; an error aborts the create.
+	Created(f *Filter) error
+	// Deleted is called before the filter disappears; an error aborts the delete.
+	Deleted(name string) error
+	// Added is called after keys are in the filter and before the writer is answered.
+	Added(name string, keys []string) error
+	// Accessed is told, at most once a second per filter, that sliding expiry moved on.
+	Accessed(name string, at time.Time)
+	// Purged is told of a filter removed because it expired.
+	Purged(name string)
+}
+
 // Store holds the filters of one data plane by name. Lookups take no lock shared by all filters.
 type Store struct {
 	filters sync.Map // name → *Filter
 	memory  budget
 	clock   func() time.Time
+	// changes serializes creates and deletes (rare next to checks and sets), so that the
+	// journal hears of them in the order they take effect.
+	changes sync.Mutex
+	journal Journal
 }
 
 // NewStore returns an empty store. clock is the time source for expiry; nil means time.Now.
@@ -88,6 +108,10 @@ func NewStore(limits Limits, clock func() time.Time) *Store {
 	return &Store{memory: budget{limits: limits}, clock: clock}
 }
 
+// SetJournal makes the store record its changes from now on. Call it before the store is shared:
+// recovery fills the store first, without a journal, then attaches one.
+func (s *Store) SetJournal(j Journal) { s.journal = j }
+
 // Create makes a filter. If a live filter of that name exists and overwrite is false, it returns
 // that filter and created=false; with overwrite it replaces it.
 func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, created bool, err error) {
@@ -97,30 +121,31 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 	if err := opts.Validate(); err != nil {
 		return nil, false, err
 	}
+	s.changes.Lock()
+	defer s.changes.Unlock()
 	if !overwrite {
 		if existing, err := s.Get(name); err == nil {
 			return existing, false, nil
 		}
 	}
-	fresh, err := newFilter(name, opts, s.clock, &s.memory)
+	fresh, err := newFilter(s, name, opts)
 	if err != nil {
 		return nil, false, err
 	}
-	for {
-		old, loaded := s.filters.LoadOrStore(name, fresh)
-		if !loaded {
-			return fresh, true, nil
-		}
-		existing := old.(*Filter)
-		if !overwrite && !existing.Expired(s.clock()) {
-			// Lost a race with a concurrent create: that one wins, as if it came first.
+	if s.journal != nil {
+		if err := s.journal.Created(fresh); err != nil {
 			s.memory.release(fresh.drop())
-			return existing, false, nil
+			return nil, false, err
 		}
-		if s.filters.CompareAndSwap(name, existing, fresh) {
-			s.memory.release(existing.drop())
-			return fresh, true, nil
-		}
+	}
+	s.publish(fresh)
+	return fresh, true, nil
+}
+
+// publish makes f the filter of its name; the caller holds changes.
+func (s *Store) publish(f *Filter) {
+	if old, loaded := s.filters.Swap(f.name, f); loaded {
+		s.memory.release(old.(*Filter).drop())
 	}
 }
 
@@ -138,13 +163,38 @@ func (s *Store) Get(name string) (*Filter, error) {
 	return f, nil
 }
 
+// Lookup returns the filter of that name even if it expired; journal replays use it, because a
+// later record may still extend a filter's sliding expiry.
+func (s *Store) Lookup(name string) (*Filter, bool) {
+	v, ok := s.filters.Load(name)
+	if !ok {
+		return nil, false
+	}
+	return v.(*Filter), true
+}
+
 // Delete removes the filter and reports whether there was one.
-func (s *Store) Delete(name string) bool {
+func (s *Store) Delete(name string) (bool, error) {
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	if _, ok := s.filters.Load(name); !ok {
+		return false, nil
+	}
+	if s.journal != nil {
+		if err := s.journal.Deleted(name); err != nil {
+			return false, err
+		}
+	}
 	v, ok := s.filters.LoadAndDelete(name)
 	if ok {
 		s.memory.release(v.(*Filter).drop())
 	}
-	return ok
+	return ok, nil
+}
+
+// Range calls fn for every filter, live or expired, until fn returns false.
+func (s *Store) Range(fn func(f *Filter) bool) {
+	s.filters.Range(func(_, v any) bool { return fn(v.(*Filter)) })
 }
 
 // Names lists the live filters, sorted.
@@ -169,6 +219,9 @@ func (s *Store) PurgeExpired() []string {
 		if f := v.(*Filter); f.Expired(now) && s.filters.CompareAndDelete(k, v) {
 			s.memory.release(f.drop())
 			purged = append(purged, f.name)
+			if s.journal != nil {
+				s.journal.Purged(f.name)
+			}
 		}
 		return true
 	})

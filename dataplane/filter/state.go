@@ -1,0 +1,107 @@
+package filter
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// State is a filter's complete state: what a snapshot stores and a restore rebuilds.
+type State struct {
+	Name       string
+	Options    Options
+	Created    time.Time
+	LastAccess time.Time
+	Items      uint64
+	// NewestItems counts the keys in the newest layer, so a restored filter grows when the
+	// original would have.
+	NewestItems uint64
+	Layers      []LayerState
+}
+
+// LayerState is one layer's shape and bits.
+type LayerState struct {
+	Bits   uint
+	Hashes uint
+	Words  []uint64
+}
+
+// ExpiredAt reports whether the filter of this state has expired at now.
+func (st State) ExpiredAt(now time.Time) bool {
+	e := expiry(st.Options, st.Created, st.LastAccess)
+	return !e.IsZero() && !now.Before(e)
+}
+
+// EmptyState is the state of a filter just created: one layer, no bits set.
+func EmptyState(name string, opts Options, created time.Time) (State, error) {
+	shape, err := opts.LayerShape(0)
+	if err != nil {
+		return State{}, err
+	}
+	layer := LayerState{Bits: shape.Bits, Hashes: shape.Hashes, Words: make([]uint64, shape.SizeBytes()/8)}
+	return State{Name: name, Options: opts, Created: created, LastAccess: created, Layers: []LayerState{layer}}, nil
+}
+
+// State copies the filter's bits under its read lock: checks go on meanwhile, and writers wait
+// only for the copy.
+func (f *Filter) State() State {
+	st := State{
+		Name:       f.name,
+		Options:    f.opts,
+		Created:    f.created,
+		LastAccess: time.Unix(0, f.lastAccess.Load()),
+		Items:      f.items.Load(),
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	st.NewestItems = f.newestItems
+	st.Layers = make([]LayerState, len(f.layers))
+	for i, layer := range f.layers {
+		st.Layers[i] = LayerState{Bits: layer.Cap(), Hashes: layer.K(), Words: append([]uint64(nil), layer.BitSet().Words()...)}
+	}
+	return st
+}
+
+// Restore installs a filter from its state, replacing any filter of that name, without telling
+// the journal: the state comes from the journal's own files. It checks that every layer has the
+// shape its options define, so bits of a foreign shape never mix with ours.
+func (s *Store) Restore(st State) error {
+	if err := ValidateName(st.Name); err != nil {
+		return err
+	}
+	if err := st.Options.Validate(); err != nil {
+		return err
+	}
+	if len(st.Layers) == 0 || len(st.Layers) > MaxLayers || (!st.Options.Scalable && len(st.Layers) != 1) {
+		return fmt.Errorf("%w: filter %q has %d layers", ErrInvalidOptions, st.Name, len(st.Layers))
+	}
+	var size uint64
+	for i, layer := range st.Layers {
+		want, err := st.Options.LayerShape(i)
+		if err != nil {
+			return err
+		}
+		if layer.Bits != want.Bits || layer.Hashes != want.Hashes || uint64(len(layer.Words))*8 != want.SizeBytes() {
+			return fmt.Errorf("%w: filter %q layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
+				ErrInvalidOptions, st.Name, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
+		}
+		size += want.SizeBytes()
+	}
+	if err := s.memory.reserve(st.Name, size, 0); err != nil {
+		return err
+	}
+	f := &Filter{name: st.Name, opts: st.Options, created: st.Created, store: s}
+	f.lastAccess.Store(st.LastAccess.UnixNano())
+	f.journaledAccess.Store(st.LastAccess.UnixNano())
+	for i, layer := range st.Layers {
+		shape, _ := st.Options.LayerShape(i)
+		f.appendLayer(shape, bloom.FromWithM(layer.Words, layer.Bits, layer.Hashes))
+	}
+	f.items.Store(st.Items)
+	f.newestItems = st.NewestItems
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	s.publish(f)
+	return nil
+}

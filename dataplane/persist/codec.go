@@ -1,0 +1,323 @@
+package persist
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+	"unsafe"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+// Body types. Snapshots hold one header then filters; the log holds the other kinds.
+const (
+	kindSnapshotHeader = 1
+	kindFilter         = 2
+	kindCreate         = 3
+	kindDelete         = 4
+	kindAdd            = 5
+	kindAccess         = 6
+)
+
+// snapshotHeader opens every snapshot: the first log segment the snapshot does not cover.
+type snapshotHeader struct {
+	Taken        time.Time
+	FirstSegment uint64
+}
+
+// change is one decoded log record.
+type change struct {
+	kind    byte
+	name    string
+	options filter.Options // kindCreate
+	at      time.Time      // kindCreate: created; kindAccess: accessed
+	keys    []string       // kindAdd
+}
+
+// encoder appends little-endian fields to a byte slice.
+type encoder struct{ buf []byte }
+
+func (e *encoder) u8(v byte)        { e.buf = append(e.buf, v) }
+func (e *encoder) u64(v uint64)     { e.buf = binary.LittleEndian.AppendUint64(e.buf, v) }
+func (e *encoder) i64(v int64)      { e.u64(uint64(v)) }
+func (e *encoder) f64(v float64)    { e.u64(math.Float64bits(v)) }
+func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
+func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.buf = append(e.buf, s...) }
+func (e *encoder) time(t time.Time) {
+	e.i64(t.UnixNano())
+}
+
+func (e *encoder) options(o filter.Options) {
+	e.u64(o.Capacity)
+	e.f64(o.FPP)
+	if o.Scalable {
+		e.u8(1)
+	} else {
+		e.u8(0)
+	}
+	e.u64(uint64(o.Growth))
+	e.f64(o.Tightening)
+	e.i64(int64(o.ValidAfterCreate))
+	e.i64(int64(o.ValidAfterAccess))
+}
+
+func encodeHeader(h snapshotHeader) []byte {
+	e := encoder{}
+	e.u8(kindSnapshotHeader)
+	e.time(h.Taken)
+	e.u64(h.FirstSegment)
+	return e.buf
+}
+
+// encodeFilterHead encodes everything of a filter but its bit arrays, which follow the head in
+// the record as each layer's words, little endian.
+func encodeFilterHead(st filter.State) []byte {
+	e := encoder{}
+	e.u8(kindFilter)
+	e.str(st.Name)
+	e.options(st.Options)
+	e.time(st.Created)
+	e.time(st.LastAccess)
+	e.u64(st.Items)
+	e.u64(st.NewestItems)
+	e.uvarint(uint64(len(st.Layers)))
+	for _, l := range st.Layers {
+		e.u64(uint64(l.Bits))
+		e.u64(uint64(l.Hashes))
+		e.u64(uint64(len(l.Words)))
+	}
+	return e.buf
+}
+
+func encodeCreate(name string, o filter.Options, created time.Time) []byte {
+	e := encoder{}
+	e.u8(kindCreate)
+	e.str(name)
+	e.options(o)
+	e.time(created)
+	return e.buf
+}
+
+func encodeDelete(name string) []byte {
+	e := encoder{}
+	e.u8(kindDelete)
+	e.str(name)
+	return e.buf
+}
+
+func appendAdd(dst []byte, name string, keys []string) []byte {
+	e := encoder{buf: dst}
+	e.u8(kindAdd)
+	e.str(name)
+	e.uvarint(uint64(len(keys)))
+	for _, k := range keys {
+		e.str(k)
+	}
+	return e.buf
+}
+
+func encodeAccess(name string, at time.Time) []byte {
+	e := encoder{}
+	e.u8(kindAccess)
+	e.str(name)
+	e.time(at)
+	return e.buf
+}
+
+// wordBytes views words as their little-endian bytes without copying. Every platform Go
+// targets for this service (amd64, arm64) is little endian; init refuses the others.
+func wordBytes(words []uint64) []byte {
+	if len(words) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+}
+
+func init() {
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 {
+		panic("persist: the snapshot format assumes a little-endian machine")
+	}
+}
+
+// decoder reads fields from a record body. The first error sticks; every length is checked
+// against what is left of the body before anything is allocated.
+type decoder struct {
+	r    io.Reader
+	left uint64
+	err  error
+	tmp  [8]byte
+}
+
+var errMalformed = errors.New("malformed record body")
+
+func (d *decoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", errMalformed, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *decoder) read(p []byte) {
+	if d.err != nil {
+		return
+	}
+	if uint64(len(p)) > d.left {
+		d.fail("needs %d more bytes, %d left", len(p), d.left)
+		return
+	}
+	if _, err := io.ReadFull(d.r, p); err != nil {
+		d.err = err
+		return
+	}
+	d.left -= uint64(len(p))
+}
+
+func (d *decoder) u8() byte {
+	d.read(d.tmp[:1])
+	if d.err != nil {
+		return 0
+	}
+	return d.tmp[0]
+}
+
+func (d *decoder) u64() uint64 {
+	d.read(d.tmp[:8])
+	if d.err != nil {
+		return 0
+	}
+	return binary.LittleEndian.Uint64(d.tmp[:8])
+}
+
+func (d *decoder) i64() int64      { return int64(d.u64()) }
+func (d *decoder) f64() float64    { return math.Float64frombits(d.u64()) }
+func (d *decoder) time() time.Time { return time.Unix(0, d.i64()) }
+
+func (d *decoder) uvarint() uint64 {
+	var v uint64
+	for shift := uint(0); shift < 64; shift += 7 {
+		b := d.u8()
+		if d.err != nil {
+			return 0
+		}
+		v |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			return v
+		}
+	}
+	d.fail("varint longer than 64 bits")
+	return 0
+}
+
+func (d *decoder) str() string {
+	n := d.uvarint()
+	if d.err != nil {
+		return ""
+	}
+	if n > d.left {
+		d.fail("string of %d bytes, %d left", n, d.left)
+		return ""
+	}
+	b := make([]byte, n)
+	d.read(b)
+	return string(b)
+}
+
+func (d *decoder) options() filter.Options {
+	o := filter.Options{Capacity: d.u64(), FPP: d.f64()}
+	switch d.u8() {
+	case 0:
+	case 1:
+		o.Scalable = true
+	default:
+		d.fail("scalable flag is not 0 or 1")
+	}
+	growth := d.u64()
+	if growth > math.MaxUint32 {
+		d.fail("growth %d out of range", growth)
+	}
+	o.Growth = uint(growth)
+	o.Tightening = d.f64()
+	o.ValidAfterCreate = time.Duration(d.i64())
+	o.ValidAfterAccess = time.Duration(d.i64())
+	return o
+}
+
+func (d *decoder) header() snapshotHeader {
+	return snapshotHeader{Taken: d.time(), FirstSegment: d.u64()}
+}
+
+// filterState decodes a filter record after its kind byte. The options are validated and every
+// layer's shape is checked against them before its words are allocated, so a corrupt length
+// cannot make recovery allocate more than the record holds.
+func (d *decoder) filterState() filter.State {
+	st := filter.State{Name: d.str(), Options: d.options(), Created: d.time(), LastAccess: d.time(), Items: d.u64(), NewestItems: d.u64()}
+	layers := d.uvarint()
+	if d.err != nil {
+		return st
+	}
+	if err := st.Options.Validate(); err != nil {
+		d.fail("filter %q: %v", st.Name, err)
+		return st
+	}
+	if layers == 0 || layers > filter.MaxLayers {
+		d.fail("filter %q has %d layers", st.Name, layers)
+		return st
+	}
+	st.Layers = make([]filter.LayerState, layers)
+	var totalWords uint64
+	for i := range st.Layers {
+		bits, hashes, words := d.u64(), d.u64(), d.u64()
+		want, err := st.Options.LayerShape(i)
+		if d.err == nil && (err != nil || uint64(want.Bits) != bits || uint64(want.Hashes) != hashes || want.SizeBytes() != words*8) {
+			d.fail("filter %q layer %d: m=%d k=%d words=%d do not match its options", st.Name, i, bits, hashes, words)
+		}
+		st.Layers[i] = filter.LayerState{Bits: uint(bits), Hashes: uint(hashes)}
+		totalWords += words
+	}
+	if d.err == nil && totalWords*8 != d.left {
+		d.fail("filter %q: %d bytes of bits declared, %d left in the record", st.Name, totalWords*8, d.left)
+	}
+	for i := range st.Layers {
+		if d.err != nil {
+			break
+		}
+		shape, _ := st.Options.LayerShape(i)
+		words := make([]uint64, shape.SizeBytes()/8)
+		d.read(wordBytes(words))
+		st.Layers[i].Words = words
+	}
+	return st
+}
+
+// change decodes a log record of any kind but the snapshot's.
+func (d *decoder) change() change {
+	c := change{kind: d.u8()}
+	if d.err != nil {
+		return c
+	}
+	c.name = d.str()
+	switch c.kind {
+	case kindCreate:
+		c.options, c.at = d.options(), d.time()
+	case kindDelete:
+	case kindAdd:
+		n := d.uvarint()
+		// Every key takes at least its one-byte length.
+		if d.err == nil && n > d.left {
+			d.fail("%d keys in %d bytes", n, d.left)
+		}
+		if d.err == nil {
+			c.keys = make([]string, n)
+			for i := range c.keys {
+				c.keys[i] = d.str()
+			}
+		}
+	case kindAccess:
+		c.at = d.time()
+	default:
+		d.fail("unknown log record kind %d", c.kind)
+	}
+	return c
+}

@@ -1,0 +1,373 @@
+package persist
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+// Criterion asks for a snapshot every Period when more than UpdatesMoreThan updates happened
+// since the last one (filter-service's triggerPersistenceCriteria).
+type Criterion struct {
+	Period          time.Duration
+	UpdatesMoreThan int64
+}
+
+// Options configure a Persister.
+type Options struct {
+	Dir  string
+	Sync SyncPolicy
+	// AllowCorruptSnapshot starts from the valid records before a corrupt one in snapshot.db
+	// instead of refusing to start.
+	AllowCorruptSnapshot bool
+	Criteria             []Criterion
+	Log                  *slog.Logger
+	// Clock decides which filters expired; nil means time.Now.
+	Clock func() time.Time
+}
+
+// Persister keeps one store on disk. It is the store's filter.Journal.
+type Persister struct {
+	opts  Options
+	lock  *dirLock
+	wal   *wal
+	store *filter.Store
+
+	// updates counts changes since the last snapshot started, for the triggers.
+	updates atomic.Int64
+	// snapshotting lets one snapshot run at a time.
+	snapshotting sync.Mutex
+	stats        Stats
+}
+
+// Stats are counters for metrics and logs.
+type Stats struct {
+	SnapshotsTaken     atomic.Int64
+	SnapshotFailures   atomic.Int64
+	LastSnapshotUnix   atomic.Int64 // seconds; 0 before the first
+	LastSnapshotMicros atomic.Int64 // how long the last snapshot took
+	LastSnapshotBytes  atomic.Int64
+	LogRecords         atomic.Int64
+	LogBytes           atomic.Int64
+}
+
+// Open locks the data directory, creating it if needed. A second process on the same directory
+// gets ErrLocked.
+func Open(opts Options) (*Persister, error) {
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := ParseSyncPolicy(string(opts.Sync)); err != nil {
+		return nil, err
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	return &Persister{opts: opts, lock: lock}, nil
+}
+
+// Stats are the persister's counters.
+func (p *Persister) Stats() *Stats { return &p.stats }
+
+// RecoveryReport says what recovery read and skipped.
+type RecoveryReport struct {
+	Filters        int // live filters in the store after recovery
+	SnapshotBytes  int64
+	SnapshotTmp    bool // snapshot.tmp held records, left by a snapshot that did not finish
+	LogSegments    int
+	LogRecords     int
+	Skipped        int // records that could not be used
+	Expired        int // filters that expired while the process was down
+	CorruptRecords int // files whose reading stopped at a torn or corrupt record
+	Duration       time.Duration
+}
+
+// Recover loads snapshot.db, then snapshot.tmp (whose valid records win), then the log into
+// store, which must be empty; then it opens a new log segment and becomes the store's journal.
+func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
+	start := time.Now()
+	var rep RecoveryReport
+	now := p.opts.Clock()
+	// A filter with sliding expiry may be revived by an access in the log; it is purged after
+	// the replay if not. Expiry after create is final.
+	live := func(st filter.State) bool { return st.Options.ValidAfterAccess > 0 || !st.ExpiredAt(now) }
+
+	dbPath := filepath.Join(p.opts.Dir, snapshotFile)
+	db, err := readSnapshot(dbPath, live)
+	if err != nil {
+		return rep, fmt.Errorf("reading %s: %w", dbPath, err)
+	}
+	if db.corrupt != nil {
+		if !p.opts.AllowCorruptSnapshot {
+			return rep, fmt.Errorf("%s is corrupt: %w (allowRecoverFromCorruptedPersistentFile is false)", dbPath, db.corrupt)
+		}
+		p.opts.Log.Warn("Snapshot is corrupt; recovering the records before the damage", "file", dbPath, "error", db.corrupt.Error())
+		rep.CorruptRecords++
+	}
+	tmpPath := filepath.Join(p.opts.Dir, snapshotTmp)
+	tmp, err := readSnapshot(tmpPath, live)
+	if err != nil {
+		return rep, fmt.Errorf("reading %s: %w", tmpPath, err)
+	}
+	if tmp.corrupt != nil {
+		// A snapshot interrupted by a crash ends in a torn record: expected, never fatal.
+		p.opts.Log.Info("Unfinished snapshot ends in a torn record", "file", tmpPath, "error", tmp.corrupt.Error())
+		rep.CorruptRecords++
+	}
+	rep.SnapshotBytes, rep.SnapshotTmp = db.bytesRead, tmp.records > 0
+	rep.Skipped, rep.Expired = db.skipped+tmp.skipped, db.expired+tmp.expired
+	for _, st := range append(db.filters, tmp.filters...) {
+		if err := store.Restore(st); err != nil {
+			return rep, fmt.Errorf("restoring filter %q: %w", st.Name, err)
+		}
+	}
+
+	var first uint64
+	if db.header != nil {
+		first = db.header.FirstSegment
+	}
+	segments, err := listSegments(p.opts.Dir)
+	if err != nil {
+		return rep, err
+	}
+	next := first
+	for _, seq := range segments {
+		next = max(next, seq+1)
+		if seq < first {
+			continue
+		}
+		rep.LogSegments++
+		if err := p.replaySegment(store, seq, &rep); err != nil {
+			return rep, err
+		}
+	}
+	rep.Expired += len(store.PurgeExpired())
+	store.Range(func(*filter.Filter) bool { rep.Filters++; return true })
+
+	if p.wal, err = openWAL(p.opts.Dir, max(next, 1), p.opts.Sync); err != nil {
+		return rep, err
+	}
+	p.store = store
+	store.SetJournal(p)
+	rep.Duration = time.Since(start)
+	p.opts.Log.Info("Recovered filters", "filters", rep.Filters, "snapshotBytes", rep.SnapshotBytes,
+		"unfinishedSnapshot", rep.SnapshotTmp, "logSegments", rep.LogSegments, "logRecords", rep.LogRecords,
+		"skipped", rep.Skipped, "expired", rep.Expired, "corruptFiles", rep.CorruptRecords, "duration", rep.Duration.String())
+	return rep, nil
+}
+
+// replaySegment applies one log segment. A torn or corrupt record ends the segment: it is the
+// tail a crash cut short, and nothing after it was acknowledged under SyncAlways.
+func (p *Persister) replaySegment(store *filter.Store, seq uint64, rep *RecoveryReport) error {
+	path := filepath.Join(p.opts.Dir, segmentName(seq))
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size()}
+	for {
+		b, err := rr.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			p.opts.Log.Warn("Log segment ends in a torn record", "file", path, "error", err.Error())
+			rep.CorruptRecords++
+			return nil
+		}
+		d := decoder{r: b, left: b.length}
+		c := d.change()
+		if err := b.verify(); err != nil {
+			p.opts.Log.Warn("Log segment ends in a corrupt record", "file", path, "error", err.Error())
+			rep.CorruptRecords++
+			return nil
+		}
+		rep.LogRecords++
+		if d.err != nil || apply(store, c) != nil {
+			rep.Skipped++
+		}
+	}
+}
+
+// apply replays one change. Changes to filters that are gone are no-ops; expired filters are
+// purged after the whole replay.
+func apply(store *filter.Store, c change) error {
+	switch c.kind {
+	case kindCreate:
+		st, err := filter.EmptyState(c.name, c.options, c.at)
+		if err != nil {
+			return err
+		}
+		return store.Restore(st)
+	case kindDelete:
+		_, err := store.Delete(c.name)
+		return err
+	case kindAdd:
+		if f, ok := store.Lookup(c.name); ok {
+			return f.Replay(c.keys)
+		}
+	case kindAccess:
+		if f, ok := store.Lookup(c.name); ok {
+			f.SetLastAccess(c.at)
+		}
+	}
+	return nil
+}
+
+// Run flushes the log on its timer and takes snapshots when a criterion says so, until ctx
+// ends. Call it after Recover.
+func (p *Persister) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { p.wal.run(ctx) })
+	for _, c := range p.opts.Criteria {
+		wg.Go(func() { p.trigger(ctx, c) })
+	}
+	wg.Wait()
+}
+
+func (p *Persister) trigger(ctx context.Context, c Criterion) {
+	ticker := time.NewTicker(c.Period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			if updates := p.updates.Load(); updates > c.UpdatesMoreThan {
+				if err := p.Snapshot(); err != nil {
+					p.opts.Log.Error("Snapshot failed", "error", err.Error(), "updates", updates)
+				}
+			}
+		}
+	}
+}
+
+// Snapshot writes every live filter to snapshot.tmp, makes it snapshot.db, and drops the log
+// segments it covers. Each filter's lock is held only while its bits are copied.
+func (p *Persister) Snapshot() error {
+	p.snapshotting.Lock()
+	defer p.snapshotting.Unlock()
+	start := time.Now()
+	updates := p.updates.Load()
+	err := p.snapshot()
+	if err != nil {
+		p.stats.SnapshotFailures.Add(1)
+		return err
+	}
+	// Updates that raced with the snapshot may be in it or not; counting them again is safe.
+	p.updates.Add(-updates)
+	elapsed := time.Since(start)
+	p.stats.SnapshotsTaken.Add(1)
+	p.stats.LastSnapshotUnix.Store(time.Now().Unix())
+	p.stats.LastSnapshotMicros.Store(elapsed.Microseconds())
+	p.opts.Log.Info("Snapshot written", "bytes", p.stats.LastSnapshotBytes.Load(), "duration", elapsed.String(), "updates", updates)
+	return nil
+}
+
+func (p *Persister) snapshot() error {
+	// Records appended from here on go to the new segment, which the snapshot does not cover.
+	first, err := p.wal.rotate()
+	if err != nil {
+		return err
+	}
+	w, err := createSnapshot(p.opts.Dir)
+	if err != nil {
+		return err
+	}
+	if err := w.writeHeader(snapshotHeader{Taken: time.Now(), FirstSegment: first}); err != nil {
+		w.abort()
+		return fmt.Errorf("writing snapshot: %w", err)
+	}
+	now := p.opts.Clock()
+	var werr error
+	p.store.Range(func(f *filter.Filter) bool {
+		if f.Expired(now) {
+			return true
+		}
+		werr = w.writeFilter(f.State())
+		return werr == nil
+	})
+	if werr != nil {
+		w.abort()
+		return fmt.Errorf("writing snapshot: %w", werr)
+	}
+	if err := w.commit(); err != nil {
+		return err
+	}
+	p.stats.LastSnapshotBytes.Store(w.size)
+	return p.wal.removeBefore(first)
+}
+
+// Close flushes the log and releases the directory. It does not snapshot; the server takes a
+// final snapshot first on a graceful shutdown.
+func (p *Persister) Close() error {
+	var err error
+	if p.wal != nil {
+		err = p.wal.close()
+	}
+	return errors.Join(err, p.lock.release())
+}
+
+// The filter.Journal side. Creates and deletes wait for the policy's durability inside the
+// store's lock for such changes; adds wait after the filter's lock is released.
+
+// Created records a new filter.
+func (p *Persister) Created(f *filter.Filter) error {
+	return p.record(encodeCreate(f.Name(), f.Options(), f.Created()), 1)
+}
+
+// Deleted records a delete.
+func (p *Persister) Deleted(name string) error { return p.record(encodeDelete(name), 1) }
+
+var addBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+// Added records keys added to a filter.
+func (p *Persister) Added(name string, keys []string) error {
+	buf := addBuffers.Get().(*[]byte)
+	*buf = appendAdd((*buf)[:0], name, keys)
+	err := p.record(*buf, int64(len(keys)))
+	addBuffers.Put(buf)
+	return err
+}
+
+// Accessed records that a filter with sliding expiry was used; failures only cost accuracy of
+// expiry after a restart, so they are not reported to the reader.
+func (p *Persister) Accessed(name string, at time.Time) {
+	_, _ = p.wal.append(encodeAccess(name, at))
+}
+
+// Purged counts an expired filter's removal as an update; expiry itself needs no record.
+func (p *Persister) Purged(string) { p.updates.Add(1) }
+
+func (p *Persister) record(body []byte, updates int64) error {
+	ticket, err := p.wal.append(body)
+	if err != nil {
+		return fmt.Errorf("persisting: %w", err)
+	}
+	p.updates.Add(updates)
+	p.stats.LogRecords.Add(1)
+	p.stats.LogBytes.Add(int64(len(body) + recordHeaderSize))
+	if err := p.wal.commit(ticket); err != nil {
+		return fmt.Errorf("persisting: %w", err)
+	}
+	return nil
+}

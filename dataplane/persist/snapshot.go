@@ -1,0 +1,163 @@
+package persist
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+// snapshotWriter writes snapshot.tmp; commit makes it snapshot.db.
+type snapshotWriter struct {
+	dir  string
+	file *os.File
+	w    *bufio.Writer
+	size int64
+}
+
+func createSnapshot(dir string) (*snapshotWriter, error) {
+	f, err := os.OpenFile(filepath.Join(dir, snapshotTmp), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", snapshotTmp, err)
+	}
+	return &snapshotWriter{dir: dir, file: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (s *snapshotWriter) write(p []byte) error {
+	n, err := s.w.Write(p)
+	s.size += int64(n)
+	return err
+}
+
+func (s *snapshotWriter) writeHeader(h snapshotHeader) error {
+	return s.write(appendRecord(nil, encodeHeader(h)))
+}
+
+// writeFilter frames a filter: the head, then every layer's words, straight from the state's
+// copy of the bits without another copy.
+func (s *snapshotWriter) writeFilter(st filter.State) error {
+	head := encodeFilterHead(st)
+	length := uint64(len(head))
+	crc := crc32.Update(0, castagnoli, head)
+	for _, l := range st.Layers {
+		words := wordBytes(l.Words)
+		length += uint64(len(words))
+		crc = crc32.Update(crc, castagnoli, words)
+	}
+	var frame [recordHeaderSize]byte
+	putFrame(frame[:], length, crc)
+	if err := s.write(frame[:]); err != nil {
+		return err
+	}
+	if err := s.write(head); err != nil {
+		return err
+	}
+	for _, l := range st.Layers {
+		if err := s.write(wordBytes(l.Words)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// commit makes the snapshot durable and atomically replaces snapshot.db with it.
+func (s *snapshotWriter) commit() error {
+	err := s.w.Flush()
+	if err == nil {
+		err = s.file.Sync()
+	}
+	if cerr := s.file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(filepath.Join(s.dir, snapshotTmp), filepath.Join(s.dir, snapshotFile))
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("writing snapshot: %w", err)
+	}
+	return nil
+}
+
+// abort leaves snapshot.db as it was.
+func (s *snapshotWriter) abort() {
+	_ = s.file.Close()
+	_ = os.Remove(filepath.Join(s.dir, snapshotTmp))
+}
+
+// snapshotContents is what a snapshot file held, as far as it could be read.
+type snapshotContents struct {
+	header    *snapshotHeader // nil when absent or unreadable
+	filters   []filter.State
+	records   int   // records read, valid or not
+	skipped   int   // records with a valid checksum that could not be used
+	expired   int   // filters that expired before they could be recovered
+	corrupt   error // the torn or corrupt record that ended the read, if any
+	bytesRead int64
+}
+
+// readSnapshot reads a snapshot file up to its end or its first corrupt record. A missing file
+// is an empty snapshot. keep decides, per filter, whether it is worth holding in memory (expired
+// filters are not).
+func readSnapshot(path string, keep func(filter.State) bool) (snapshotContents, error) {
+	var out snapshotContents
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return out, err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return out, err
+	}
+	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size()}
+	for {
+		b, err := rr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			out.corrupt = err
+			break
+		}
+		out.records++
+		d := decoder{r: b, left: b.length}
+		kind := d.u8()
+		var st filter.State
+		var h snapshotHeader
+		switch kind {
+		case kindSnapshotHeader:
+			h = d.header()
+		case kindFilter:
+			st = d.filterState()
+		default:
+			d.fail("unknown snapshot record kind %d", kind)
+		}
+		if err := b.verify(); err != nil {
+			out.corrupt = err
+			break
+		}
+		switch {
+		case d.err != nil:
+			out.skipped++
+		case kind == kindSnapshotHeader && out.header == nil && out.records == 1:
+			out.header = &h
+		case kind == kindFilter && keep(st):
+			out.filters = append(out.filters, st)
+		case kind == kindFilter:
+			out.expired++
+		}
+	}
+	out.bytesRead = rr.offset
+	return out, nil
+}
