@@ -101,7 +101,11 @@ func (s *Server) deleteFilter(c echo.Context) error {
 	if err := filter.ValidateName(name); err != nil {
 		return engineError(err, false)
 	}
-	if s.store.Delete(name) {
+	deleted, err := s.store.Delete(name)
+	if err != nil {
+		return err
+	}
+	if deleted {
 		s.log.Info("Deleted filter", "filter", name)
 	}
 	return c.NoContent(http.StatusOK)

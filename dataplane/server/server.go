@@ -15,6 +15,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/net/netutil"
@@ -26,6 +27,21 @@ type Server struct {
 	log   *slog.Logger
 	store *filter.Store
 	echo  *echo.Echo
+}
+
+// persistence is the part of the configuration the persister takes.
+func (c Config) persistence(log *slog.Logger) persist.Options {
+	criteria := make([]persist.Criterion, len(c.TriggerPersistenceCriteria))
+	for i, tc := range c.TriggerPersistenceCriteria {
+		criteria[i] = persist.Criterion{Period: tc.Period, UpdatesMoreThan: tc.UpdatesMoreThan}
+	}
+	return persist.Options{
+		Dir:                  c.DataDir,
+		Sync:                 persist.SyncPolicy(c.LogSync),
+		AllowCorruptSnapshot: c.AllowRecoverFromCorruptedPersistentFile,
+		Criteria:             criteria,
+		Log:                  log,
+	}
 }
 
 // New builds a server from a validated configuration.
@@ -88,9 +104,45 @@ func requestIDs() func() string {
 // Handler serves the whole API; tests mount it on httptest servers.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Run serves on ln until ctx is cancelled, then shuts down gracefully within
-// cfg.GracefulShutdownTimeout. It returns nil after a clean shutdown.
-func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+// Run locks the data directory and recovers the filters from it, serves on ln until ctx is
+// cancelled, then shuts down gracefully within cfg.GracefulShutdownTimeout and takes a final
+// snapshot. It returns nil after a clean shutdown. With cfg.InMemory nothing touches the disk.
+func (s *Server) Run(ctx context.Context, ln net.Listener) (err error) {
+	defer func() {
+		if err != nil {
+			_ = ln.Close()
+		}
+	}()
+	if s.cfg.InMemory {
+		s.log.Warn("Persistence is off: filters live in memory only and are lost when the process ends")
+		return s.serve(ctx, ln)
+	}
+	p, err := persist.Open(s.cfg.persistence(s.log))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	if _, err := p.Recover(s.store); err != nil {
+		return fmt.Errorf("recovering from %s: %w", s.cfg.DataDir, err)
+	}
+	persistCtx, stopPersisting := context.WithCancel(context.WithoutCancel(ctx))
+	persisting := make(chan struct{})
+	go func() {
+		defer close(persisting)
+		p.Run(persistCtx)
+	}()
+	err = s.serve(ctx, ln)
+	stopPersisting()
+	<-persisting
+	// The HTTP server is down: no request changes the filters while the last snapshot runs.
+	if serr := p.Snapshot(); serr != nil {
+		return errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
+	}
+	return err
+}
+
+// serve answers requests on ln until ctx is cancelled, then shuts the HTTP server down.
+func (s *Server) serve(ctx context.Context, ln net.Listener) error {
 	if s.cfg.MaxHTTPConnections > 0 {
 		ln = netutil.LimitListener(ln, s.cfg.MaxHTTPConnections)
 	}

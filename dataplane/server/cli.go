@@ -1,0 +1,197 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+)
+
+// UsageError is a mistake in how the program was started: a bad flag or argument, or a bad
+// configuration file or value. The process exits with status 2 for it, the convention for usage
+// errors, so that a supervisor can tell it from a failure while running (status 1).
+type UsageError struct {
+	Err error
+	// Hint, if set, is a line printed after the error, such as where to find the usage.
+	Hint string
+}
+
+func (e *UsageError) Error() string { return e.Err.Error() }
+func (e *UsageError) Unwrap() error { return e.Err }
+
+// NewUsageError wraps an error in the command line of cmd, with a hint pointing at its help. It
+// fits cobra's SetFlagErrorFunc.
+func NewUsageError(cmd *cobra.Command, err error) error {
+	return &UsageError{Err: err, Hint: fmt.Sprintf("Run '%s -h' for usage.", cmd.CommandPath())}
+}
+
+// SetVersion makes --version on cmd print "bloomery <version>". The flag is declared here rather
+// than left to cobra, which would also take -v for it.
+func SetVersion(cmd *cobra.Command, version string) {
+	if version == "" {
+		version = "unknown" // cobra ignores --version when Version is empty
+	}
+	cmd.Version = version
+	cmd.SetVersionTemplate("bloomery {{.Version}}\n")
+	cmd.Flags().Bool("version", false, "print the version and exit")
+}
+
+// NewCommand is `bloomery dataplane`: it loads the configuration, applies the flags over it, and
+// serves the API until SIGTERM or SIGINT.
+func NewCommand(version string) *cobra.Command {
+	var opts dataPlaneFlags
+	cmd := &cobra.Command{
+		Use:   "dataplane",
+		Short: "Run the data plane: the bloom filter HTTP API",
+		Long: "Run the data plane: the bloom filter HTTP API, compatible with leancloud/filter-service.\n\n" +
+			"The configuration file takes filter-service's keys (defaultExpectedInsertions,\n" +
+			"maxHttpConnections, triggerPersistenceCriteria, ...) plus maxFilterBytes, maxTotalBytes,\n" +
+			"logSync, logLevel and logFormat. Flags win over the file. It stops gracefully on SIGTERM or SIGINT.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return NewUsageError(cmd, fmt.Errorf("unexpected argument %q", args[0]))
+			}
+			return nil
+		},
+		// An error after the flags parsed is about the configuration or the run, which the usage
+		// text would only bury.
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := opts.config(cmd.Flags())
+			if err != nil {
+				return &UsageError{Err: err}
+			}
+			return runDataPlane(cmd.Context(), cfg, version, cmd.ErrOrStderr())
+		},
+	}
+	cmd.SetFlagErrorFunc(NewUsageError)
+
+	def := DefaultConfig()
+	fs := cmd.Flags()
+	fs.SortFlags = false
+	fs.IntVarP(&opts.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
+	fs.StringVar(&opts.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
+	fs.StringVarP(&opts.configFile, "config", "c", "", "YAML configuration `FILE`")
+	fs.BoolVarP(&opts.docs, "docs", "d", def.DocsEnabled, "serve the API documentation under /v1/docs")
+	fs.StringVar(&opts.dataDir, "data-dir", "", "`DIR` to keep the data in; overrides persistentStorageDirectory (default \""+def.DataDir+"\")")
+	fs.BoolVar(&opts.inMemory, "in-memory", false, "keep filters in memory only: no data directory, snapshots or log (for tests and benchmarks)")
+	fs.StringVar(&opts.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+def.LogSync+"\")")
+	SetVersion(cmd, version)
+	return cmd
+}
+
+type dataPlaneFlags struct {
+	port       int
+	address    string
+	configFile string
+	docs       bool
+	dataDir    string
+	logSync    string
+	inMemory   bool
+}
+
+// config is the file's configuration (or the defaults) with the flags the user set applied over it.
+func (o *dataPlaneFlags) config(fs *pflag.FlagSet) (Config, error) {
+	cfg := DefaultConfig()
+	if fs.Changed("config") {
+		var err error
+		if cfg, err = LoadConfig(o.configFile); err != nil {
+			return cfg, err
+		}
+	}
+	// The file has no port, address or docs keys, so these flags always decide; a flag default
+	// is DefaultConfig's value.
+	cfg.Port = o.port
+	cfg.Address = o.address
+	cfg.DocsEnabled = o.docs
+	if fs.Changed("data-dir") {
+		cfg.DataDir = o.dataDir
+	}
+	cfg.InMemory = o.inMemory
+	if fs.Changed("log-sync") {
+		cfg.LogSync = o.logSync
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// runDataPlane serves until ctx is cancelled or a signal asks to stop, and returns nil after a
+// clean shutdown.
+func runDataPlane(ctx context.Context, cfg Config, version string, logOutput io.Writer) error {
+	log := newDataPlaneLogger(cfg, logOutput)
+	// The standard library's own messages (net/http's included) go through it too.
+	slog.SetDefault(log)
+
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stopSignals()
+	// Once shutdown starts, a second signal gets the default action and ends the process at once,
+	// in case the graceful shutdown hangs.
+	context.AfterFunc(ctx, stopSignals)
+
+	log.Info("Starting data plane", "version", version, "config", cfg)
+	if o := cfg.ChannelOptions; (o.SoRcvBuf > 0 && o.SoRcvBuf < 64<<10) || (o.SoSndBuf > 0 && o.SoSndBuf < 64<<10) {
+		log.Warn("Small socket buffers limit throughput; consider removing SO_RCVBUF and SO_SNDBUF so that the kernel sizes them",
+			"SO_RCVBUF", o.SoRcvBuf, "SO_SNDBUF", o.SoSndBuf)
+	}
+	srv, err := New(cfg, log)
+	if err != nil {
+		return fmt.Errorf("start data plane: %w", err)
+	}
+	ln, err := listenAPI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := srv.Run(ctx, ln); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+func newDataPlaneLogger(cfg Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo // unreachable after Validate
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// listenAPI opens the API's TCP listener with the configured socket options.
+func listenAPI(ctx context.Context, cfg Config) (net.Listener, error) {
+	lc := net.ListenConfig{Control: socketControl(cfg.ChannelOptions)}
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, err // "listen tcp :8080: bind: address already in use"
+	}
+	if !cfg.ChannelOptions.TCPNoDelay {
+		ln = nagleListener{ln}
+	}
+	return ln, nil
+}
+
+// nagleListener turns Nagle's algorithm back on for every accepted connection: Go sets
+// TCP_NODELAY on all TCP connections, and the configuration asked for TCP_NODELAY: false.
+type nagleListener struct{ net.Listener }
+
+func (l nagleListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if tcp, ok := conn.(*net.TCPConn); ok && err == nil {
+		// A failure here (the peer already gone) leaves a connection that still works, or one that
+		// fails on its first read; neither is a reason to fail Accept, which would stop the server.
+		_ = tcp.SetNoDelay(false)
+	}
+	return conn, err
+}

@@ -1,0 +1,93 @@
+// Command bloomery is the one binary of Bloomery, a Kubernetes-native bloom filter service. Its
+// subcommands are its roles: `bloomery dataplane` serves the filters over HTTP, and `bloomery
+// version` prints the version.
+//
+// Exit status: 0 on success (and for -h and --version), 2 for a usage error (a bad flag or
+// argument, or a bad configuration), 1 for any other failure.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bloomery/bloomery/dataplane/server"
+)
+
+// version is set at build time: go build -ldflags "-X main.version=v0.1.0".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run executes the command line and returns the process's exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	root := newRootCommand()
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.Execute()
+	if err == nil {
+		return 0
+	}
+	msg := "Error: " + err.Error() + "\n"
+	usage, isUsage := errors.AsType[*server.UsageError](err)
+	if isUsage && usage.Hint != "" {
+		msg += usage.Hint + "\n"
+	}
+	_, _ = io.WriteString(stderr, msg) // nowhere left to report a failure to
+	if isUsage {
+		return 2
+	}
+	return 1
+}
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "bloomery",
+		Short: "Bloomery, a Kubernetes-native bloom filter service",
+		// Cobra would accept any word here as a (missing) subcommand and print the help with
+		// status 0; an unknown command is a usage error.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			err := fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				err = fmt.Errorf("%w; did you mean %q?", err, s[0])
+			}
+			return server.NewUsageError(cmd, err)
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return server.NewUsageError(cmd, errors.New("missing command"))
+		},
+		// run prints errors once, with the hint; cobra's usage dump would bury them.
+		SilenceErrors:              true,
+		SilenceUsage:               true,
+		SuggestionsMinimumDistance: 2,
+	}
+	root.SetFlagErrorFunc(server.NewUsageError)
+	server.SetVersion(root, version)
+	root.AddCommand(
+		server.NewCommand(version),
+		&cobra.Command{
+			Use:   "version",
+			Short: "Print the version",
+			Args: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return server.NewUsageError(cmd, fmt.Errorf("unexpected argument %q", args[0]))
+				}
+				return nil
+			},
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "bloomery %s\n", version)
+				return err
+			},
+		},
+	)
+	return root
+}
