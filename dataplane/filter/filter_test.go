@@ -125,7 +125,7 @@ func TestLayerShapesArePureFunctionsOfTheOptions(t *testing.T) {
 			t.Errorf("layer %d: (m=%d,k=%d) vs (m=%d,k=%d)", i, a.layers[i].Cap(), a.layers[i].K(), b.layers[i].Cap(), b.layers[i].K())
 		}
 		shape, err := opts.LayerShape(i)
-		if err != nil || uint(shape.Bits) != a.layers[i].Cap() || shape.Hashes != a.layers[i].K() {
+		if err != nil || shape.Bits != a.layers[i].Cap() || shape.Hashes != a.layers[i].K() {
 			t.Errorf("layer %d differs from layerShape: %+v, %v", i, shape, err)
 		}
 	}

@@ -10,13 +10,13 @@ import (
 )
 
 var (
-	// ErrNotFound: no filter of that name, or it expired.
+	// ErrNotFound means there is no filter of that name, or it expired.
 	ErrNotFound = errors.New("filter not found")
-	// ErrInvalidName: the name breaks the rules of ValidateName.
+	// ErrInvalidName means the name breaks the rules of ValidateName.
 	ErrInvalidName = errors.New("invalid filter name")
-	// ErrTooLarge: the filter, or its next layer, would exceed the per-filter memory limit.
+	// ErrTooLarge means the filter, or its next layer, would exceed the per-filter memory limit.
 	ErrTooLarge = errors.New("filter too large")
-	// ErrOutOfMemory: the filter, or its next layer, would exceed the total memory limit.
+	// ErrOutOfMemory means the filter, or its next layer, would exceed the total memory limit.
 	ErrOutOfMemory = errors.New("memory limit reached")
 )
 

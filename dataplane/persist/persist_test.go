@@ -425,7 +425,7 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestLockHeldByAnotherProcess$")
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestLockHeldByAnotherProcess$")
 	cmd.Env = append(os.Environ(), "BLOOMERY_LOCK_CHILD="+dir)
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError
@@ -434,7 +434,7 @@ func TestLockHeldByAnotherProcess(t *testing.T) {
 	}
 	_ = p.Close()
 	// Released: the next process gets it.
-	cmd = exec.Command(os.Args[0], "-test.run=^TestLockHeldByAnotherProcess$")
+	cmd = exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestLockHeldByAnotherProcess$")
 	cmd.Env = append(os.Environ(), "BLOOMERY_LOCK_CHILD="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("after release: %v, %s", err, out)

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/labstack/echo/v4"
 )
 
 // apiError is an answer with an error body: HTTP status, our code and a message for people.

@@ -4,9 +4,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
 	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/labstack/echo/v4"
 )
 
 // Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.

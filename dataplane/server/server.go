@@ -13,12 +13,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/api"
-	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/net/netutil"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
 )
 
 // Server is the data plane's HTTP server.
