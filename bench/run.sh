@@ -17,10 +17,11 @@
 #      PORT          port to listen on (default: a free one)
 #      BENCH_FILTER  filter the scripts use (default "bench")
 #      BENCH_BATCH   values per request for multi-check-and-set (default 10)
+#      BENCH_SERVER_ARGS  extra flags for the data plane, e.g. "--log-sync always" or "--in-memory"
 set -euo pipefail
 
 usage() {
-	sed -n '2,19s/^# \{0,1\}//p' "$0" >&2
+	sed -n '2,20s/^# \{0,1\}//p' "$0" >&2
 	exit 2
 }
 
@@ -149,8 +150,9 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 base=http://127.0.0.1:$port
-log "starting $bin dataplane -p $port --data-dir $data_dir"
-"${server_pin[@]}" "$bin" dataplane -p "$port" --data-dir "$data_dir" >"$server_log" 2>&1 &
+read -r -a server_args <<<"${BENCH_SERVER_ARGS:-}"
+log "starting $bin dataplane -p $port --data-dir $data_dir ${server_args[*]}"
+"${server_pin[@]}" "$bin" dataplane -p "$port" --data-dir "$data_dir" "${server_args[@]}" >"$server_log" 2>&1 &
 server_pid=$!
 
 ready=""
@@ -186,6 +188,7 @@ wrk_cmd=(wrk --latency -t "$threads" -c "$connections" -d "$duration" -s "$scrip
 	echo "host:      $(uname -srm), $cores cores"
 	echo "cpu:       $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo 2>/dev/null | head -n 1)"
 	echo "pinning:   $pinning"
+	echo "server:    dataplane ${server_args[*]}"
 	echo "command:   ${wrk_pin[*]:+${wrk_pin[*]} }${wrk_cmd[*]}"
 	echo
 } | tee "$result"

@@ -322,7 +322,7 @@ func (f *Filter) Info() Info {
 	}
 	info.Hashes = f.layers[len(f.layers)-1].K()
 	info.FillRatio = float64(set) / float64(info.Bits)
-	info.EstimatedFPP = -math.Expm1(logNoFalsePositive)
+	info.EstimatedFPP = 0 - math.Expm1(logNoFalsePositive) // 0 - x, not -x: no "-0" for an empty filter
 	return info
 }
 

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -14,10 +16,23 @@ import (
 var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
 	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening"}
 
-func (s *Server) createFilter(c echo.Context) error {
-	name := c.Param("name")
+// filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
+// validated.
+func filterName(c echo.Context, creating bool) (string, error) {
+	name, err := url.PathUnescape(c.Param("name"))
+	if err != nil {
+		return "", invalidParameter("name", fmt.Sprintf("%q is not a valid percent-encoded path segment", c.Param("name")))
+	}
 	if err := filter.ValidateName(name); err != nil {
-		return engineError(err, true)
+		return "", engineError(err, creating)
+	}
+	return name, nil
+}
+
+func (s *Server) createFilter(c echo.Context) error {
+	name, err := filterName(c, true)
+	if err != nil {
+		return err
 	}
 	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
 	if err != nil {
@@ -98,9 +113,9 @@ func (s *Server) listFilters(c echo.Context) error {
 }
 
 func (s *Server) deleteFilter(c echo.Context) error {
-	name := c.Param("name")
-	if err := filter.ValidateName(name); err != nil {
-		return engineError(err, false)
+	name, err := filterName(c, false)
+	if err != nil {
+		return err
 	}
 	deleted, err := s.store.Delete(name)
 	if err != nil {
@@ -114,9 +129,9 @@ func (s *Server) deleteFilter(c echo.Context) error {
 
 // lookup finds the filter named in the path, after the body has been validated.
 func (s *Server) lookup(c echo.Context) (*filter.Filter, error) {
-	name := c.Param("name")
-	if err := filter.ValidateName(name); err != nil {
-		return nil, engineError(err, false)
+	name, err := filterName(c, false)
+	if err != nil {
+		return nil, err
 	}
 	f, err := s.store.Get(name)
 	if err != nil {

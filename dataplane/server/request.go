@@ -160,13 +160,13 @@ func (b body) uint(name string, def, lo, hi uint64) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil {
+		// Not a plain non-negative integer: an integral float (1e6), a negative number, a
+		// fraction, or a number beyond float64 (1e400, which ParseFloat calls out of range).
 		f, ferr := strconv.ParseFloat(string(raw), 64)
 		switch {
-		case ferr == nil && f < 0:
-			return 0, outOfRange(name, lo, hi, string(raw))
-		case ferr != nil || f != math.Trunc(f):
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange), ferr == nil && f != math.Trunc(f):
 			return 0, wrongType(name, "integer", raw)
-		case f > float64(hi):
+		case ferr != nil || f < 0 || f > float64(hi):
 			return 0, outOfRange(name, lo, hi, string(raw))
 		}
 		n = uint64(f)

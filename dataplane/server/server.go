@@ -86,12 +86,6 @@ func (s *Server) routes() {
 	filters.POST("/:name/multi-check-and-set", s.multiCheckAndSet)
 	filters.POST("/:name/set", s.set)
 	filters.POST("/:name/multi-set", s.multiSet)
-	// "list" is a reserved name, not a route for other methods: say so instead of 405.
-	for _, method := range []string{http.MethodPut, http.MethodDelete} {
-		filters.Add(method, "/list", func(echo.Context) error {
-			return engineError(filter.ValidateName("list"), method == http.MethodPut)
-		})
-	}
 }
 
 // requestIDs numbers requests within the process: unique enough to find a request's log lines,

@@ -1,0 +1,330 @@
+// Package client is a typed Go client of the data plane's REST API (DESIGN §3.1): one method per
+// endpoint, answers decoded into the wire types of package api, and failures as *Error carrying
+// the HTTP status and the API's error code. Tests, benchmarks and the operator all use it, so
+// they exercise the same contract as any other user.
+//
+// A Client is safe for concurrent use. Every method takes a context, which bounds the whole
+// call including reading the answer; the client itself sets no overall timeout.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+)
+
+// Client calls one data-plane server.
+type Client struct {
+	base string // scheme://host[:port], no trailing slash
+	http *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient makes the Client send its requests through hc instead of the shared default.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) { c.http = hc }
+}
+
+// defaultHTTPClient is shared by every Client built without WithHTTPClient, so that all of them
+// draw on one pool of keep-alive connections.
+var defaultHTTPClient = sync.OnceValue(func() *http.Client {
+	dialer := &net.Dialer{
+		// A data-plane pod that does not accept within 2 s is down or unreachable; failing fast
+		// lets the caller try another pod or report the pod as degraded.
+		Timeout:   2 * time.Second,
+		KeepAlive: 30 * time.Second,
+	}
+	return &http.Client{Transport: &http.Transport{
+		Proxy:       http.ProxyFromEnvironment,
+		DialContext: dialer.DialContext,
+		// Callers such as benchmarks and the operator run many requests at once against the same
+		// pod; without enough idle connections per host, each burst would open and close
+		// connections and run the machine out of ephemeral ports.
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}}
+})
+
+// New returns a Client of the server at baseURL, such as "http://127.0.0.1:8080" (without the
+// /v1 prefix).
+func New(baseURL string, opts ...Option) *Client {
+	c := &Client{base: strings.TrimRight(baseURL, "/"), http: defaultHTTPClient()}
+	for _, opt := range opts {
+		opt(c)
+	}
+	return c
+}
+
+// CreateOptions are the fields of a create request. A nil field is left out of the request, so
+// the server applies its configured default; that matters where the zero value means something
+// else, such as ValidPeriodAfterCreate 0 (never expire) against absent (the server's default
+// expiry). Go 1.26's new(expr) fills them: CreateOptions{FPP: new(0.001)}.
+type CreateOptions struct {
+	// ExpectedInsertions is the capacity the filter (its first layer, if scalable) is sized for.
+	ExpectedInsertions *uint64 `json:"expectedInsertions,omitempty"`
+	// FPP is the false positive probability, in (0, 1).
+	FPP *float64 `json:"fpp,omitempty"`
+	// ValidPeriodAfterCreate expires the filter this many seconds after creation; 0 means never.
+	ValidPeriodAfterCreate *int64 `json:"validPeriodAfterCreate,omitempty"`
+	// ValidPeriodAfterAccess expires the filter this many seconds after its last check or set.
+	ValidPeriodAfterAccess *int64 `json:"validPeriodAfterAccess,omitempty"`
+	// Overwrite replaces an existing filter of the same name with an empty one. Absent and
+	// false mean the same, so it is a plain bool.
+	Overwrite bool `json:"overwrite,omitempty"`
+	// Scalable filters grow by adding layers; false gives a filter of fixed size.
+	Scalable *bool `json:"scalable,omitempty"`
+	// Growth is the capacity factor from one layer to the next.
+	Growth *uint `json:"growth,omitempty"`
+	// Tightening is the error factor from one layer to the next, in (0, 1).
+	Tightening *float64 `json:"tightening,omitempty"`
+}
+
+// Error is a non-2xx answer of the server.
+type Error struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the API's error code (api.CodeBadParameter, api.CodeFilterNotFound, ...); 0 when
+	// the body was not the API's error body, as when a proxy answered instead of the server.
+	Code int
+	// Message is the server's message, or the start of the body when it was not an error body.
+	Message string
+}
+
+func (e *Error) Error() string {
+	if e.Code == 0 {
+		return fmt.Sprintf("HTTP %d: %s", e.Status, e.Message)
+	}
+	return fmt.Sprintf("HTTP %d, code %d: %s", e.Status, e.Code, e.Message)
+}
+
+// hasCode reports whether err is, or wraps, an *Error with that code.
+func hasCode(err error, code int) bool {
+	e, ok := errors.AsType[*Error](err)
+	return ok && e.Code == code
+}
+
+// IsBadParameter reports whether the server refused the request's parameters (code 1, HTTP 400):
+// a missing or mistyped field, a value out of range, an invalid filter name.
+func IsBadParameter(err error) bool { return hasCode(err, api.CodeBadParameter) }
+
+// IsNotFound reports whether the filter does not exist or has expired (code 2, HTTP 404).
+func IsNotFound(err error) bool { return hasCode(err, api.CodeFilterNotFound) }
+
+// IsBodyTooLarge reports whether the request body exceeded the server's maxHttpRequestLength
+// (code 3, HTTP 413).
+func IsBodyTooLarge(err error) bool { return hasCode(err, api.CodeBodyTooLarge) }
+
+// IsInsufficientSpace reports whether the server's total memory limit refused the filter or its
+// growth (code 4, HTTP 507).
+func IsInsufficientSpace(err error) bool { return hasCode(err, api.CodeInsufficientSpace) }
+
+// Ping checks that the server is alive.
+func (c *Client) Ping(ctx context.Context) error {
+	var answer []byte
+	if _, err := c.do(ctx, http.MethodGet, api.BasePath+"/ping", nil, &answer); err != nil {
+		return err
+	}
+	if string(answer) != "pong" {
+		return fmt.Errorf("ping answered %q, want \"pong\"", abbreviate(answer))
+	}
+	return nil
+}
+
+// Create creates the filter name. If a filter of that name exists and opts.Overwrite is false,
+// it answers the existing filter and created=false; otherwise the new one and created=true.
+func (c *Client) Create(ctx context.Context, name string, opts CreateOptions) (f api.Filter, created bool, err error) {
+	status, err := c.do(ctx, http.MethodPut, filterPath(name), opts, &f)
+	if err != nil {
+		return api.Filter{}, false, err
+	}
+	return f, status == http.StatusCreated, nil
+}
+
+// Get describes the filter name; an absent or expired filter is an error for which IsNotFound
+// is true.
+func (c *Client) Get(ctx context.Context, name string) (api.Filter, error) {
+	if name == "list" {
+		// GET .../list is the listing of names, not a filter; no filter can have that name.
+		return api.Filter{}, errors.New(`"list" is not a valid filter name`)
+	}
+	var f api.Filter
+	if _, err := c.do(ctx, http.MethodGet, filterPath(name), nil, &f); err != nil {
+		return api.Filter{}, err
+	}
+	return f, nil
+}
+
+// List answers the names of the live filters, sorted.
+func (c *Client) List(ctx context.Context) ([]string, error) {
+	var names []string
+	if _, err := c.do(ctx, http.MethodGet, api.BasePath+"/bloomfilter/list", nil, &names); err != nil {
+		return nil, err
+	}
+	return names, nil
+}
+
+// Delete removes the filter name; deleting an absent filter succeeds.
+func (c *Client) Delete(ctx context.Context, name string) error {
+	_, err := c.do(ctx, http.MethodDelete, filterPath(name), nil, nil)
+	return err
+}
+
+type valueBody struct {
+	Value string `json:"value"`
+}
+
+type valuesBody struct {
+	Values []string `json:"values"`
+}
+
+// Check reports whether value may have been added to the filter.
+func (c *Client) Check(ctx context.Context, name, value string) (bool, error) {
+	var present bool
+	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/check", valueBody{value}, &present)
+	return present, err
+}
+
+// MultiCheck answers Check for every value, in order.
+func (c *Client) MultiCheck(ctx context.Context, name string, values []string) ([]bool, error) {
+	return c.batch(ctx, filterPath(name)+"/multi-check", values)
+}
+
+// CheckAndSet adds value and reports whether it may have been present before: false means it
+// was new.
+func (c *Client) CheckAndSet(ctx context.Context, name, value string) (bool, error) {
+	var present bool
+	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/check-and-set", valueBody{value}, &present)
+	return present, err
+}
+
+// MultiCheckAndSet answers CheckAndSet for every value, in order; a value repeated later in
+// values answers true.
+func (c *Client) MultiCheckAndSet(ctx context.Context, name string, values []string) ([]bool, error) {
+	return c.batch(ctx, filterPath(name)+"/multi-check-and-set", values)
+}
+
+// Set adds value without answering whether it was present.
+func (c *Client) Set(ctx context.Context, name, value string) error {
+	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/set", valueBody{value}, nil)
+	return err
+}
+
+// MultiSet adds every value without answering.
+func (c *Client) MultiSet(ctx context.Context, name string, values []string) error {
+	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/multi-set", valuesBody{nonNil(values)}, nil)
+	return err
+}
+
+func (c *Client) batch(ctx context.Context, path string, values []string) ([]bool, error) {
+	var answers []bool
+	if _, err := c.do(ctx, http.MethodPost, path, valuesBody{nonNil(values)}, &answers); err != nil {
+		return nil, err
+	}
+	if len(answers) != len(values) {
+		return nil, fmt.Errorf("%s answered %d booleans for %d values", path, len(answers), len(values))
+	}
+	return answers, nil
+}
+
+// nonNil sends an empty batch as [] rather than null, which the server reads as a missing field.
+func nonNil(values []string) []string {
+	if values == nil {
+		return []string{}
+	}
+	return values
+}
+
+func filterPath(name string) string {
+	return api.BasePath + "/bloomfilter/" + url.PathEscape(name)
+}
+
+// maxErrorBody bounds how much of an error answer is read: error bodies are short, and a
+// misbehaving proxy should not make the client buffer megabytes of HTML.
+const maxErrorBody = 64 << 10
+
+// do sends in (JSON-encoded, unless nil) and decodes a 2xx answer into out: JSON for most
+// types, the raw body for *[]byte, nothing for nil. It answers the HTTP status.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
+	var reqBody io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("encoding the %s %s request: %w", method, path, err)
+		}
+		reqBody = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reqBody)
+	if err != nil {
+		return 0, fmt.Errorf("building the %s %s request: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer func() {
+		// Reading to EOF lets the transport put the connection back in its pool; the limit keeps
+		// a huge unexpected answer from being read only to be thrown away.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		_ = resp.Body.Close()
+	}()
+
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return resp.StatusCode, decodeError(resp)
+	}
+	switch out := out.(type) {
+	case nil:
+	case *[]byte:
+		if *out, err = io.ReadAll(resp.Body); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+		}
+	default:
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+func decodeError(resp *http.Response) error {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	e := &Error{Status: resp.StatusCode}
+	var body api.ErrorBody
+	switch {
+	case err != nil:
+		e.Message = fmt.Sprintf("%s (reading the body: %v)", http.StatusText(resp.StatusCode), err)
+	case json.Unmarshal(raw, &body) == nil && body.Code != 0:
+		e.Code, e.Message = body.Code, body.Error
+	case len(bytes.TrimSpace(raw)) > 0:
+		e.Message = abbreviate(bytes.TrimSpace(raw))
+	default:
+		e.Message = http.StatusText(resp.StatusCode)
+	}
+	return e
+}
+
+func abbreviate(b []byte) string {
+	const limit = 200
+	if len(b) <= limit {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b[:limit]), "") + "…"
+}
