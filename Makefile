@@ -44,8 +44,20 @@ lint-config: golangci-lint ## Verify .golangci.yml against the linter's schema.
 	$(GOLANGCI_LINT) config verify
 
 .PHONY: test
-test: vet ## Run go vet, then all tests with the race detector.
+test: vet ## Run go vet, all tests with the race detector, then each fuzz target briefly.
 	$(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory fuzz FUZZTIME=10s
+
+# Every decoder of untrusted bytes has a fuzz target; crashers found land in testdata/fuzz.
+FUZZ_TARGETS ?= FuzzSnapshot FuzzLog
+FUZZTIME ?= 5m
+
+.PHONY: fuzz
+fuzz: ## Run each fuzz target for FUZZTIME (default 5m).
+	@for target in $(FUZZ_TARGETS); do \
+		echo "$(GO) test -run '^$$' -fuzz ^$$target\$$ -fuzztime $(FUZZTIME) ./dataplane/persist"; \
+		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) ./dataplane/persist || exit 1; \
+	done
 
 .PHONY: bench
 bench: ## Run the Go benchmarks of the data plane.
