@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -476,5 +477,42 @@ func TestGroupCommitMakesEveryAnsweredWriteDurable(t *testing.T) {
 	t.Logf("%d writes, %d fsyncs", writes, fsyncs)
 	if fsyncs >= writes {
 		t.Errorf("%d fsyncs for %d concurrent writes: no group commit", fsyncs, writes)
+	}
+}
+
+func TestTriggersSnapshotOnlyAboveTheThreshold(t *testing.T) {
+	dir := t.TempDir()
+	const period = 20 * time.Millisecond
+	p, store, _ := open(t, dir, func(o *Options) {
+		o.Criteria = []Criterion{{Period: period, UpdatesMoreThan: 3}}
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	f := mustCreate(t, store, "f", filter.Options{Capacity: 100, FPP: 0.01})
+	_ = f.AddMany([]string{"a", "b"}) // 3 updates with the create: not more than 3
+	// Ten periods without a snapshot: the threshold is strict, as in filter-service.
+	time.Sleep(10 * period)
+	if n := p.Stats().SnapshotsTaken.Load(); n != 0 {
+		t.Fatalf("%d snapshots after 3 updates with updatesMoreThan 3, want none", n)
+	}
+	_ = f.Add("c") // the fourth
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().SnapshotsTaken.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot within 10 s of the fourth update")
+		}
+		time.Sleep(period)
+	}
+	if _, err := os.Stat(filepath.Join(dir, snapshotFile)); err != nil {
+		t.Errorf("snapshot file: %v", err)
+	}
+	// The counter starts over: no second snapshot without new updates.
+	taken := p.Stats().SnapshotsTaken.Load()
+	time.Sleep(10 * period)
+	if n := p.Stats().SnapshotsTaken.Load(); n != taken {
+		t.Errorf("%d snapshots without new updates after the first, want none", n-taken)
 	}
 }
