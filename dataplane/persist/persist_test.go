@@ -243,18 +243,26 @@ func TestSlidingExpiryFollowsLoggedAccesses(t *testing.T) {
 	}
 }
 
-// writeSnapshotOf writes a snapshot of two filters and returns its bytes.
+// writeSnapshotOf writes a snapshot of two filters, a then b, and returns its bytes. It writes
+// the records itself: a store ranges over its filters in no fixed order.
 func writeSnapshotOf(t *testing.T, dir string) []byte {
 	t.Helper()
-	p, store, _ := open(t, dir)
-	f := mustCreate(t, store, "a", filter.Options{Capacity: 100, FPP: 0.01})
-	_ = f.AddMany(keys("a", 50))
-	g := mustCreate(t, store, "b", filter.Options{Capacity: 100, FPP: 0.01})
-	_ = g.AddMany(keys("b", 50))
-	if err := p.Snapshot(); err != nil {
+	store := filter.NewStore(filter.Limits{}, nil)
+	w, err := createSnapshot(dir)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Close(); err != nil {
+	if err := w.writeHeader(snapshotHeader{Taken: time.Now(), FirstSegment: 1}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a", "b"} {
+		f := mustCreate(t, store, name, filter.Options{Capacity: 100, FPP: 0.01})
+		_ = f.AddMany(keys(name, 50))
+		if err := w.writeFilter(f.State()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.commit(); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(filepath.Join(dir, snapshotFile))
