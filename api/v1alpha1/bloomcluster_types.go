@@ -1,0 +1,302 @@
+/*
+Copyright 2026 The Bloomery Authors.
+
+Licensed under the Apache License, Version 2.0 (the "License");
+you may not use this file except in compliance with the License.
+You may obtain a copy of the License at
+
+    http://www.apache.org/licenses/LICENSE-2.0
+
+Unless required by applicable law or agreed to in writing, software
+distributed under the License is distributed on an "AS IS" BASIS,
+WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+See the License for the specific language governing permissions and
+limitations under the License.
+*/
+
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// BloomClusterSpec describes a data plane: a StatefulSet of pods that each hold every filter of
+// the cluster and keep them on their own volume.
+type BloomClusterSpec struct {
+	// replicas is the number of data-plane pods. Every pod holds every filter.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// image is the bloomery image the pods run. Empty means the operator's own default, which is
+	// the same version as the operator.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// imagePullPolicy of the data-plane container.
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	// +optional
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// resources of the data-plane container. Filters live in memory: size the memory limit above
+	// maxTotalBytes.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// storage is each pod's volume for snapshots and the log.
+	// +kubebuilder:default={}
+	// +optional
+	Storage StorageSpec `json:"storage,omitempty"`
+
+	// persistence says when data reaches the disk.
+	// +kubebuilder:default={}
+	// +optional
+	Persistence PersistenceSpec `json:"persistence,omitempty"`
+
+	// limits bound the memory of the filters on each pod.
+	// +optional
+	Limits LimitsSpec `json:"limits,omitempty"`
+
+	// nodeSelector of the pods.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// tolerations of the pods.
+	// +listType=atomic
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// affinity of the pods.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// topologySpreadConstraints of the pods.
+	// +listType=atomic
+	// +optional
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+
+	// priorityClassName of the pods.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// imagePullSecrets of the pods.
+	// +listType=atomic
+	// +optional
+	ImagePullSecrets []corev1.LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// podDisruptionBudget keeps voluntary disruptions (node drains) from taking down too many pods.
+	// +kubebuilder:default={}
+	// +optional
+	PodDisruptionBudget PodDisruptionBudgetSpec `json:"podDisruptionBudget,omitempty"`
+
+	// monitoring configures scraping of the pods by the Prometheus Operator.
+	// +optional
+	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+}
+
+// StorageSpec is the volume claim of each pod.
+type StorageSpec struct {
+	// size of each pod's volume. Only growing is allowed, and only where the storage class allows it.
+	// +kubebuilder:default="1Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// storageClassName of the volume claims; empty means the cluster's default class.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// whenDeleted says what happens to the volumes when the BloomCluster is deleted.
+	// +kubebuilder:validation:Enum=Retain;Delete
+	// +kubebuilder:default=Retain
+	// +optional
+	WhenDeleted RetentionPolicy `json:"whenDeleted,omitempty"`
+
+	// whenScaled says what happens to the volumes of pods removed by a scale-down.
+	// +kubebuilder:validation:Enum=Retain;Delete
+	// +kubebuilder:default=Retain
+	// +optional
+	WhenScaled RetentionPolicy `json:"whenScaled,omitempty"`
+}
+
+// RetentionPolicy is Retain or Delete.
+type RetentionPolicy string
+
+// Retention policies of volumes and filters.
+const (
+	Retain RetentionPolicy = "Retain"
+	Delete RetentionPolicy = "Delete"
+)
+
+// PersistenceSpec is how the data plane persists its filters.
+type PersistenceSpec struct {
+	// logSync is when the log of writes reaches the disk: Always answers a write only once it is
+	// on disk; EverySecond may lose about the last second in a crash; No leaves it to the kernel.
+	// +kubebuilder:validation:Enum=Always;EverySecond;No
+	// +kubebuilder:default=EverySecond
+	// +optional
+	LogSync LogSyncPolicy `json:"logSync,omitempty"`
+
+	// snapshotTriggers take a snapshot every periodSeconds when more than updatesMoreThan writes
+	// happened since the last one. A snapshot is always taken when a pod stops gracefully.
+	// +kubebuilder:default={{periodSeconds: 300, updatesMoreThan: 100}}
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=atomic
+	// +optional
+	SnapshotTriggers []SnapshotTrigger `json:"snapshotTriggers,omitempty"`
+
+	// allowRecoveryFromCorruptSnapshot starts a pod from the valid part of a corrupt snapshot
+	// instead of failing.
+	// +kubebuilder:default=true
+	// +optional
+	AllowRecoveryFromCorruptSnapshot *bool `json:"allowRecoveryFromCorruptSnapshot,omitempty"`
+}
+
+// LogSyncPolicy is when the log reaches the disk.
+type LogSyncPolicy string
+
+// Log sync policies.
+const (
+	LogSyncAlways      LogSyncPolicy = "Always"
+	LogSyncEverySecond LogSyncPolicy = "EverySecond"
+	LogSyncNo          LogSyncPolicy = "No"
+)
+
+// SnapshotTrigger is one snapshot criterion.
+type SnapshotTrigger struct {
+	// periodSeconds is how often the criterion is checked.
+	// +kubebuilder:validation:Minimum=1
+	// +required
+	PeriodSeconds int32 `json:"periodSeconds"`
+
+	// updatesMoreThan is how many writes since the last snapshot it takes, strictly more.
+	// +kubebuilder:validation:Minimum=1
+	// +required
+	UpdatesMoreThan int64 `json:"updatesMoreThan"`
+}
+
+// LimitsSpec bounds the memory of bit arrays on each pod.
+type LimitsSpec struct {
+	// maxFilterBytes is the most one filter may hold, all its layers together.
+	// +optional
+	MaxFilterBytes *resource.Quantity `json:"maxFilterBytes,omitempty"`
+
+	// maxTotalBytes is the most all filters together may hold on one pod.
+	// +optional
+	MaxTotalBytes *resource.Quantity `json:"maxTotalBytes,omitempty"`
+}
+
+// PodDisruptionBudgetSpec configures the cluster's PodDisruptionBudget.
+type PodDisruptionBudgetSpec struct {
+	// enabled creates the PodDisruptionBudget.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// maxUnavailable pods during voluntary disruptions.
+	// +kubebuilder:default=1
+	// +kubebuilder:validation:XIntOrString
+	// +optional
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// MonitoringSpec configures monitoring of the data plane.
+type MonitoringSpec struct {
+	// serviceMonitor makes the Prometheus Operator scrape every pod. It is created only when the
+	// ServiceMonitor kind exists in the cluster.
+	// +optional
+	ServiceMonitor ServiceMonitorSpec `json:"serviceMonitor,omitempty"`
+}
+
+// ServiceMonitorSpec configures the ServiceMonitor.
+type ServiceMonitorSpec struct {
+	// enabled creates a ServiceMonitor for the pods.
+	// +optional
+	Enabled bool `json:"enabled,omitempty"`
+
+	// interval between scrapes, as Prometheus writes durations (30s, 1m).
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// +kubebuilder:default="30s"
+	// +optional
+	Interval string `json:"interval,omitempty"`
+
+	// labels added to the ServiceMonitor, such as the release label a Prometheus selects.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// BloomClusterStatus is what the operator observed of the cluster.
+type BloomClusterStatus struct {
+	// observedGeneration is the generation of the spec this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// replicas is the number of pods that exist.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// readyReplicas is the number of pods that recovered their data and serve.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// filters is the number of BloomFilters that reference the cluster.
+	// +optional
+	Filters int32 `json:"filters,omitempty"`
+
+	// endpoint is the URL applications call: the client Service.
+	// +optional
+	Endpoint string `json:"endpoint,omitempty"`
+
+	// conditions are Ready, Progressing and Degraded.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=bc,categories=bloomery
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`
+// +kubebuilder:printcolumn:name="Filters",type=integer,JSONPath=`.status.filters`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// BloomCluster is a data plane of bloom filters: a StatefulSet of pods, its Services, a
+// PodDisruptionBudget and, when asked, a ServiceMonitor.
+type BloomCluster struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitzero"`
+
+	// spec is the desired data plane.
+	// +required
+	Spec BloomClusterSpec `json:"spec"`
+
+	// status is the observed data plane.
+	// +optional
+	Status BloomClusterStatus `json:"status,omitzero"`
+}
+
+// +kubebuilder:object:root=true
+
+// BloomClusterList is a list of BloomClusters.
+type BloomClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitzero"`
+	Items           []BloomCluster `json:"items"`
+}
+
+func init() {
+	knownTypes = append(knownTypes, &BloomCluster{}, &BloomClusterList{})
+}
