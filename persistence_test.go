@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os/exec"
 	"strings"
 	"sync"
@@ -70,7 +71,29 @@ func startDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 		t.Fatalf("the data plane did not listen in time:\n%s", dp.logs())
 	}
 	dp.client = client.New("http://" + dp.addr)
+	// It listens before it recovers, answering 503 until the filters are back: wait for readiness,
+	// as Kubernetes would before sending traffic.
+	for deadline := time.Now().Add(30 * time.Second); !dp.ready(t); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the data plane was not ready in time:\n%s", dp.logs())
+		}
+	}
 	return dp
+}
+
+// ready reports whether /readyz answers 200.
+func (dp *dataPlane) ready(t *testing.T) bool {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.addr+"/readyz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 func (dp *dataPlane) logs() string {

@@ -13,7 +13,7 @@ const (
 	CodeInsufficientSpace = 4 // HTTP 507: the total memory limit would be exceeded
 	CodeNoSuchRoute       = 5 // HTTP 404/405: no endpoint at that path or method
 	CodeInternal          = 6 // HTTP 500: a bug; the message says what failed
-	CodeUnavailable       = 7 // HTTP 503: the server is shutting down or the request timed out
+	CodeUnavailable       = 7 // HTTP 503: recovering the filters at start, shutting down, or timed out
 )
 
 // ErrorBody is the body of every non-2xx answer.

@@ -98,6 +98,10 @@ type Store struct {
 	// journal hears of them in the order they take effect.
 	changes sync.Mutex
 	journal Journal
+	// retiredChecked and retiredSet keep the counts of filters that left the store, so that totals
+	// over all filters never go down when one is deleted, purged or replaced.
+	retiredChecked atomic.Uint64
+	retiredSet     atomic.Uint64
 }
 
 // NewStore returns an empty store. clock is the time source for expiry; nil means time.Now.
@@ -134,7 +138,7 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 	}
 	if s.journal != nil {
 		if err := s.journal.Created(fresh); err != nil {
-			s.memory.release(fresh.drop())
+			s.memory.release(fresh.drop()) // never visible: nothing was counted on it
 			return nil, false, err
 		}
 	}
@@ -145,8 +149,16 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 // publish makes f the filter of its name; the caller holds changes.
 func (s *Store) publish(f *Filter) {
 	if old, loaded := s.filters.Swap(f.name, f); loaded {
-		s.memory.release(old.(*Filter).drop())
+		s.retire(old.(*Filter))
 	}
+}
+
+// retire gives back the memory of a filter already removed from the map and keeps its counts.
+// Removing it first matters to Retired's callers: a filter is never both in the map and retired.
+func (s *Store) retire(f *Filter) {
+	s.memory.release(f.drop())
+	s.retiredChecked.Add(f.checked.Load())
+	s.retiredSet.Add(f.set.Load())
 }
 
 // Get returns the live filter of that name, or ErrNotFound if it is absent or expired. An expired
@@ -187,7 +199,7 @@ func (s *Store) Delete(name string) (bool, error) {
 	}
 	v, ok := s.filters.LoadAndDelete(name)
 	if ok {
-		s.memory.release(v.(*Filter).drop())
+		s.retire(v.(*Filter))
 	}
 	return ok, nil
 }
@@ -217,7 +229,7 @@ func (s *Store) PurgeExpired() []string {
 	var purged []string
 	s.filters.Range(func(k, v any) bool {
 		if f := v.(*Filter); f.Expired(now) && s.filters.CompareAndDelete(k, v) {
-			s.memory.release(f.drop())
+			s.retire(f)
 			purged = append(purged, f.name)
 			if s.journal != nil {
 				s.journal.Purged(f.name)
@@ -226,6 +238,14 @@ func (s *Store) PurgeExpired() []string {
 		return true
 	})
 	return purged
+}
+
+// Retired are the keys checked and set on filters that have left the store. Read it before
+// ranging over the live filters: a filter leaves the map before its counts are retired, so the
+// sum is then never counted twice (it may miss a filter that leaves meanwhile; callers that need
+// a monotonic total keep the largest they have seen).
+func (s *Store) Retired() (checked, set uint64) {
+	return s.retiredChecked.Load(), s.retiredSet.Load()
 }
 
 // UsedBytes is the memory all filters' bit arrays take.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
 )
 
 // UsageError is a mistake in how the program was started: a bad flag or argument, or a bad
@@ -54,7 +55,10 @@ func NewCommand(version string) *cobra.Command {
 		Long: "Run the data plane: the bloom filter HTTP API, compatible with leancloud/filter-service.\n\n" +
 			"The configuration file takes filter-service's keys (defaultExpectedInsertions,\n" +
 			"maxHttpConnections, triggerPersistenceCriteria, ...) plus maxFilterBytes, maxTotalBytes,\n" +
-			"logSync, logLevel and logFormat. Flags win over the file. It stops gracefully on SIGTERM or SIGINT.",
+			"logSync, logLevel, logFormat, shutdownDrainDelayMillis and metricsMaxLabelledFilters. Flags win\n" +
+			"over the file.\n\n" +
+			"Besides the API under /v1 it serves /metrics (Prometheus), /healthz and /readyz (503 while it\n" +
+			"recovers its filters and once a shutdown begins). It stops gracefully on SIGTERM or SIGINT.",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return NewUsageError(cmd, fmt.Errorf("unexpected argument %q", args[0]))
@@ -65,7 +69,7 @@ func NewCommand(version string) *cobra.Command {
 		// text would only bury.
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := opts.config(cmd.Flags())
+			cfg, err := opts.config(cmd.Flags(), isTerminal(cmd.ErrOrStderr()))
 			if err != nil {
 				return &UsageError{Err: err}
 			}
@@ -73,17 +77,7 @@ func NewCommand(version string) *cobra.Command {
 		},
 	}
 	cmd.SetFlagErrorFunc(NewUsageError)
-
-	def := DefaultConfig()
-	fs := cmd.Flags()
-	fs.SortFlags = false
-	fs.IntVarP(&opts.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
-	fs.StringVar(&opts.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
-	fs.StringVarP(&opts.configFile, "config", "c", "", "YAML configuration `FILE`")
-	fs.BoolVarP(&opts.docs, "docs", "d", def.DocsEnabled, "serve the API documentation under /v1/docs")
-	fs.StringVar(&opts.dataDir, "data-dir", "", "`DIR` to keep the data in; overrides persistentStorageDirectory (default \""+def.DataDir+"\")")
-	fs.BoolVar(&opts.inMemory, "in-memory", false, "keep filters in memory only: no data directory, snapshots or log (for tests and benchmarks)")
-	fs.StringVar(&opts.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+def.LogSync+"\")")
+	opts.register(cmd.Flags())
 	SetVersion(cmd, version)
 	return cmd
 }
@@ -95,15 +89,33 @@ type dataPlaneFlags struct {
 	docs       bool
 	dataDir    string
 	logSync    string
+	logLevel   string
+	logFormat  string
 	inMemory   bool
 }
 
-// config is the file's configuration (or the defaults) with the flags the user set applied over it.
-func (o *dataPlaneFlags) config(fs *pflag.FlagSet) (Config, error) {
+func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
+	def := DefaultConfig()
+	fs.SortFlags = false
+	fs.IntVarP(&o.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
+	fs.StringVar(&o.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
+	fs.StringVarP(&o.configFile, "config", "c", "", "YAML configuration `FILE`")
+	fs.BoolVarP(&o.docs, "docs", "d", def.DocsEnabled, "serve the API documentation: a page at /v1/docs/ that lists and calls every endpoint, and its OpenAPI document")
+	fs.StringVar(&o.dataDir, "data-dir", "", "`DIR` to keep the data in; overrides persistentStorageDirectory (default \""+def.DataDir+"\")")
+	fs.BoolVar(&o.inMemory, "in-memory", false, "keep filters in memory only: no data directory, snapshots or log (for tests and benchmarks)")
+	fs.StringVar(&o.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+def.LogSync+"\")")
+	fs.StringVar(&o.logLevel, "log-level", "", "`LEVEL` of the logs: debug (which logs every request), info, warn or error; overrides logLevel (default \""+def.LogLevel+"\")")
+	fs.StringVar(&o.logFormat, "log-format", "", "`FORMAT` of the logs, json or text; overrides logFormat (default: text on a terminal, else json)")
+}
+
+// config is the file's configuration (or the defaults) with the flags the user set applied over
+// it. terminal says whether the logs go to a terminal, where text reads better than JSON.
+func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (Config, error) {
 	cfg := DefaultConfig()
+	var fileKeys map[string]*yaml.Node
 	if fs.Changed("config") {
 		var err error
-		if cfg, err = LoadConfig(o.configFile); err != nil {
+		if cfg, fileKeys, err = loadConfig(o.configFile); err != nil {
 			return cfg, err
 		}
 	}
@@ -119,10 +131,36 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet) (Config, error) {
 	if fs.Changed("log-sync") {
 		cfg.LogSync = o.logSync
 	}
+	if fs.Changed("log-level") {
+		if err := ruleOneOf(o.logLevel, logLevels); err != nil {
+			return cfg, fmt.Errorf("--log-level: %w", err)
+		}
+		cfg.LogLevel = o.logLevel
+	}
+	switch {
+	case fs.Changed("log-format"):
+		if err := ruleOneOf(o.logFormat, logFormats); err != nil {
+			return cfg, fmt.Errorf("--log-format: %w", err)
+		}
+		cfg.LogFormat = o.logFormat
+	case terminal && fileKeys["logFormat"] == nil:
+		cfg.LogFormat = "text"
+	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("invalid configuration: %w", err)
 	}
 	return cfg, nil
+}
+
+// isTerminal reports whether w is a terminal (a character device), where people read the logs
+// rather than a collector.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // runDataPlane serves until ctx is cancelled or a signal asks to stop, and returns nil after a

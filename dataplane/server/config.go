@@ -41,6 +41,18 @@ type Config struct {
 
 	PurgeInterval           time.Duration // purgeFilterIntervalMillis
 	GracefulShutdownTimeout time.Duration // gracefulShutdownTimeoutMillis
+	// ShutdownDrainDelay is how long /readyz answers 503 at the start of a graceful shutdown while
+	// the API still serves, before the server stops accepting connections
+	// (shutdownDrainDelayMillis). Load balancers and Kubernetes endpoints take a few seconds to
+	// stop sending traffic to a pod; a few seconds here lets them, where a pod is behind one. 0,
+	// the default, stops at once, as a process run by hand should (the precedent is
+	// kube-apiserver's --shutdown-delay-duration); whoever deploys the data plane behind a Service
+	// sets it.
+	ShutdownDrainDelay time.Duration
+
+	// MetricsMaxLabelledFilters caps the filters that get /metrics series of their own, labelled
+	// with their names; the others count only in the totals (metricsMaxLabelledFilters).
+	MetricsMaxLabelledFilters int
 
 	// Persistence. InMemory turns it off (flag --in-memory, for tests and benchmarks).
 	InMemory                                bool
@@ -96,6 +108,7 @@ func DefaultConfig() Config {
 		ChannelOptions:            ChannelOptions{TCPNoDelay: true},
 		PurgeInterval:             300 * time.Millisecond,
 		GracefulShutdownTimeout:   30 * time.Second,
+		MetricsMaxLabelledFilters: 100,
 		DataDir:                   "data",
 		TriggerPersistenceCriteria: []TriggerPersistenceCriterion{
 			{Period: 300 * time.Second, UpdatesMoreThan: 100},
@@ -133,6 +146,8 @@ func (c Config) Validate() error {
 	check("idleTimeoutMillis", rulePositiveDuration(c.IdleTimeout))
 	check("purgeFilterIntervalMillis", rulePositiveDuration(c.PurgeInterval))
 	check("gracefulShutdownTimeoutMillis", ruleNonNegativeDuration(c.GracefulShutdownTimeout))
+	check("shutdownDrainDelayMillis", ruleNonNegativeDuration(c.ShutdownDrainDelay))
+	check("metricsMaxLabelledFilters", ruleNonNegative(c.MetricsMaxLabelledFilters))
 	// 0 is the "not configured" value of the socket options, which the file cannot set.
 	check("channelOptions.SO_RCVBUF", ruleNonNegative(c.ChannelOptions.SoRcvBuf))
 	check("channelOptions.SO_SNDBUF", ruleNonNegative(c.ChannelOptions.SoSndBuf))
@@ -240,6 +255,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("idleTimeoutMillis", c.IdleTimeout.Milliseconds()),
 		slog.Int64("purgeFilterIntervalMillis", c.PurgeInterval.Milliseconds()),
 		slog.Int64("gracefulShutdownTimeoutMillis", c.GracefulShutdownTimeout.Milliseconds()),
+		slog.Int64("shutdownDrainDelayMillis", c.ShutdownDrainDelay.Milliseconds()),
+		slog.Int("metricsMaxLabelledFilters", c.MetricsMaxLabelledFilters),
 		slog.Group("channelOptions",
 			slog.Int("SO_RCVBUF", c.ChannelOptions.SoRcvBuf),
 			slog.Int("SO_SNDBUF", c.ChannelOptions.SoSndBuf),

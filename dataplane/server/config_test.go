@@ -34,6 +34,8 @@ func TestValidate(t *testing.T) {
 		{"no idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "idleTimeoutMillis: must be greater than 0, got 0s"},
 		{"no purge interval", func(c *Config) { c.PurgeInterval = 0 }, "purgeFilterIntervalMillis: must be greater than 0, got 0s"},
 		{"negative shutdown timeout", func(c *Config) { c.GracefulShutdownTimeout = -time.Millisecond }, "gracefulShutdownTimeoutMillis: must be 0 or greater, got -1ms"},
+		{"negative drain delay", func(c *Config) { c.ShutdownDrainDelay = -time.Second }, "shutdownDrainDelayMillis: must be 0 or greater, got -1s"},
+		{"negative labelled filters", func(c *Config) { c.MetricsMaxLabelledFilters = -1 }, "metricsMaxLabelledFilters: must be 0 or greater, got -1"},
 		{"negative SO_RCVBUF", func(c *Config) { c.ChannelOptions.SoRcvBuf = -1 }, "channelOptions.SO_RCVBUF: must be 0 or greater, got -1"},
 		{"bad criterion", func(c *Config) {
 			c.TriggerPersistenceCriteria = []TriggerPersistenceCriterion{{Period: time.Second, UpdatesMoreThan: 1}, {Period: 0, UpdatesMoreThan: 1}}
@@ -62,6 +64,7 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.Address = "localhost" },
 		func(c *Config) { c.TriggerPersistenceCriteria = nil },
 		func(c *Config) { c.DefaultValidAfterCreate = 0 },
+		func(c *Config) { c.MetricsMaxLabelledFilters = 0 },
 	} {
 		c := DefaultConfig()
 		ok(&c)

@@ -42,9 +42,16 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // quoted "1000" is a string, not a number) and values out of range are refused with a
 // *ConfigError naming the key. It checks only what the file sets; Validate checks the whole.
 func LoadConfig(path string) (Config, error) {
+	cfg, _, err := loadConfig(path)
+	return cfg, err
+}
+
+// loadConfig is LoadConfig, and the top-level keys the file set: a flag's default may depend on
+// whether the file chose (see --log-format).
+func loadConfig(path string) (Config, map[string]*yaml.Node, error) {
 	cfg := DefaultConfig()
 	if path == "" {
-		return cfg, &ConfigError{Path: `""`, Msg: "no file name given"}
+		return cfg, nil, &ConfigError{Path: `""`, Msg: "no file name given"}
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -52,23 +59,23 @@ func LoadConfig(path string) (Config, error) {
 		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			msg = pe.Err.Error() // the path is already in the message
 		}
-		return cfg, &ConfigError{Path: path, Msg: "cannot read the file: " + msg, Err: err}
+		return cfg, nil, &ConfigError{Path: path, Msg: "cannot read the file: " + msg, Err: err}
 	}
 	root, err := parseYAML(path, data)
 	if err != nil || root == nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	seen, err := decodeMapping(yamlField{path: path, n: root}, configKeys, &cfg)
 	if err != nil {
-		return cfg, err
+		return cfg, nil, err
 	}
 	if a, b := seen["requestTimeoutSeconds"], seen["defaultRequestTimeoutSeconds"]; a != nil && b != nil {
 		later := max(a.Line, b.Line)
-		return cfg, &ConfigError{Path: path, Key: "requestTimeoutSeconds", Line: later,
+		return cfg, nil, &ConfigError{Path: path, Key: "requestTimeoutSeconds", Line: later,
 			Msg: fmt.Sprintf(`keys "requestTimeoutSeconds" (line %d) and "defaultRequestTimeoutSeconds" (line %d) `+
 				"are the same setting; keep one", a.Line, b.Line)}
 	}
-	return cfg, nil
+	return cfg, seen, nil
 }
 
 // parseYAML returns the top-level mapping of a one-document file, or nil for a file with no
@@ -149,6 +156,9 @@ var configKeys = map[string]keySetter[Config]{
 	"logLevel":       enumSetter(logLevels, func(c *Config) *string { return &c.LogLevel }),
 	"logSync":        enumSetter(logSyncPolicies, func(c *Config) *string { return &c.LogSync }),
 	"logFormat":      enumSetter(logFormats, func(c *Config) *string { return &c.LogFormat }),
+
+	"shutdownDrainDelayMillis":  durationSetter(time.Millisecond, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.ShutdownDrainDelay }),
+	"metricsMaxLabelledFilters": intSetter(ruleNonNegative[int64], func(c *Config) *int { return &c.MetricsMaxLabelledFilters }),
 }
 
 var channelOptionKeys = map[string]keySetter[ChannelOptions]{

@@ -50,6 +50,8 @@ maxTotalBytes: 1073741824
 logSync: always
 logLevel: debug
 logFormat: text
+shutdownDrainDelayMillis: 5000
+metricsMaxLabelledFilters: 20
 `)
 	got, err := LoadConfig(path)
 	if err != nil {
@@ -78,6 +80,8 @@ logFormat: text
 	want.LogSync = "always"
 	want.LogLevel = "debug"
 	want.LogFormat = "text"
+	want.ShutdownDrainDelay = 5 * time.Second
+	want.MetricsMaxLabelledFilters = 20
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("LoadConfig:\n got %+v\nwant %+v", got, want)
 	}
@@ -238,7 +242,8 @@ func TestLoadConfigOutOfRange(t *testing.T) {
 			tc{key, "0", "must be greater than 0, got 0"},
 			tc{key, "-3", "must be greater than 0, got -3"})
 	}
-	for _, key := range []string{"defaultValidSecondsAfterCreate", "gracefulShutdownTimeoutMillis", "maxFilterBytes", "maxTotalBytes"} {
+	for _, key := range []string{"defaultValidSecondsAfterCreate", "gracefulShutdownTimeoutMillis", "maxFilterBytes", "maxTotalBytes",
+		"shutdownDrainDelayMillis", "metricsMaxLabelledFilters"} {
 		tests = append(tests, tc{key, "-1", "must be 0 or greater, got -1"})
 	}
 	for value, got := range map[string]string{"0": "0", "1": "1", "1.5": "1.5", "-0.1": "-0.1", ".nan": "NaN", ".inf": "+Inf"} {

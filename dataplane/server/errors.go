@@ -57,7 +57,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if !ok {
 		ae = s.unexpectedError(err, c)
 	}
-	if ae.status >= 500 {
+	// 503s are expected while the filters are recovered and mean nothing went wrong; the access
+	// log at debug level has them.
+	if ae.status >= 500 && ae.status != http.StatusServiceUnavailable {
 		s.log.Error("Request failed", "method", c.Request().Method, "path", c.Request().URL.Path,
 			"status", ae.status, "error", ae.message, "requestId", c.Response().Header().Get(echo.HeaderXRequestID))
 	}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -18,20 +19,46 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/apidocs"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
 )
 
 // Server is the data plane's HTTP server.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	store *filter.Store
-	echo  *echo.Echo
+	cfg     Config
+	log     *slog.Logger
+	store   *filter.Store
+	echo    *echo.Echo
+	metrics *metrics.Metrics
+	// docsPage is the API documentation page, built once; nil without -d.
+	docsPage []byte
+	// routePaths are the registered route templates, for the route label of metrics: anything
+	// else a request matched is a path of the client's choosing.
+	routePaths map[string]bool
+
+	// phase is where Run is: see phase. A Server used only through Handler stays serving.
+	phase atomic.Int32
+	// beforeRecovery, if set, runs when recovery starts; tests hold recovery open with it.
+	beforeRecovery func()
 }
 
+// phase is a stage of the server's life, as /readyz and the filter API see it.
+type phase int32
+
+const (
+	// serving is the zero value: a Server that nothing is recovered into serves at once.
+	serving phase = iota
+	// recovering: the HTTP server answers, so probes and /metrics work, but the filter API
+	// answers 503 until the filters are back.
+	recovering
+	// draining: a graceful shutdown began; /readyz answers 503 while the API still serves.
+	draining
+)
+
 // persistence is the part of the configuration the persister takes.
-func (c Config) persistence(log *slog.Logger) persist.Options {
+func (c Config) persistence(log *slog.Logger, syncObserver func(time.Duration)) persist.Options {
 	criteria := make([]persist.Criterion, len(c.TriggerPersistenceCriteria))
 	for i, tc := range c.TriggerPersistenceCriteria {
 		criteria[i] = persist.Criterion{Period: tc.Period, UpdatesMoreThan: tc.UpdatesMoreThan}
@@ -42,6 +69,7 @@ func (c Config) persistence(log *slog.Logger) persist.Options {
 		AllowCorruptSnapshot: c.AllowRecoverFromCorruptedPersistentFile,
 		Criteria:             criteria,
 		Log:                  log,
+		SyncObserver:         syncObserver,
 	}
 }
 
@@ -56,6 +84,18 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes}, nil),
 		echo:  echo.New(),
 	}
+	s.metrics = metrics.New(metrics.Options{
+		Store:              s.store,
+		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
+		Ready:              func() bool { return s.currentPhase() == serving },
+	})
+	if cfg.DocsEnabled {
+		page, err := apidocs.Page()
+		if err != nil {
+			return nil, fmt.Errorf("API documentation: %w", err)
+		}
+		s.docsPage = page
+	}
 	s.routes()
 	return s, nil
 }
@@ -66,6 +106,8 @@ func (s *Server) routes() {
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: requestIDs()}))
+	// Outside the recovery of panics, so that it sees the 500 a panic is answered with.
+	e.Use(s.observe)
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
 		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
 			s.log.Error("Recovered from panic", "path", c.Request().URL.Path, "error", err, "stack", string(stack))
@@ -73,19 +115,35 @@ func (s *Server) routes() {
 		},
 	}))
 
+	e.GET("/healthz", s.healthz)
+	e.GET("/readyz", s.readyz)
+	e.GET("/metrics", s.scrapeMetrics)
 	v1 := e.Group(api.BasePath)
 	v1.GET("/ping", s.ping)
+	// Route middleware rather than a group's: echo answers every path under a group that has
+	// middleware itself, which would turn 405s into 404s.
+	ready := s.afterRecovery
 	filters := v1.Group("/bloomfilter")
-	filters.GET("/list", s.listFilters)
-	filters.PUT("/:name", s.createFilter)
-	filters.GET("/:name", s.getFilter)
-	filters.DELETE("/:name", s.deleteFilter)
-	filters.POST("/:name/check", s.check)
-	filters.POST("/:name/multi-check", s.multiCheck)
-	filters.POST("/:name/check-and-set", s.checkAndSet)
-	filters.POST("/:name/multi-check-and-set", s.multiCheckAndSet)
-	filters.POST("/:name/set", s.set)
-	filters.POST("/:name/multi-set", s.multiSet)
+	filters.GET("/list", s.listFilters, ready)
+	filters.PUT("/:name", s.createFilter, ready)
+	filters.GET("/:name", s.getFilter, ready)
+	filters.DELETE("/:name", s.deleteFilter, ready)
+	filters.POST("/:name/check", s.check, ready)
+	filters.POST("/:name/multi-check", s.multiCheck, ready)
+	filters.POST("/:name/check-and-set", s.checkAndSet, ready)
+	filters.POST("/:name/multi-check-and-set", s.multiCheckAndSet, ready)
+	filters.POST("/:name/set", s.set, ready)
+	filters.POST("/:name/multi-set", s.multiSet, ready)
+	if s.docsPage != nil {
+		v1.GET("/docs", s.docsRedirect)
+		v1.GET("/docs/", s.docs)
+		v1.GET("/docs/openapi.json", s.openAPI)
+	}
+
+	s.routePaths = make(map[string]bool)
+	for _, r := range e.Routes() {
+		s.routePaths[r.Path] = true
+	}
 }
 
 // requestIDs numbers requests within the process: unique enough to find a request's log lines,
@@ -99,89 +157,153 @@ func requestIDs() func() string {
 // Handler serves the whole API; tests mount it on httptest servers.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Run locks the data directory and recovers the filters from it, serves on ln until ctx is
-// cancelled, then shuts down gracefully within cfg.GracefulShutdownTimeout and takes a final
-// snapshot. It returns nil after a clean shutdown. With cfg.InMemory nothing touches the disk.
+func (s *Server) currentPhase() phase { return phase(s.phase.Load()) }
+
+// Run serves on ln until ctx is cancelled, then shuts down gracefully and takes a final snapshot.
+// It returns nil after a clean shutdown. With cfg.InMemory nothing touches the disk.
+//
+// The order matters to whoever watches the pod:
+//  1. lock the data directory (a second process on it fails here, before it listens);
+//  2. serve HTTP at once: /healthz, /v1/ping and /metrics answer, /readyz and the filter API
+//     answer 503 (code 7) while the filters are recovered;
+//  3. recover, then /readyz turns 200 and the filter API serves;
+//  4. on cancellation /readyz turns 503 first, the API serves on for cfg.ShutdownDrainDelay so
+//     that load balancers notice, then the server stops accepting connections and waits up to
+//     cfg.GracefulShutdownTimeout for the requests in flight;
+//  5. with HTTP down, a final snapshot.
 func (s *Server) Run(ctx context.Context, ln net.Listener) (err error) {
-	defer func() {
-		if err != nil {
-			_ = ln.Close()
-		}
-	}()
+	var p *persist.Persister
 	if s.cfg.InMemory {
 		s.log.Warn("Persistence is off: filters live in memory only and are lost when the process ends")
-		return s.serve(ctx, ln)
+	} else {
+		if p, err = persist.Open(s.cfg.persistence(s.log, s.metrics.Persistence.ObserveSync)); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer func() { err = errors.Join(err, p.Close()) }()
+		s.metrics.Persistence.Attach(p.Stats())
+		s.phase.Store(int32(recovering))
 	}
-	p, err := persist.Open(s.cfg.persistence(s.log))
-	if err != nil {
-		return err
+
+	hs := s.startHTTP(ln)
+	if p != nil {
+		if err := s.recoverFilters(p); err != nil {
+			hs.close()
+			return err
+		}
 	}
-	defer func() { err = errors.Join(err, p.Close()) }()
-	if _, err := p.Recover(s.store); err != nil {
-		return fmt.Errorf("recovering from %s: %w", s.cfg.DataDir, err)
+	if ctx.Err() == nil {
+		s.phase.Store(int32(serving))
+		s.log.Info("Ready")
 	}
-	persistCtx, stopPersisting := context.WithCancel(context.WithoutCancel(ctx))
-	persisting := make(chan struct{})
-	go func() {
-		defer close(persisting)
-		p.Run(persistCtx)
-	}()
-	err = s.serve(ctx, ln)
-	stopPersisting()
-	<-persisting
+
+	// Background work runs until HTTP is down, and no longer: the final snapshot must not race
+	// with a periodic one, nor with a purge.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { s.purgeExpired(bgCtx) })
+	if p != nil {
+		background.Go(func() { p.Run(bgCtx) })
+	}
+
+	var serveErr error
+	select {
+	case err := <-hs.done: // the listener failed: nothing left to drain
+		serveErr = fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+		s.drain()
+		serveErr = hs.shutdown(ctx, s.cfg.GracefulShutdownTimeout)
+	}
+	stopBackground()
+	background.Wait()
+	if p == nil {
+		return serveErr
+	}
 	// The HTTP server is down: no request changes the filters while the last snapshot runs.
-	if serr := p.Snapshot(); serr != nil {
-		return errors.Join(err, fmt.Errorf("final snapshot: %w", serr))
+	if err := p.Snapshot(); err != nil {
+		return errors.Join(serveErr, fmt.Errorf("final snapshot: %w", err))
 	}
-	return err
+	return serveErr
 }
 
-// serve answers requests on ln until ctx is cancelled, then shuts the HTTP server down.
-func (s *Server) serve(ctx context.Context, ln net.Listener) error {
+// recoverFilters loads the data directory into the store.
+func (s *Server) recoverFilters(p *persist.Persister) error {
+	if s.beforeRecovery != nil {
+		s.beforeRecovery()
+	}
+	rep, err := p.Recover(s.store)
+	if err != nil {
+		return fmt.Errorf("recovering from %s: %w", s.cfg.DataDir, err)
+	}
+	s.metrics.Persistence.Recovered(rep)
+	return nil
+}
+
+// drain turns /readyz to 503 and waits for cfg.ShutdownDrainDelay while the API still serves.
+func (s *Server) drain() {
+	s.phase.Store(int32(draining))
+	if s.cfg.ShutdownDrainDelay <= 0 {
+		return
+	}
+	s.log.Info("Draining: /readyz answers 503 before the server stops accepting connections",
+		"delay", s.cfg.ShutdownDrainDelay.String())
+	// Not interruptible on purpose: a second SIGTERM or SIGINT kills the process (see runDataPlane).
+	time.Sleep(s.cfg.ShutdownDrainDelay)
+}
+
+// httpServer is the HTTP server running on a listener.
+type httpServer struct {
+	srv  *http.Server
+	done chan error // receives why Serve returned, once
+	log  *slog.Logger
+}
+
+// startHTTP serves the API on ln in a goroutine; shutdown stops it.
+func (s *Server) startHTTP(ln net.Listener) *httpServer {
 	if s.cfg.MaxHTTPConnections > 0 {
 		ln = netutil.LimitListener(ln, s.cfg.MaxHTTPConnections)
 	}
-	srv := &http.Server{
-		Handler: s.echo,
-		// The API answers from memory; a request that takes longer than the timeout to arrive
-		// or to be answered is a stuck client, and its connection is better closed.
-		ReadHeaderTimeout: s.cfg.RequestTimeout,
-		ReadTimeout:       s.cfg.RequestTimeout,
-		WriteTimeout:      s.cfg.RequestTimeout,
-		IdleTimeout:       s.cfg.IdleTimeout,
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+	hs := &httpServer{
+		srv: &http.Server{
+			Handler: s.echo,
+			// The API answers from memory; a request that takes longer than the timeout to arrive
+			// or to be answered is a stuck client, and its connection is better closed.
+			ReadHeaderTimeout: s.cfg.RequestTimeout,
+			ReadTimeout:       s.cfg.RequestTimeout,
+			WriteTimeout:      s.cfg.RequestTimeout,
+			IdleTimeout:       s.cfg.IdleTimeout,
+			ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
+			ConnState:         s.metrics.HTTP.ConnState,
+		},
+		done: make(chan error, 1),
+		log:  s.log,
 	}
-
-	purgeCtx, stopPurge := context.WithCancel(ctx)
-	defer stopPurge()
-	purgeDone := make(chan struct{})
-	go func() {
-		defer close(purgeDone)
-		s.purgeExpired(purgeCtx)
-	}()
-
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { hs.done <- hs.srv.Serve(ln) }()
 	s.log.Info("Listening", "address", ln.Addr().String())
+	return hs
+}
 
-	select {
-	case err := <-serveErr:
-		return fmt.Errorf("serving HTTP: %w", err)
-	case <-ctx.Done():
+// close stops serving at once, cutting off the requests in flight.
+func (hs *httpServer) close() {
+	_ = hs.srv.Close() // it can only fail to close the listener, which Serve then reports
+	if err := <-hs.done; !errors.Is(err, http.ErrServerClosed) {
+		hs.log.Warn("HTTP server failed", "error", err.Error())
 	}
-	s.log.Info("Shutting down", "timeout", s.cfg.GracefulShutdownTimeout.String())
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.GracefulShutdownTimeout)
+}
+
+// shutdown stops accepting connections and waits up to timeout for the requests in flight.
+func (hs *httpServer) shutdown(ctx context.Context, timeout time.Duration) error {
+	hs.log.Info("Shutting down", "timeout", timeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	stopPurge()
-	<-purgeDone
-	if err != nil {
+	if err := hs.srv.Shutdown(shutdownCtx); err != nil {
+		hs.close() // whatever did not finish in time is cut off
 		return fmt.Errorf("graceful shutdown: %w", err)
 	}
-	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
+	if err := <-hs.done; !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("serving HTTP: %w", err)
 	}
-	s.log.Info("Stopped")
+	hs.log.Info("Stopped")
 	return nil
 }
 

@@ -77,6 +77,20 @@ func runServer(t *testing.T, configure func(*server.Config)) *testServer {
 			configure(cfg)
 		}
 	})
+	ts, stop := startRun(t, srv)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitUntilReady(t, ts)
+	return ts
+}
+
+// startRun runs srv on a loopback listener; stop cancels Run and returns what it returned. It
+// does not wait for readiness: the server answers HTTP while it recovers.
+func startRun(t *testing.T, srv *server.Server) (ts *testServer, stop func() error) {
+	t.Helper()
 	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listen: %v", err)
@@ -84,14 +98,26 @@ func runServer(t *testing.T, configure func(*server.Config)) *testServer {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
 	url := "http://" + ln.Addr().String()
-	return &testServer{url: url, http: &http.Client{}, client: client.New(url)}
+	return &testServer{url: url, http: &http.Client{}, client: client.New(url)}, stop
+}
+
+// waitUntilReady waits for /readyz to answer 200: the filter API answers 503 while the server
+// recovers, and tests start once it is ready, as a Service would send it traffic.
+func waitUntilReady(t *testing.T, ts *testServer) {
+	t.Helper()
+	eventually(t, 30*time.Second, time.Millisecond, "readiness", func() bool {
+		return ts.send(t, http.MethodGet, "/readyz", "").status == http.StatusOK
+	})
 }
 
 type response struct {

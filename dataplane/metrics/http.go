@@ -1,0 +1,125 @@
+package metrics
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Unmatched is the route label of requests that matched no route: their paths are the client's to
+// choose, and as labels they would make a series per typo.
+const Unmatched = "unmatched"
+
+// latencyBuckets span what the API sees: answers from memory take tens of microseconds, a big
+// batch or a slow client milliseconds, and nothing may take longer than the request timeout.
+var latencyBuckets = []float64{.00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
+
+// HTTP are the server's request and connection metrics.
+type HTTP struct {
+	requests  *prometheus.CounterVec
+	durations *prometheus.HistogramVec
+	inFlight  prometheus.Gauge
+	open      prometheus.Gauge
+
+	// series caches the children of the vectors by label values: a vector's lookup hashes the
+	// values and takes the vector's lock, on every request; a sync.Map read of a key that exists
+	// takes no lock.
+	series sync.Map // requestLabels → requestSeries
+}
+
+type requestLabels struct {
+	route, method string
+	status        int
+}
+
+type requestSeries struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+func newHTTP() *HTTP {
+	return &HTTP{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "http", Name: "requests_total",
+			Help: "HTTP requests answered, by route template, method and status code.",
+		}, []string{"route", "method", "code"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Subsystem: "http", Name: "request_duration_seconds",
+			Help:    "Time from the request's arrival at the router to its answer, by route template and method.",
+			Buckets: latencyBuckets,
+		}, []string{"route", "method"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "http", Name: "requests_in_flight",
+			Help: "HTTP requests being answered.",
+		}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Subsystem: "http", Name: "open_connections",
+			Help: "Client connections open to the HTTP server, idle ones included.",
+		}),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (h *HTTP) Describe(ch chan<- *prometheus.Desc) {
+	h.requests.Describe(ch)
+	h.durations.Describe(ch)
+	h.inFlight.Describe(ch)
+	h.open.Describe(ch)
+}
+
+// Collect implements prometheus.Collector.
+func (h *HTTP) Collect(ch chan<- prometheus.Metric) {
+	h.requests.Collect(ch)
+	h.durations.Collect(ch)
+	h.inFlight.Collect(ch)
+	h.open.Collect(ch)
+}
+
+// Started counts a request in flight; Finished must follow.
+func (h *HTTP) Started() { h.inFlight.Inc() }
+
+// Finished records a request answered with status after elapsed. route is the template the
+// request matched ("/v1/bloomfilter/:name"), or "" for none.
+func (h *HTTP) Finished(route, method string, status int, elapsed time.Duration) {
+	h.inFlight.Dec()
+	if route == "" {
+		route = Unmatched
+	}
+	key := requestLabels{route, knownMethod(method), status}
+	s, ok := h.series.Load(key)
+	if !ok {
+		s, _ = h.series.LoadOrStore(key, requestSeries{
+			count:    h.requests.WithLabelValues(key.route, key.method, strconv.Itoa(status)),
+			duration: h.durations.WithLabelValues(key.route, key.method),
+		})
+	}
+	series := s.(requestSeries)
+	series.count.Inc()
+	series.duration.Observe(elapsed.Seconds())
+}
+
+// knownMethod keeps the method label to the methods of HTTP: any other string a client sends
+// would be a series of its own.
+func knownMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "other"
+}
+
+// ConnState is an http.Server's ConnState hook: it counts open connections.
+func (h *HTTP) ConnState(_ net.Conn, state http.ConnState) {
+	switch state {
+	case http.StateNew:
+		h.open.Inc()
+	case http.StateClosed, http.StateHijacked:
+		h.open.Dec()
+	default: // active and idle connections are open either way
+	}
+}
