@@ -45,7 +45,7 @@ lint-config: golangci-lint ## Verify .golangci.yml against the linter's schema.
 
 .PHONY: manifests
 manifests: controller-gen ## Generate the CRDs and RBAC from the markers in api/ and controllers/.
-	$(CONTROLLER_GEN) rbac:roleName=bloomery-operator crd paths="./..." output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=operator crd paths="./..." output:crd:artifacts:config=config/crd/bases
 
 .PHONY: generate
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
@@ -88,6 +88,15 @@ bench-http: ## Load-test the data plane with wrk (SCRIPT, DURATION, THREADS, CON
 build: ## Build the bloomery binary into bin/.
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LOCALBIN)/bloomery .
 
+# IMG is the one image of both roles (operator and data plane) that the install manifests name.
+IMG ?= bloomery:latest
+
+.PHONY: build-installer
+build-installer: manifests kustomize ## Write dist/install.yaml (CRDs, RBAC, operator) for the image IMG.
+	mkdir -p dist
+	cd config/manager && "$(KUSTOMIZE)" edit set image bloomery=$(IMG)
+	"$(KUSTOMIZE)" build config/default > dist/install.yaml
+
 .PHONY: run
 run: ## Run the data plane locally on port 8080 with ./data as its data directory.
 	$(GO) run . dataplane -p 8080 --data-dir ./data
@@ -102,10 +111,12 @@ $(LOCALBIN):
 ## Tool binaries
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen
+KUSTOMIZE ?= $(LOCALBIN)/kustomize
 
 ## Tool versions
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
+KUSTOMIZE_VERSION ?= v5.8.1
 
 # Kubernetes test binaries (etcd, kube-apiserver, kube-controller-manager, kubectl), built
 # once from the Go module proxy into a cache outside the tree (about 10 minutes cold).
@@ -118,6 +129,10 @@ envtest-assets: ## Build the envtest and end-to-end Kubernetes binaries once and
 .PHONY: controller-gen
 controller-gen: | $(LOCALBIN) ## Download controller-gen locally if necessary.
 	$(call go-install-tool,$(CONTROLLER_GEN),sigs.k8s.io/controller-tools/cmd/controller-gen,$(CONTROLLER_TOOLS_VERSION))
+
+.PHONY: kustomize
+kustomize: | $(LOCALBIN) ## Download kustomize locally if necessary.
+	$(call go-install-tool,$(KUSTOMIZE),sigs.k8s.io/kustomize/kustomize/v5,$(KUSTOMIZE_VERSION))
 
 # Phony on purpose: the macro's own check is cheap, and it reinstalls when the version changes.
 .PHONY: golangci-lint

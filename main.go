@@ -1,6 +1,7 @@
 // Command bloomery is the one binary of Bloomery, a Kubernetes-native bloom filter service. Its
-// subcommands are its roles: `bloomery dataplane` serves the filters over HTTP, and `bloomery
-// version` prints the version.
+// subcommands are its roles: `bloomery dataplane` serves the filters over HTTP, `bloomery
+// operator` runs them on Kubernetes from BloomCluster and BloomFilter resources, and `bloomery
+// version` prints the version. Operator and data plane always ship as the same version.
 //
 // Exit status: 0 on success (and for -h and --version), 2 for a usage error (a bad flag or
 // argument, or a bad configuration), 1 for any other failure.
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bloomery/bloomery/controllers"
 	"github.com/bloomery/bloomery/dataplane/server"
 )
 
@@ -74,6 +76,7 @@ func newRootCommand() *cobra.Command {
 	server.SetVersion(root, version)
 	root.AddCommand(
 		server.NewCommand(version),
+		controllers.NewCommand(version),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",

@@ -103,8 +103,10 @@ type BloomClusterSpec struct {
 
 // StorageSpec is the volume claim of each pod.
 type StorageSpec struct {
-	// size of each pod's volume. Only growing is allowed, and only where the storage class allows it.
+	// size of each pod's volume. It is fixed when the cluster is created: a later change is
+	// reported in the Degraded condition and not applied to existing volumes.
 	// +kubebuilder:default="1Gi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than 0"
 	// +optional
 	Size *resource.Quantity `json:"size,omitempty"`
 
@@ -184,11 +186,16 @@ type SnapshotTrigger struct {
 
 // LimitsSpec bounds the memory of bit arrays on each pod.
 type LimitsSpec struct {
-	// maxFilterBytes is the most one filter may hold, all its layers together.
+	// maxFilterBytes is the most one filter may hold, all its layers together. Absent means no
+	// limit.
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="maxFilterBytes must not be negative"
 	// +optional
 	MaxFilterBytes *resource.Quantity `json:"maxFilterBytes,omitempty"`
 
-	// maxTotalBytes is the most all filters together may hold on one pod.
+	// maxTotalBytes is the most all filters together may hold on one pod. Absent means no limit;
+	// the pods' termination grace period grows with it (and with the memory limit), to leave
+	// time for the final snapshot.
+	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="maxTotalBytes must not be negative"
 	// +optional
 	MaxTotalBytes *resource.Quantity `json:"maxTotalBytes,omitempty"`
 }
@@ -273,6 +280,10 @@ type BloomClusterStatus struct {
 
 // BloomCluster is a data plane of bloom filters: a StatefulSet of pods, its Services, a
 // PodDisruptionBudget and, when asked, a ServiceMonitor.
+// Its name must be a DNS-1035 label of at most 52 characters: it names the cluster's Services,
+// and the pods' controller-revision-hash label (at most 63 characters) adds 11 to it.
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="name must start with a lowercase letter and contain only lowercase letters, digits and '-'"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 52",message="name must be at most 52 characters"
 type BloomCluster struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional

@@ -1,0 +1,408 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/api"
+)
+
+// filterFinalizer removes the filter from the pods before its BloomFilter goes away.
+const filterFinalizer = "bloomery.io/filter-cleanup"
+
+// BloomFilterReconciler makes a filter exist on every pod of its cluster and reports what the
+// pods hold. Status is recomputed from the pods on every pass, and passes repeat every Resync,
+// because a pod that lost a filter sends no event.
+type BloomFilterReconciler struct {
+	Client    client.Client
+	DataPlane DataPlane
+	Recorder  recorder.EventRecorder
+	// Resync is the period of the passes that keep status true between events.
+	Resync time.Duration
+	// PodParallelism bounds the concurrent calls of one pass to the pods.
+	PodParallelism int
+	// MaxConcurrentReconciles is how many BloomFilters are reconciled at once.
+	MaxConcurrentReconciles int
+	// DeleteGiveUp is how long a delete keeps retrying pods that do not answer before it lets
+	// the BloomFilter go anyway, so that deletion never hangs on a broken pod.
+	DeleteGiveUp time.Duration
+}
+
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/finalizers,verbs=update
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one BloomFilter's pods and status in line.
+func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := r.Client.Get(ctx, req.NamespacedName, &bf); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !bf.DeletionTimestamp.IsZero() {
+		return r.finalize(ctx, &bf)
+	}
+	original := bf.DeepCopy()
+	result, err := r.reconcile(ctx, &bf)
+	if perr := r.patchStatus(ctx, original, &bf); perr != nil {
+		return ctrl.Result{}, errors.Join(err, perr)
+	}
+	return result, err
+}
+
+// reconcile runs the steps of one pass; the caller writes the status they computed.
+func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) (ctrl.Result, error) {
+	gen := bf.Generation
+	if bf.Annotations[PauseAnnotation] == "true" {
+		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionFalse, ReasonPaused,
+			"Reconciliation is paused by the "+PauseAnnotation+" annotation")
+		return ctrl.Result{}, nil
+	}
+	if !controllerutil.ContainsFinalizer(bf, filterFinalizer) {
+		// Update, not patch: a concurrent change of the object must make this pass retry.
+		controllerutil.AddFinalizer(bf, filterFinalizer)
+		if err := r.Client.Update(ctx, bf); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to BloomFilter: %w", err)
+		}
+	}
+	bf.Status.ObservedGeneration = gen
+	bf.Status.URL = fmt.Sprintf("http://%s.%s.svc:%d/v1/bloomfilter/%s", bf.Spec.ClusterRef.Name, bf.Namespace, defaultAPIPort, bf.Name)
+
+	shape, err := shapeOf(bf.Spec)
+	if err != nil {
+		r.fail(bf, ReasonInvalidSpec, err.Error())
+		return ctrl.Result{}, nil // a new spec brings a new pass
+	}
+	var cluster bloomeryv1alpha1.BloomCluster
+	err = r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster)
+	if apierrors.IsNotFound(err) {
+		bf.Status.Pods = nil
+		r.fail(bf, ReasonClusterNotFound, fmt.Sprintf("BloomCluster %s does not exist in namespace %s", bf.Spec.ClusterRef.Name, bf.Namespace))
+		return ctrl.Result{RequeueAfter: r.Resync}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting BloomCluster: %w", err)
+	}
+	pods, err := clusterPods(ctx, r.Client, bf.Namespace, cluster.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	observed := r.ensureOnPods(ctx, bf, pods, shape)
+	r.report(bf, &cluster, observed)
+	return ctrl.Result{RequeueAfter: r.Resync}, nil
+}
+
+// shapeOf turns the spec into the data plane's create parameters.
+func shapeOf(spec bloomeryv1alpha1.BloomFilterSpec) (FilterShape, error) {
+	fpp, err := strconv.ParseFloat(spec.FalsePositiveRate, 64)
+	if err != nil || !(fpp > 0 && fpp < 1) {
+		return FilterShape{}, fmt.Errorf("falsePositiveRate %q is not a decimal in (0, 1)", spec.FalsePositiveRate)
+	}
+	shape := FilterShape{Capacity: uint64(spec.Capacity), FPP: fpp, Scalable: spec.Scalable == nil || *spec.Scalable, Growth: 2}
+	if spec.Growth != nil {
+		shape.Growth = uint(*spec.Growth)
+	}
+	if e := spec.Expiry; e != nil {
+		if e.AfterCreate != nil {
+			shape.ValidPeriodAfterCreate = int64(e.AfterCreate.Seconds())
+		}
+		if e.AfterAccess != nil {
+			shape.ValidPeriodAfterAccess = int64(e.AfterAccess.Seconds())
+		}
+	}
+	return shape, nil
+}
+
+// podObservation is what one pass learnt of one pod.
+type podObservation struct {
+	status  bloomeryv1alpha1.PodFilterStatus
+	filter  api.Filter
+	created bool
+	// Exactly one of these holds for a pod without the filter: it is starting (no IP yet, or
+	// not Ready while it recovers), it does not answer, or it holds another shape.
+	waiting, unreachable, mismatch bool
+}
+
+// ensureOnPods creates the filter on every pod that lacks it and reads every pod's copy, with
+// bounded parallelism. A pod that fails is reported, never a reason to stop the others.
+func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape) []podObservation {
+	observed := make([]podObservation, len(pods))
+	var g errgroup.Group
+	g.SetLimit(max(r.PodParallelism, 1))
+	for i := range pods {
+		g.Go(func() error {
+			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape)
+			return nil
+		})
+	}
+	_ = g.Wait()
+	slices.SortFunc(observed, func(a, b podObservation) int { return strings.Compare(a.status.Pod, b.status.Pod) })
+	return observed
+}
+
+func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod *corev1.Pod, shape FilterShape) podObservation {
+	o := podObservation{status: bloomeryv1alpha1.PodFilterStatus{Pod: pod.Name}}
+	addr, ok := podAddress(pod)
+	if !ok {
+		o.waiting, o.status.Message = true, "pod has no IP yet ("+string(pod.Status.Phase)+")"
+		return o
+	}
+	f, err := r.DataPlane.GetFilter(ctx, addr, name)
+	if errors.Is(err, ErrFilterNotFound) {
+		f, o.created, err = r.DataPlane.CreateFilter(ctx, addr, name, shape)
+	}
+	switch {
+	case err != nil && !podReady(pod):
+		// A pod recovering its data answers 503 until it is Ready: it is starting, not broken.
+		o.waiting, o.status.Message = true, "pod is not Ready: "+err.Error()
+		return o
+	case err != nil:
+		o.unreachable, o.status.Message = true, "unreachable: "+err.Error()
+		return o
+	}
+	o.filter = f
+	if !shape.Matches(f) {
+		o.mismatch = true
+		o.status.Message = fmt.Sprintf("holds a filter of another shape (capacity %d, fpp %v, scalable %v); it is left alone",
+			f.ExpectedInsertions, f.FPP, f.Scalable)
+		return o
+	}
+	o.status.Present = true
+	o.status.Items = int64(f.Items)
+	o.status.SizeBytes = int64(f.SizeBytes)
+	return o
+}
+
+// report writes the pass's observations into status and conditions, and records events for
+// what changed on the pods.
+func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster *bloomeryv1alpha1.BloomCluster, observed []podObservation) {
+	gen := bf.Generation
+	wasPresent := map[string]bool{}
+	for _, p := range bf.Status.Pods {
+		wasPresent[p.Pod] = p.Present
+	}
+	var unreachable, mismatched, waiting, created []string
+	var items, size int64
+	var fill, fpr float64
+	bf.Status.Pods = bf.Status.Pods[:0]
+	for _, o := range observed {
+		bf.Status.Pods = append(bf.Status.Pods, o.status)
+		switch {
+		case o.mismatch:
+			mismatched = append(mismatched, o.status.Pod)
+		case o.unreachable:
+			unreachable = append(unreachable, o.status.Pod)
+		case o.waiting:
+			waiting = append(waiting, o.status.Pod)
+		}
+		if o.created {
+			created = append(created, o.status.Pod)
+			if wasPresent[o.status.Pod] {
+				now := metav1.Now()
+				bf.Status.LastRecreationTime = &now
+				r.Recorder.Eventf(bf, nil, corev1.EventTypeNormal, "Recreated", "Recreate",
+					"Recreated the filter on pod %s, which had lost it (expired or restarted without its volume)", o.status.Pod)
+			}
+		}
+		if o.status.Present {
+			items, size = max(items, o.status.Items), o.status.SizeBytes
+			fill, fpr = max(fill, o.filter.FillRatio), max(fpr, o.filter.EstimatedFPP)
+		}
+	}
+	if len(created) > 0 {
+		r.Recorder.Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(created, ", "))
+	}
+	bf.Status.Items, bf.Status.SizeBytes = items, size
+	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(fill), formatRate(fpr)
+
+	desired := int32(1)
+	if cluster.Spec.Replicas != nil {
+		desired = *cluster.Spec.Replicas
+	}
+	present := int32(len(observed) - len(unreachable) - len(mismatched) - len(waiting))
+	var problems []string
+	if len(unreachable) > 0 {
+		problems = append(problems, "pods not answering: "+strings.Join(unreachable, ", "))
+	}
+	if len(mismatched) > 0 {
+		problems = append(problems, "pods holding a filter of another shape: "+strings.Join(mismatched, ", "))
+	}
+	switch {
+	case len(mismatched) > 0:
+		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonShapeMismatch, strings.Join(problems, "; "))
+	case len(unreachable) > 0:
+		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonPodsUnreachable, strings.Join(problems, "; "))
+	default:
+		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "Every pod that answers holds the filter")
+	}
+	ready := desired > 0 && present == desired && int32(len(observed)) == desired
+	switch {
+	case ready:
+		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionTrue, ReasonOnAllPods,
+			fmt.Sprintf("The filter is on all %d pods", desired))
+		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionFalse, ReasonAsExpected, "")
+	case desired == 0 || len(observed) == 0:
+		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionFalse, ReasonNoPods,
+			fmt.Sprintf("BloomCluster %s has no pods", cluster.Name))
+		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, boolStatus(desired > 0), ReasonNoPods, "Waiting for pods")
+	default:
+		msg := fmt.Sprintf("The filter is on %d of %d pods", present, desired)
+		if len(problems) > 0 {
+			msg += "; " + strings.Join(problems, "; ")
+		}
+		if len(waiting) > 0 {
+			msg += "; waiting for pods: " + strings.Join(waiting, ", ")
+		}
+		reason := ReasonCreating
+		if len(unreachable) > 0 {
+			reason = ReasonPodsUnreachable
+		}
+		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
+		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionTrue, reason, msg)
+	}
+}
+
+// fail reports a state in which nothing can be done on the pods.
+func (r *BloomFilterReconciler) fail(bf *bloomeryv1alpha1.BloomFilter, reason, message string) {
+	gen := bf.Generation
+	setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionFalse, reason, message)
+	setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionFalse, reason, message)
+	setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, reason, message)
+}
+
+// formatRate writes a rate with four significant digits, as a decimal string: the API avoids
+// floats.
+func formatRate(x float64) string {
+	return strconv.FormatFloat(x, 'g', 4, 64)
+}
+
+// patchStatus writes the status once, and only if the pass changed it.
+func (r *BloomFilterReconciler) patchStatus(ctx context.Context, original, bf *bloomeryv1alpha1.BloomFilter) error {
+	if equality.Semantic.DeepEqual(original.Status, bf.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, bf, client.MergeFrom(original)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("writing BloomFilter status: %w", err)
+	}
+	return nil
+}
+
+// finalize removes the filter from the pods unless the policy retains it, then lets the object
+// go. It gives up on pods that keep failing after DeleteGiveUp, so deletion never hangs.
+func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(bf, filterFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	logger := log.FromContext(ctx)
+	if bf.Spec.DeletionPolicy != bloomeryv1alpha1.Retain {
+		failed, err := r.deleteFromPods(ctx, bf)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if len(failed) > 0 {
+			if time.Since(bf.DeletionTimestamp.Time) < r.DeleteGiveUp {
+				return ctrl.Result{}, fmt.Errorf("deleting the filter from pods %s: will retry", strings.Join(failed, ", "))
+			}
+			r.Recorder.Eventf(bf, nil, corev1.EventTypeWarning, "DeleteIncomplete", "Delete",
+				"Gave up deleting the filter from pods %s after %v; they may still hold it", strings.Join(failed, ", "), r.DeleteGiveUp)
+		}
+	}
+	controllerutil.RemoveFinalizer(bf, filterFinalizer)
+	if err := r.Client.Update(ctx, bf); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
+	return ctrl.Result{}, nil
+}
+
+// deleteFromPods deletes the filter on every pod that has an address and returns the pods that
+// failed. A missing cluster or a pod without an IP holds nothing to delete.
+func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) ([]string, error) {
+	pods, err := clusterPods(ctx, r.Client, bf.Namespace, bf.Spec.ClusterRef.Name)
+	if err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	var failed []string
+	var g errgroup.Group
+	g.SetLimit(max(r.PodParallelism, 1))
+	for i := range pods {
+		addr, ok := podAddress(&pods[i])
+		if !ok {
+			continue
+		}
+		g.Go(func() error {
+			if err := r.DataPlane.DeleteFilter(ctx, addr, bf.Name); err != nil {
+				mu.Lock()
+				failed = append(failed, addr.Name)
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	slices.Sort(failed)
+	if len(failed) == 0 && len(pods) > 0 {
+		r.Recorder.Eventf(bf, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted the filter from %d pods", len(pods))
+	}
+	return failed, nil
+}
+
+// SetupWithManager watches BloomFilters, and the pods and clusters they depend on: a pod that
+// restarts, or a cluster that scales, requeues every filter of that cluster.
+func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	filtersOfCluster := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
+		var list bloomeryv1alpha1.BloomFilterList
+		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{clusterRefIndex: cluster}); err != nil {
+			log.FromContext(ctx).Error(err, "Listing BloomFilters of a cluster failed", "cluster", cluster)
+			return nil
+		}
+		requests := make([]reconcile.Request, len(list.Items))
+		for i, bf := range list.Items {
+			requests[i] = reconcile.Request{NamespacedName: types.NamespacedName{Namespace: bf.Namespace, Name: bf.Name}}
+		}
+		return requests
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&bloomeryv1alpha1.BloomFilter{}).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			cluster, ok := o.GetLabels()[labelInstance]
+			if !ok || o.GetLabels()[labelName] != appName {
+				return nil
+			}
+			return filtersOfCluster(ctx, o.GetNamespace(), cluster)
+		})).
+		Watches(&bloomeryv1alpha1.BloomCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			return filtersOfCluster(ctx, o.GetNamespace(), o.GetName())
+		})).
+		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
+		Named("bloomfilter").
+		Complete(r)
+}

@@ -1,0 +1,357 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/server"
+)
+
+// fakePod is a data-plane pod for envtest: a Pod object whose status the test sets, and a real
+// data-plane server on a loopback port that stands for the pod's container.
+type fakePod struct {
+	name   string
+	port   int
+	stop   context.CancelFunc
+	done   chan error
+	client *client.Client
+}
+
+// startDataPlaneServer runs an in-memory data plane on 127.0.0.1:port (0 picks one).
+func startDataPlaneServer(t testing.TB, port int) (int, context.CancelFunc, chan error) {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.InMemory = true
+	// Shutdown waits up to 5 s for a connection dialed but not yet used (net/http treats it as
+	// active): the operator's keep-alive dials make that likely.
+	cfg.GracefulShutdownTimeout = 10 * time.Second
+	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ln) }()
+	return ln.Addr().(*net.TCPAddr).Port, cancel, done
+}
+
+// addPod creates a ready Pod of the cluster backed by a fresh data plane.
+func addPod(t testing.TB, ns, cluster, name string) *fakePod {
+	t.Helper()
+	port, stop, done := startDataPlaneServer(t, 0)
+	p := &fakePod{name: name, port: port, stop: stop, done: done, client: client.New(fmt.Sprintf("http://127.0.0.1:%d", port))}
+	t.Cleanup(func() { p.kill(t) })
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: selectorLabels(cluster)},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "dataplane", Image: "bloomery:test",
+			Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: int32(port)}},
+		}}},
+	}
+	if err := k8s.Create(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status = corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	if err := k8s.Status().Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// kill stops the pod's data plane: the pod stops answering.
+func (p *fakePod) kill(t testing.TB) {
+	if p.stop != nil {
+		p.stop()
+		if err := <-p.done; err != nil {
+			t.Errorf("data plane of pod %s: %v", p.name, err)
+		}
+		p.stop = nil
+	}
+}
+
+// restartEmpty starts a new, empty data plane on the same port: a pod restarted without its volume.
+func (p *fakePod) restartEmpty(t *testing.T) {
+	t.Helper()
+	p.kill(t)
+	_, p.stop, p.done = startDataPlaneServer(t, p.port)
+}
+
+func createCluster(t testing.TB, ns, name string, replicas int32) {
+	t.Helper()
+	bc := &bloomeryv1alpha1.BloomCluster{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec:       bloomeryv1alpha1.BloomClusterSpec{Replicas: new(replicas)},
+	}
+	if err := k8s.Create(t.Context(), bc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func createBloomFilter(t testing.TB, ns, name, cluster string, mutate ...func(*bloomeryv1alpha1.BloomFilter)) {
+	t.Helper()
+	bf := &bloomeryv1alpha1.BloomFilter{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: bloomeryv1alpha1.BloomFilterSpec{
+			ClusterRef:        bloomeryv1alpha1.ClusterReference{Name: cluster},
+			Capacity:          10_000,
+			FalsePositiveRate: "0.001",
+		},
+	}
+	for _, m := range mutate {
+		m(bf)
+	}
+	if err := k8s.Create(t.Context(), bf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func getBloomFilter(t testing.TB, ns, name string) *bloomeryv1alpha1.BloomFilter {
+	t.Helper()
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, &bf); err != nil {
+		t.Fatal(err)
+	}
+	return &bf
+}
+
+// startFilterReconciler runs the BloomFilter reconciler, with a short resync, in namespace ns.
+func startFilterReconciler(t testing.TB, ns string) *writeCounter {
+	t.Helper()
+	return startManager(t, ns, func(mgr ctrl.Manager) error {
+		return (&BloomFilterReconciler{
+			Client:                  mgr.GetClient(),
+			DataPlane:               NewHTTPDataPlane(2 * time.Second),
+			Recorder:                mgr.GetEventRecorder("bloomfilter"),
+			Resync:                  200 * time.Millisecond,
+			PodParallelism:          4,
+			MaxConcurrentReconciles: 4,
+			DeleteGiveUp:            3 * time.Second,
+		}).SetupWithManager(mgr)
+	})
+}
+
+// condition returns "Status/Reason: message" of a condition, for waiting and for messages.
+func condition(bf *bloomeryv1alpha1.BloomFilter, typ string) (metav1.ConditionStatus, string) {
+	c := meta.FindStatusCondition(bf.Status.Conditions, typ)
+	if c == nil {
+		return "", "no " + typ + " condition"
+	}
+	return c.Status, fmt.Sprintf("%s/%s: %s", c.Status, c.Reason, c.Message)
+}
+
+func waitCondition(t *testing.T, ns, name, typ string, want metav1.ConditionStatus, contains string) *bloomeryv1alpha1.BloomFilter {
+	t.Helper()
+	var bf *bloomeryv1alpha1.BloomFilter
+	eventually(t, 20*time.Second, fmt.Sprintf("BloomFilter %s %s=%s", name, typ, want), func() (bool, string) {
+		bf = getBloomFilter(t, ns, name)
+		status, detail := condition(bf, typ)
+		return status == want && strings.Contains(detail, contains) && bf.Status.ObservedGeneration == bf.Generation, detail
+	})
+	return bf
+}
+
+func TestBloomFilterOnEveryPod(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 3)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1"), addPod(t, ns, "c", "c-2")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "users", "c")
+
+	bf := waitCondition(t, ns, "users", ConditionReady, metav1.ConditionTrue, "all 3 pods")
+	if !slices.Contains(bf.Finalizers, filterFinalizer) {
+		t.Errorf("finalizers %v, want %s", bf.Finalizers, filterFinalizer)
+	}
+	if want := "http://c." + ns + ".svc:8080/v1/bloomfilter/users"; bf.Status.URL != want {
+		t.Errorf("url %q, want %q", bf.Status.URL, want)
+	}
+	for _, p := range pods {
+		f, err := p.client.Get(t.Context(), "users")
+		if err != nil || f.ExpectedInsertions != 10_000 || f.FPP != 0.001 || !f.Scalable || f.Expiration != "" {
+			t.Errorf("pod %s holds %+v, %v; want the spec's shape without expiry", p.name, f, err)
+		}
+	}
+	// Values added on a pod show in status.
+	if err := pods[1].client.MultiSet(t.Context(), "users", []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "items in status", func() (bool, string) {
+		bf = getBloomFilter(t, ns, "users")
+		return bf.Status.Items == 3 && len(bf.Status.Pods) == 3, fmt.Sprintf("items %d, pods %+v", bf.Status.Items, bf.Status.Pods)
+	})
+	if bf.Status.SizeBytes == 0 || bf.Status.FillRatio == "0" || bf.Status.EstimatedFalsePositiveRate == "" {
+		t.Errorf("status %+v: want size, fill ratio and estimated rate", bf.Status)
+	}
+}
+
+func TestBloomFilterComesBackOnARestartedPod(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "f", "c")
+	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
+
+	pods[1].restartEmpty(t)
+	eventually(t, 20*time.Second, "the filter back on the restarted pod", func() (bool, string) {
+		_, err := pods[1].client.Get(t.Context(), "f")
+		return err == nil, fmt.Sprint(err)
+	})
+	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
+}
+
+// TestExpiryWorksAsRotation: a filter that expires on the pods is recreated empty, and status
+// says when.
+func TestExpiryWorksAsRotation(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 1)
+	pod := addPod(t, ns, "c", "c-0")
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "daily", "c", func(bf *bloomeryv1alpha1.BloomFilter) {
+		bf.Spec.Expiry = &bloomeryv1alpha1.ExpirySpec{AfterCreate: &metav1.Duration{Duration: time.Second}}
+	})
+	waitCondition(t, ns, "daily", ConditionReady, metav1.ConditionTrue, "")
+	first, err := pod.client.Get(t.Context(), "daily")
+	if err != nil || first.Expiration == "" {
+		t.Fatalf("filter on the pod: %+v, %v; want one with an expiration", first, err)
+	}
+	if err := pod.client.Set(t.Context(), "daily", "old"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the filter recreated after it expired", func() (bool, string) {
+		bf := getBloomFilter(t, ns, "daily")
+		f, err := pod.client.Get(t.Context(), "daily")
+		return bf.Status.LastRecreationTime != nil && err == nil && f.Created != first.Created,
+			fmt.Sprintf("lastRecreationTime %v, pod %+v %v", bf.Status.LastRecreationTime, f.Created, err)
+	})
+}
+
+func TestBloomFilterDegradedNamesThePodThatStopsAnswering(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "f", "c")
+	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
+
+	pods[0].kill(t)
+	bf := waitCondition(t, ns, "f", ConditionDegraded, metav1.ConditionTrue, "c-0")
+	if status, detail := condition(bf, ConditionReady); status != metav1.ConditionFalse || !strings.Contains(detail, "c-0") {
+		t.Errorf("Ready = %s, want False naming c-0", detail)
+	}
+	if status, detail := condition(bf, ConditionDegraded); strings.Contains(detail, "c-1") {
+		t.Errorf("Degraded %s names the healthy pod c-1", status)
+	}
+}
+
+func TestBloomFilterShapeMismatchIsReportedNotOverwritten(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 1)
+	pod := addPod(t, ns, "c", "c-0")
+	if _, _, err := pod.client.Create(t.Context(), "f", client.CreateOptions{ExpectedInsertions: new(uint64(5)), ValidPeriodAfterCreate: new(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pod.client.Set(t.Context(), "f", "precious"); err != nil {
+		t.Fatal(err)
+	}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "f", "c")
+	waitCondition(t, ns, "f", ConditionDegraded, metav1.ConditionTrue, "another shape")
+	if present, err := pod.client.Check(t.Context(), "f", "precious"); err != nil || !present {
+		t.Errorf("the pod's own filter was overwritten: %v, %v", present, err)
+	}
+}
+
+func TestBloomFilterDeletion(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "deleted", "c")
+	createBloomFilter(t, ns, "retained", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.DeletionPolicy = bloomeryv1alpha1.Retain })
+	waitCondition(t, ns, "deleted", ConditionReady, metav1.ConditionTrue, "")
+	waitCondition(t, ns, "retained", ConditionReady, metav1.ConditionTrue, "")
+
+	for _, name := range []string{"deleted", "retained"} {
+		if err := k8s.Delete(t.Context(), getBloomFilter(t, ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ns, name)
+	}
+	for _, p := range pods {
+		if _, err := p.client.Get(t.Context(), "deleted"); !client.IsNotFound(err) {
+			t.Errorf("pod %s still holds the deleted filter: %v", p.name, err)
+		}
+		if _, err := p.client.Get(t.Context(), "retained"); err != nil {
+			t.Errorf("pod %s lost the retained filter: %v", p.name, err)
+		}
+	}
+}
+
+func TestBloomFilterDeletionNeverHangs(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "gone", 1)
+	pod := addPod(t, ns, "gone", "gone-0")
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "orphan", "gone")
+	createBloomFilter(t, ns, "stuck", "gone")
+	waitCondition(t, ns, "orphan", ConditionReady, metav1.ConditionTrue, "")
+	waitCondition(t, ns, "stuck", ConditionReady, metav1.ConditionTrue, "")
+
+	// The pod stops answering: the delete retries, then gives up after DeleteGiveUp.
+	pod.kill(t)
+	if err := k8s.Delete(t.Context(), getBloomFilter(t, ns, "stuck")); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ns, "stuck")
+
+	// The cluster and its pods are gone: nothing to delete from.
+	if err := k8s.Delete(t.Context(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gone-0", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(t.Context(), &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	waitCondition(t, ns, "orphan", ConditionReady, metav1.ConditionFalse, ReasonClusterNotFound)
+	if err := k8s.Delete(t.Context(), getBloomFilter(t, ns, "orphan")); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ns, "orphan")
+}
+
+func waitGone(t *testing.T, ns, name string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "BloomFilter "+name+" deleted", func() (bool, string) {
+		var bf bloomeryv1alpha1.BloomFilter
+		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, &bf)
+		return apierrors.IsNotFound(err), fmt.Sprintf("finalizers %v, err %v", bf.Finalizers, err)
+	})
+}

@@ -1,0 +1,67 @@
+package controllers
+
+import (
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types of both resources.
+const (
+	ConditionReady       = "Ready"
+	ConditionProgressing = "Progressing"
+	ConditionDegraded    = "Degraded"
+)
+
+// Condition reasons, CamelCase, one place for all of them.
+const (
+	// BloomCluster
+	ReasonAllReplicasReady   = "AllReplicasReady"
+	ReasonReplicasNotReady   = "ReplicasNotReady"
+	ReasonScaledToZero       = "ScaledToZero"
+	ReasonRollingOut         = "RollingOut"
+	ReasonUpToDate           = "UpToDate"
+	ReasonChildObjectFailure = "ChildObjectFailure"
+	// The spec asks for a storage size or class the StatefulSet's immutable claim template does
+	// not have; existing volumes are not resized.
+	ReasonStorageChangeNotApplied = "StorageChangeNotApplied"
+	// The spec asks for a ServiceMonitor, and the cluster has no ServiceMonitor kind.
+	ReasonServiceMonitorUnavailable = "ServiceMonitorUnavailable"
+
+	// BloomFilter
+	ReasonOnAllPods         = "OnAllPods"
+	ReasonCreating          = "CreatingOnPods"
+	ReasonPodsUnreachable   = "PodsUnreachable"
+	ReasonShapeMismatch     = "ShapeMismatch"
+	ReasonClusterNotFound   = "ClusterNotFound"
+	ReasonNoPods            = "NoPods"
+	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonDataPlaneRejected = "DataPlaneRejected"
+
+	// Both
+	ReasonAsExpected = "AsExpected"
+	ReasonPaused     = "ReconciliationPaused"
+)
+
+// PauseAnnotation stops reconciliation of the object that carries it with the value "true", for
+// an operator who needs to change child objects by hand.
+const PauseAnnotation = "bloomery.io/paused"
+
+// setCondition sets a condition stamped with the generation it describes; the transition time
+// changes only when the status does.
+func setCondition(conditions *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(conditions, metav1.Condition{
+		Type:               typ,
+		Status:             status,
+		ObservedGeneration: generation,
+		Reason:             reason,
+		Message:            message,
+	})
+}
+
+// boolStatus turns a bool into a condition status.
+func boolStatus(b bool) metav1.ConditionStatus {
+	if b {
+		return metav1.ConditionTrue
+	}
+	return metav1.ConditionFalse
+}

@@ -1,0 +1,126 @@
+// Package controllers holds the operator's reconcilers: BloomCluster runs a data plane as a
+// StatefulSet, BloomFilter creates a filter on every pod of its cluster and reports its state.
+package controllers
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/client"
+)
+
+// Pod is a data-plane pod as the operator addresses it: by IP, so no cluster domain is assumed.
+type Pod struct {
+	Name string
+	IP   string
+	Port int
+}
+
+func (p Pod) baseURL() string {
+	return "http://" + net.JoinHostPort(p.IP, strconv.Itoa(p.Port))
+}
+
+// FilterShape is what the operator creates a filter with.
+type FilterShape struct {
+	Capacity               uint64
+	FPP                    float64
+	Scalable               bool
+	Growth                 uint
+	ValidPeriodAfterCreate int64 // seconds; 0 means never
+	ValidPeriodAfterAccess int64 // seconds; 0 means none
+}
+
+// Matches reports whether a filter on a pod has this shape.
+func (s FilterShape) Matches(f api.Filter) bool {
+	if f.ExpectedInsertions != s.Capacity || f.FPP != s.FPP || f.Scalable != s.Scalable {
+		return false
+	}
+	return !s.Scalable || f.Growth == s.Growth
+}
+
+// ErrFilterNotFound is the data plane's answer for a filter a pod does not hold.
+var ErrFilterNotFound = errors.New("filter not found on the pod")
+
+// DataPlane is everything the operator asks of a data-plane pod. The reconcilers use nothing
+// else, so tests can point them at real servers on loopback addresses.
+type DataPlane interface {
+	// CreateFilter creates the filter unless the pod holds one of that name; it returns what the
+	// pod holds afterwards and whether it created it.
+	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (api.Filter, bool, error)
+	// GetFilter returns the pod's filter, or ErrFilterNotFound.
+	GetFilter(ctx context.Context, pod Pod, name string) (api.Filter, error)
+	// DeleteFilter removes the filter from the pod; absent is success.
+	DeleteFilter(ctx context.Context, pod Pod, name string) error
+}
+
+// HTTPDataPlane is the DataPlane of real pods, over the data plane's REST API. It shares one HTTP
+// client (and its connections) across pods and reconciles; every call is bounded by Timeout and
+// by the reconcile's context.
+type HTTPDataPlane struct {
+	HTTP    *http.Client
+	Timeout time.Duration
+}
+
+// NewHTTPDataPlane returns a DataPlane with a 2 s dial timeout, kept-alive connections and
+// per-call timeout.
+func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
+	return &HTTPDataPlane{
+		HTTP: &http.Client{Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 8,
+			IdleConnTimeout:     90 * time.Second,
+		}},
+		Timeout: timeout,
+	}
+}
+
+func (d *HTTPDataPlane) client(pod Pod) *client.Client {
+	return client.New(pod.baseURL(), client.WithHTTPClient(d.HTTP))
+}
+
+func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d.Timeout)
+}
+
+// CreateFilter implements DataPlane.
+func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (api.Filter, bool, error) {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	opts := client.CreateOptions{
+		ExpectedInsertions:     new(shape.Capacity),
+		FPP:                    new(shape.FPP),
+		Scalable:               new(shape.Scalable),
+		ValidPeriodAfterCreate: new(shape.ValidPeriodAfterCreate),
+	}
+	if shape.Scalable {
+		opts.Growth = new(shape.Growth)
+	}
+	if shape.ValidPeriodAfterAccess > 0 {
+		opts.ValidPeriodAfterAccess = new(shape.ValidPeriodAfterAccess)
+	}
+	return d.client(pod).Create(ctx, name, opts)
+}
+
+// GetFilter implements DataPlane.
+func (d *HTTPDataPlane) GetFilter(ctx context.Context, pod Pod, name string) (api.Filter, error) {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	f, err := d.client(pod).Get(ctx, name)
+	if client.IsNotFound(err) {
+		return f, ErrFilterNotFound
+	}
+	return f, err
+}
+
+// DeleteFilter implements DataPlane.
+func (d *HTTPDataPlane) DeleteFilter(ctx context.Context, pod Pod, name string) error {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	return d.client(pod).Delete(ctx, name)
+}
