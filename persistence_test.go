@@ -259,7 +259,16 @@ func TestGracefulShutdownKeepsEverything(t *testing.T) {
 		t.Errorf("no final snapshot logged:\n%s", dp.logs())
 	}
 
+	stopped := time.Now()
 	dp = startDataPlane(t, dir)
+	kept, err := dp.client.Get(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The final snapshot, taken by the process before, is the last one on disk.
+	if at, err := time.Parse(time.RFC3339, kept.LastSnapshot); err != nil || at.After(stopped) || stopped.Sub(at) > time.Minute {
+		t.Errorf("lastSnapshot %q (%v), want the final snapshot's time, shortly before %v", kept.LastSnapshot, err, stopped)
+	}
 	names, err := dp.client.List(ctx)
 	if err != nil || fmt.Sprint(names) != "[kept replaced]" {
 		t.Fatalf("filters after restart: %v, %v; want [kept replaced]", names, err)

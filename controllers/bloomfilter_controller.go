@@ -208,6 +208,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	var unreachable, mismatched, waiting, created []string
 	var items, size int64
 	var fill, fpr float64
+	var oldestSnapshot time.Time
 	bf.Status.Pods = bf.Status.Pods[:0]
 	for _, o := range observed {
 		bf.Status.Pods = append(bf.Status.Pods, o.status)
@@ -231,6 +232,9 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		if o.status.Present {
 			items, size = max(items, o.status.Items), o.status.SizeBytes
 			fill, fpr = max(fill, o.filter.FillRatio), max(fpr, o.filter.EstimatedFPP)
+			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
+				oldestSnapshot = at
+			}
 		}
 	}
 	if len(created) > 0 {
@@ -238,6 +242,10 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	}
 	bf.Status.Items, bf.Status.SizeBytes = items, size
 	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(fill), formatRate(fpr)
+	bf.Status.LastSnapshotTime = nil
+	if !oldestSnapshot.IsZero() {
+		bf.Status.LastSnapshotTime = &metav1.Time{Time: oldestSnapshot}
+	}
 
 	desired := int32(1)
 	if cluster.Spec.Replicas != nil {

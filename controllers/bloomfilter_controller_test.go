@@ -32,11 +32,14 @@ type fakePod struct {
 	client *client.Client
 }
 
-// startDataPlaneServer runs an in-memory data plane on 127.0.0.1:port (0 picks one).
-func startDataPlaneServer(t testing.TB, port int) (int, context.CancelFunc, chan error) {
+// startDataPlaneServer runs a data plane on 127.0.0.1:port (0 picks one), in memory unless
+// dataDir is given; then it snapshots every 100 ms after any write.
+func startDataPlaneServer(t testing.TB, port int, dataDir string) (int, context.CancelFunc, chan error) {
 	t.Helper()
 	cfg := server.DefaultConfig()
-	cfg.InMemory = true
+	cfg.InMemory = dataDir == ""
+	cfg.DataDir = dataDir
+	cfg.TriggerPersistenceCriteria = []server.TriggerPersistenceCriterion{{Period: 100 * time.Millisecond, UpdatesMoreThan: 0}}
 	// Shutdown waits up to 5 s for a connection dialed but not yet used (net/http treats it as
 	// active): the operator's keep-alive dials make that likely.
 	cfg.GracefulShutdownTimeout = 10 * time.Second
@@ -54,10 +57,11 @@ func startDataPlaneServer(t testing.TB, port int) (int, context.CancelFunc, chan
 	return ln.Addr().(*net.TCPAddr).Port, cancel, done
 }
 
-// addPod creates a ready Pod of the cluster backed by a fresh data plane.
-func addPod(t testing.TB, ns, cluster, name string) *fakePod {
+// addPod creates a ready Pod of the cluster backed by a fresh data plane, persistent if dataDir
+// is given.
+func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod {
 	t.Helper()
-	port, stop, done := startDataPlaneServer(t, 0)
+	port, stop, done := startDataPlaneServer(t, 0, strings.Join(dataDir, ""))
 	p := &fakePod{name: name, port: port, stop: stop, done: done, client: client.New(fmt.Sprintf("http://127.0.0.1:%d", port))}
 	t.Cleanup(func() { p.kill(t) })
 	pod := &corev1.Pod{
@@ -95,7 +99,7 @@ func (p *fakePod) kill(t testing.TB) {
 func (p *fakePod) restartEmpty(t *testing.T) {
 	t.Helper()
 	p.kill(t)
-	_, p.stop, p.done = startDataPlaneServer(t, p.port)
+	_, p.stop, p.done = startDataPlaneServer(t, p.port, "")
 }
 
 func createCluster(t testing.TB, ns, name string, replicas int32) {
@@ -204,6 +208,24 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 	if bf.Status.SizeBytes == 0 || bf.Status.FillRatio == "0" || bf.Status.EstimatedFalsePositiveRate == "" {
 		t.Errorf("status %+v: want size, fill ratio and estimated rate", bf.Status)
 	}
+	if bf.Status.LastSnapshotTime != nil {
+		t.Errorf("lastSnapshotTime %v on pods that keep nothing on disk", bf.Status.LastSnapshotTime)
+	}
+}
+
+func TestBloomFilterReportsTheLastSnapshot(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 1)
+	addPod(t, ns, "c", "c-0", t.TempDir())
+	startFilterReconciler(t, ns)
+	before := time.Now().Add(-time.Second)
+	createBloomFilter(t, ns, "f", "c")
+	eventually(t, 20*time.Second, "lastSnapshotTime in status", func() (bool, string) {
+		bf := getBloomFilter(t, ns, "f")
+		at := bf.Status.LastSnapshotTime
+		return at != nil && !at.Time.Before(before.Truncate(time.Second)), fmt.Sprint(at)
+	})
 }
 
 func TestBloomFilterComesBackOnARestartedPod(t *testing.T) {

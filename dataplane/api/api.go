@@ -34,6 +34,10 @@ type Filter struct {
 	// ValidPeriodAfterAccess is in seconds; absent unless the filter has sliding expiry.
 	ValidPeriodAfterAccess int64 `json:"validPeriodAfterAccess,omitempty"`
 
+	// LastSnapshot is when the serving process last completed a snapshot (absent before its
+	// first, and when persistence is off); the operator reports it on the BloomFilter.
+	LastSnapshot string `json:"lastSnapshot,omitempty"`
+
 	Scalable     bool    `json:"scalable"`
 	Growth       uint    `json:"growth,omitempty"`
 	Tightening   float64 `json:"tightening,omitempty"`

@@ -144,6 +144,8 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	var first uint64
 	if db.header != nil {
 		first = db.header.FirstSegment
+		// The snapshot on disk is the last one, whichever process took it.
+		p.stats.LastSnapshotUnix.Store(db.header.Taken.Unix())
 	}
 	segments, err := listSegments(p.opts.Dir)
 	if err != nil {

@@ -52,7 +52,7 @@ func (s *Server) createFilter(c echo.Context) error {
 		s.log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
 			"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite)
 	}
-	return c.JSON(status, describe(f.Info()))
+	return c.JSON(status, s.describe(f.Info()))
 }
 
 func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err error) {
@@ -101,7 +101,7 @@ func (s *Server) getFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, describe(f.Info()))
+	return c.JSON(http.StatusOK, s.describe(f.Info()))
 }
 
 func (s *Server) listFilters(c echo.Context) error {
@@ -277,7 +277,7 @@ func (s *Server) ping(c echo.Context) error {
 }
 
 // describe writes a filter's info in the API's JSON shape.
-func describe(info filter.Info) api.Filter {
+func (s *Server) describe(info filter.Info) api.Filter {
 	o := info.Options
 	out := api.Filter{
 		Name:               info.Name,
@@ -301,6 +301,11 @@ func describe(info filter.Info) api.Filter {
 	}
 	if o.Scalable {
 		out.Growth, out.Tightening = o.Growth, o.Tightening
+	}
+	if s.snapshots != nil {
+		if at := s.snapshots.LastSnapshotUnix.Load(); at > 0 {
+			out.LastSnapshot = time.Unix(at, 0).UTC().Format(api.TimeFormat)
+		}
 	}
 	return out
 }

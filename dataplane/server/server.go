@@ -38,6 +38,9 @@ type Server struct {
 	// else a request matched is a path of the client's choosing.
 	routePaths map[string]bool
 
+	// snapshots are the persister's counters, set before HTTP starts; nil when in memory.
+	snapshots *persist.Stats
+
 	// phase is where Run is: see phase. A Server used only through Handler stays serving.
 	phase atomic.Int32
 	// beforeRecovery, if set, runs when recovery starts; tests hold recovery open with it.
@@ -182,6 +185,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) (err error) {
 		}
 		defer func() { err = errors.Join(err, p.Close()) }()
 		s.metrics.Persistence.Attach(p.Stats())
+		s.snapshots = p.Stats()
 		s.phase.Store(int32(recovering))
 	}
 
