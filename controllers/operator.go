@@ -35,6 +35,7 @@ type operatorFlags struct {
 	probeAddr        string
 	leaderElect      bool
 	leaderElectionID string
+	leaderElectionNS string
 	leaseDuration    time.Duration
 	renewDeadline    time.Duration
 	watchNamespaces  string
@@ -74,6 +75,7 @@ func NewCommand(version string) *cobra.Command {
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
 	fs.StringVar(&f.leaderElectionID, "leader-election-id", "operator.bloomery.io", "name of the leader election lease")
+	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the lease (default: the operator's own, in a cluster)")
 	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a lease lasts")
 	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader tries to renew")
 	fs.StringVar(&f.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
@@ -124,6 +126,7 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		HealthProbeBindAddress:        f.probeAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              f.leaderElectionID,
+		LeaderElectionNamespace:       f.leaderElectionNS,
 		LeaseDuration:                 &f.leaseDuration,
 		RenewDeadline:                 &f.renewDeadline,
 		LeaderElectionReleaseOnCancel: true,
