@@ -120,7 +120,13 @@ func readSnapshot(path string, keep func(filter.State) bool) (snapshotContents, 
 	if err != nil {
 		return out, err
 	}
-	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size()}
+	return decodeSnapshot(bufio.NewReaderSize(f, 1<<20), fi.Size(), keep), nil
+}
+
+// decodeSnapshot reads size bytes of snapshot records from r.
+func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snapshotContents {
+	var out snapshotContents
+	rr := &recordReader{r: r, remaining: size}
 	for {
 		b, err := rr.next()
 		if errors.Is(err, io.EOF) {
@@ -159,5 +165,5 @@ func readSnapshot(path string, keep func(filter.State) bool) (snapshotContents, 
 		}
 	}
 	out.bytesRead = rr.offset
-	return out, nil
+	return out
 }
