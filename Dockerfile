@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+# The one image of Bloomery: /bloomery serves both roles. The operator's Deployment runs
+# `/bloomery operator ...` and the data-plane StatefulSets it creates run `/bloomery dataplane ...`
+# (both set only args, so the entrypoint is the binary).
+#
+#   make docker-build IMG=ghcr.io/bloomery/bloomery:v0.1.0 VERSION=v0.1.0
+
+ARG GO_VERSION=1.26
+
+FROM --platform=$BUILDPLATFORM golang:${GO_VERSION} AS builder
+ARG TARGETOS
+ARG TARGETARCH
+ARG VERSION=dev
+WORKDIR /src
+
+# Modules first, in their own layer: it is rebuilt only when go.mod or go.sum change.
+COPY go.mod go.sum ./
+RUN --mount=type=cache,target=/go/pkg/mod go mod download
+
+COPY . .
+# A static binary (no cgo), so that the distroless static image, which has no libc, runs it.
+RUN --mount=type=cache,target=/go/pkg/mod \
+    --mount=type=cache,target=/root/.cache/go-build \
+    CGO_ENABLED=0 GOOS=${TARGETOS:-linux} GOARCH=${TARGETARCH} \
+    go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/bloomery .
+
+# No shell, no package manager; runs as the nonroot user (uid and gid 65532), which the chart's
+# and the operator's security contexts expect.
+FROM gcr.io/distroless/static-debian12:nonroot
+ARG VERSION=dev
+LABEL org.opencontainers.image.title="bloomery" \
+      org.opencontainers.image.description="Bloomery, a Kubernetes-native bloom filter service (operator and data plane)" \
+      org.opencontainers.image.source="https://github.com/bloomery/bloomery" \
+      org.opencontainers.image.version="${VERSION}"
+COPY --from=builder /out/bloomery /bloomery
+USER 65532:65532
+# The data plane's API and metrics; the operator's probes and metrics.
+EXPOSE 8080 8081 8443
+ENTRYPOINT ["/bloomery"]
