@@ -4,11 +4,18 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+
+	"github.com/bits-and-blooms/bloom/v3"
 )
 
 // Benchmarks of the engine on a small filter and on the 1e8 / 0.001 filter of the performance
 // targets (180 MB of bits, so most probes miss the CPU caches). Run them with
-// `make bench` or `go test -run '^$' -bench . -benchmem ./dataplane/filter`.
+// `make bench` or `go test -run '^$' -bench . -benchmem ./dataplane/filter`; for benchstat,
+// `make bench-engine` (see bench/README.md).
+//
+// BenchmarkBaselineTestOrAdd is issue 7's yardstick: a plain loop of bits-and-blooms' TestOrAdd
+// on a filter of the same shape, one key after the other. BenchmarkCheckAndSetMany1000 is the
+// engine's batch path on the same keys; both report ns/key.
 
 var benchShapes = []struct {
 	name string
@@ -97,7 +104,35 @@ func BenchmarkCheckAndSet(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckAndSetMany1000 reports ns per batch of 1000 keys; keys/s is 1e12 / that.
+// BenchmarkBaselineTestOrAdd is bits-and-blooms alone: TestOrAdd in a loop over the keys that
+// BenchmarkCheckAndSetMany1000 sends in batches, on one layer of the same shape.
+func BenchmarkBaselineTestOrAdd(b *testing.B) {
+	for _, shape := range benchShapes {
+		b.Run(shape.name, func(b *testing.B) {
+			layer, err := shape.opts.LayerShape(0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			bf := bloom.New(layer.Bits, layer.Hashes)
+			keys := make([][]byte, len(benchKeys))
+			for i, key := range benchKeys {
+				keys[i] = []byte(key)
+			}
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				start := (n * 1000) & (len(keys) - 1)
+				for _, key := range keys[start:min(start+1000, len(keys))] {
+					bf.TestOrAdd(key)
+				}
+				n++
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(n*1000), "ns/key")
+		})
+	}
+}
+
+// BenchmarkCheckAndSetMany1000 reports ns per batch of 1000 keys, and ns/key.
 func BenchmarkCheckAndSetMany1000(b *testing.B) {
 	for _, shape := range benchShapes {
 		b.Run(shape.name, func(b *testing.B) {
@@ -110,6 +145,7 @@ func BenchmarkCheckAndSetMany1000(b *testing.B) {
 				_, _ = f.CheckAndSetMany(benchKeys[start:end])
 				i++
 			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(i*1000), "ns/key")
 		})
 	}
 }

@@ -87,18 +87,27 @@ func (f *Filter) Check(key string) bool {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.checked.Add(1)
-	return f.contains(f.locations(key))
+	var buf [stackHashes]uint64
+	return f.contains(f.locations(buf[:0], key))
 }
 
-// CheckMany answers Check for every key, in order, under one read lock.
+// CheckMany answers Check for every key, in order, under one read lock. Keys are taken a chunk at
+// a time: the chunk's locations are computed and their words loaded first, so that the cache
+// misses of many keys overlap, then each key is tested.
 func (f *Filter) CheckMany(keys []string) []bool {
 	f.touch()
 	out := make([]bool, len(keys))
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	f.checked.Add(uint64(len(keys)))
-	for i, key := range keys {
-		out[i] = f.contains(f.locations(key))
+	for start := 0; start < len(keys); start += batchChunk {
+		chunk := keys[start:min(start+batchChunk, len(keys))]
+		s.locate(f.layers, f.maxHashes, chunk)
+		for j := range chunk {
+			out[start+j] = s.containsAt(f.layers, j)
+		}
 	}
 	return out
 }
@@ -114,6 +123,9 @@ func (f *Filter) CheckAndSet(key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	if f.store.journal == nil { // spares the one-key slice when there is no journal
+		return present, nil
+	}
 	return present, f.journalAdded([]string{key})
 }
 
@@ -122,22 +134,54 @@ func (f *Filter) CheckAndSet(key string) (bool, error) {
 // are never undone) and their answers are returned.
 func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	f.touch()
-	out := make([]bool, 0, len(keys))
+	out := make([]bool, len(keys))
 	f.mu.Lock()
 	f.set.Add(uint64(len(keys)))
-	var err error
-	for _, key := range keys {
-		var present bool
-		if present, err = f.checkAndSetLocked(key); err != nil {
-			break
-		}
-		out = append(out, present)
-	}
+	n, err := f.checkAndSetManyLocked(keys, out)
 	f.mu.Unlock()
-	if jerr := f.journalAdded(keys[:len(out)]); err == nil {
+	out = out[:n]
+	if jerr := f.journalAdded(keys[:n]); err == nil {
 		err = jerr
 	}
 	return out, err
+}
+
+// checkAndSetManyLocked answers CheckAndSet for keys into out and returns how many it answered:
+// all of them, or those before the key whose insertion failed. It works a chunk at a time like
+// CheckMany: locations and loads of the whole chunk first, then, key by key and in order, the test
+// and the insert, which find their words in the cache. Keys are handled strictly one after the
+// other in the second pass, so a key repeated later in the chunk sees the bits the first one set.
+// When the filter grows a layer mid-chunk the rest of the chunk is located again, with the new
+// layer. The caller holds mu for writing.
+func (f *Filter) checkAndSetManyLocked(keys []string, out []bool) (int, error) {
+	s := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(s)
+	for start := 0; start < len(keys); {
+		chunk := keys[start:min(start+batchChunk, len(keys))]
+		s.locate(f.layers, f.maxHashes, chunk)
+		layers := len(f.layers)
+		next := start + len(chunk)
+		for j, key := range chunk {
+			if s.containsAt(f.layers, j) {
+				out[start+j] = true
+				continue
+			}
+			if err := f.growIfFullLocked(); err != nil {
+				return start + j, err
+			}
+			if len(f.layers) != layers { // a new layer: this key goes there, the rest is located again
+				var buf [stackHashes]uint64
+				f.setLocked(f.locations(buf[:0], key))
+				next = start + j + 1
+				break
+			}
+			s.setAt(f.layers, j)
+			f.newestItems++
+			f.items.Add(1)
+		}
+		start = next
+	}
+	return len(keys), nil
 }
 
 // journalAdded records keys after they are in the filter and before the caller answers. The
@@ -153,14 +197,11 @@ func (f *Filter) journalAdded(keys []string) error {
 // Replay adds keys read back from a journal: it neither extends sliding expiry (the journal
 // records accesses itself) nor journals them again.
 func (f *Filter) Replay(keys []string) error {
+	out := make([]bool, len(keys))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, key := range keys {
-		if _, err := f.checkAndSetLocked(key); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := f.checkAndSetManyLocked(keys, out)
+	return err
 }
 
 // Add adds key without answering whether it was present.
@@ -176,24 +217,31 @@ func (f *Filter) AddMany(keys []string) error {
 }
 
 func (f *Filter) checkAndSetLocked(key string) (bool, error) {
-	locs := f.locations(key)
+	var buf [stackHashes]uint64
+	locs := f.locations(buf[:0], key)
 	if f.contains(locs) {
 		return true, nil
 	}
 	if err := f.growIfFullLocked(); err != nil {
 		return false, err
 	}
-	newest := f.layers[len(f.layers)-1]
-	if newest.K() > uint(len(locs)) { // the new layer hashes more than the old ones did
-		locs = f.locations(key)
+	if newest := f.layers[len(f.layers)-1]; newest.K() > uint(len(locs)) { // the new layer hashes more than the old ones did
+		locs = f.locations(locs[:0], key)
 	}
+	f.setLocked(locs)
+	return false, nil
+}
+
+// setLocked sets a new key's bits in the newest layer and counts it. The caller holds mu for
+// writing and has checked that no layer holds the key.
+func (f *Filter) setLocked(locs []uint64) {
+	newest := f.layers[len(f.layers)-1]
 	bits, m := newest.BitSet(), uint64(newest.Cap())
 	for _, loc := range locs[:newest.K()] {
 		bits.Set(uint(loc % m))
 	}
 	f.newestItems++
 	f.items.Add(1)
-	return false, nil
 }
 
 func (f *Filter) growIfFullLocked() error {
@@ -214,9 +262,10 @@ func (f *Filter) growIfFullLocked() error {
 	return nil
 }
 
-// locations hashes key once for every layer. The caller holds mu, so maxHashes is stable.
-func (f *Filter) locations(key string) []uint64 {
-	return bloom.Locations([]byte(key), f.maxHashes)
+// locations appends key's locations for every layer to dst. The caller holds mu, so maxHashes
+// is stable.
+func (f *Filter) locations(dst []uint64, key string) []uint64 {
+	return append(dst, bloom.Locations([]byte(key), f.maxHashes)...)
 }
 
 func (f *Filter) contains(locs []uint64) bool {

@@ -73,7 +73,10 @@ func NewCommand(version string) *cobra.Command {
 			if err != nil {
 				return &UsageError{Err: err}
 			}
-			return runDataPlane(cmd.Context(), cfg, version, cmd.ErrOrStderr())
+			if opts.pprofPort < 0 || opts.pprofPort > 65535 {
+				return NewUsageError(cmd, fmt.Errorf("--pprof: port %d is not in 1..65535", opts.pprofPort))
+			}
+			return runDataPlane(cmd.Context(), cfg, version, cmd.ErrOrStderr(), opts.pprofPort)
 		},
 	}
 	cmd.SetFlagErrorFunc(NewUsageError)
@@ -92,6 +95,7 @@ type dataPlaneFlags struct {
 	logLevel   string
 	logFormat  string
 	inMemory   bool
+	pprofPort  int
 }
 
 func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
@@ -106,6 +110,7 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+def.LogSync+"\")")
 	fs.StringVar(&o.logLevel, "log-level", "", "`LEVEL` of the logs: debug (which logs every request), info, warn or error; overrides logLevel (default \""+def.LogLevel+"\")")
 	fs.StringVar(&o.logFormat, "log-format", "", "`FORMAT` of the logs, json or text; overrides logFormat (default: text on a terminal, else json)")
+	fs.IntVar(&o.pprofPort, "pprof", 0, "serve Go's profiler (net/http/pprof, /debug/pprof/) on 127.0.0.1:`PORT`, apart from the API; 0, the default, serves none")
 }
 
 // config is the file's configuration (or the defaults) with the flags the user set applied over
@@ -165,7 +170,7 @@ func isTerminal(w io.Writer) bool {
 
 // runDataPlane serves until ctx is cancelled or a signal asks to stop, and returns nil after a
 // clean shutdown.
-func runDataPlane(ctx context.Context, cfg Config, version string, logOutput io.Writer) error {
+func runDataPlane(ctx context.Context, cfg Config, version string, logOutput io.Writer, pprofPort int) error {
 	log := newDataPlaneLogger(cfg, logOutput)
 	// The standard library's own messages (net/http's included) go through it too.
 	slog.SetDefault(log)
@@ -188,6 +193,13 @@ func runDataPlane(ctx context.Context, cfg Config, version string, logOutput io.
 	ln, err := listenAPI(ctx, cfg)
 	if err != nil {
 		return err
+	}
+	if pprofPort != 0 {
+		stop, err := servePprof(ctx, pprofPort, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if err := srv.Run(ctx, ln); err != nil {
 		return fmt.Errorf("serve: %w", err)

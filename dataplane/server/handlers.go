@@ -142,19 +142,38 @@ func (s *Server) lookup(c echo.Context) (*filter.Filter, error) {
 
 // single reads {"value": "..."} and the filter it is meant for.
 func (s *Server) single(c echo.Context) (*filter.Filter, string, error) {
-	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
-	if err != nil {
-		return nil, "", err
-	}
-	if err := b.only("value"); err != nil {
-		return nil, "", err
-	}
-	value, err := b.string("value")
+	value, err := s.singleValue(c)
 	if err != nil {
 		return nil, "", err
 	}
 	f, err := s.lookup(c)
 	return f, value, err
+}
+
+// singleValue decodes the plain {"value": "..."} in place (fastjson.go) and anything else with
+// readBody, whose messages are the contract.
+func (s *Server) singleValue(c echo.Context) (string, error) {
+	raw, pooled, ok, err := readRaw(c, s.cfg.MaxHTTPRequestLength)
+	if err != nil {
+		return "", err
+	}
+	var b body
+	if ok {
+		value, fast := fastValue(raw)
+		if !fast {
+			b, err = decodeBody(raw)
+		}
+		releaseRaw(pooled, raw)
+		if fast || err != nil {
+			return value, err
+		}
+	} else if b, err = readBody(c, s.cfg.MaxHTTPRequestLength); err != nil {
+		return "", err
+	}
+	if err := b.only("value"); err != nil {
+		return "", err
+	}
+	return b.string("value")
 }
 
 // batch reads {"values": [...]} and the filter it is meant for.
@@ -166,8 +185,26 @@ type batch struct {
 
 func (s *Server) batch(c echo.Context) (*filter.Filter, batch, error) {
 	var bt batch
-	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
+	raw, pooled, ok, err := readRaw(c, s.cfg.MaxHTTPRequestLength)
 	if err != nil {
+		return nil, bt, err
+	}
+	var b body
+	if ok {
+		values, fast := fastValues(raw)
+		if !fast {
+			b, err = decodeBody(raw)
+		}
+		releaseRaw(pooled, raw)
+		if err != nil {
+			return nil, bt, err
+		}
+		if fast {
+			bt.values, bt.allStrings = values, true
+			f, err := s.lookup(c)
+			return f, bt, err
+		}
+	} else if b, err = readBody(c, s.cfg.MaxHTTPRequestLength); err != nil {
 		return nil, bt, err
 	}
 	if err := b.only("values"); err != nil {
@@ -215,7 +252,7 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, f.Check(value))
+	return writeBool(c, f.Check(value))
 }
 
 func (s *Server) multiCheck(c echo.Context) error {
@@ -223,7 +260,7 @@ func (s *Server) multiCheck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, bt.answers(f.CheckMany(bt.strings())))
+	return writeBools(c, bt.answers(f.CheckMany(bt.strings())))
 }
 
 func (s *Server) checkAndSet(c echo.Context) error {
@@ -235,7 +272,7 @@ func (s *Server) checkAndSet(c echo.Context) error {
 	if err != nil {
 		return engineError(err, false)
 	}
-	return c.JSON(http.StatusOK, present)
+	return writeBool(c, present)
 }
 
 func (s *Server) multiCheckAndSet(c echo.Context) error {
@@ -247,7 +284,7 @@ func (s *Server) multiCheckAndSet(c echo.Context) error {
 	if err != nil {
 		return engineError(err, false)
 	}
-	return c.JSON(http.StatusOK, bt.answers(present))
+	return writeBools(c, bt.answers(present))
 }
 
 func (s *Server) set(c echo.Context) error {

@@ -33,6 +33,11 @@ func readBody(c echo.Context, limit int64) (body, error) {
 		}
 		return nil, badRequest(fmt.Sprintf("could not read the request body: %v", err))
 	}
+	return decodeBody(raw)
+}
+
+// decodeBody decodes a whole request body read by readBody or readRaw; it copies what it keeps.
+func decodeBody(raw []byte) (body, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 {
 		return body{}, nil
