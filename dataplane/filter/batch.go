@@ -45,8 +45,11 @@ func (s *scratch) locate(layers []*bloom.BloomFilter, stride uint, keys []string
 	newest := layers[len(layers)-1]
 	m, k := uint64(newest.Cap()), newest.K()
 	for j, key := range keys {
+		h := baseHashes(key)
 		raw, idx := s.raw[j*int(stride):][:stride], s.idx[j*int(stride):][:stride]
-		copy(raw, bloom.Locations([]byte(key), stride))
+		for i := range stride {
+			raw[i] = location(&h, i)
+		}
 		for i := range k {
 			idx[i] = raw[i] % m
 		}

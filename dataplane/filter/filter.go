@@ -262,10 +262,10 @@ func (f *Filter) growIfFullLocked() error {
 	return nil
 }
 
-// locations appends key's locations for every layer to dst. The caller holds mu, so maxHashes
-// is stable.
+// locations appends key's locations for every layer to dst, as bloom.Locations computes them,
+// without allocating when dst has room. The caller holds mu, so maxHashes is stable.
 func (f *Filter) locations(dst []uint64, key string) []uint64 {
-	return append(dst, bloom.Locations([]byte(key), f.maxHashes)...)
+	return appendLocations(dst, key, f.maxHashes)
 }
 
 func (f *Filter) contains(locs []uint64) bool {
