@@ -176,8 +176,7 @@ func (f *Filter) checkAndSetManyLocked(keys []string, out []bool) (int, error) {
 				break
 			}
 			s.setAt(f.layers, j)
-			f.newestItems++
-			f.items.Add(1)
+			f.countAdded()
 		}
 		start = next
 	}
@@ -240,6 +239,11 @@ func (f *Filter) setLocked(locs []uint64) {
 	for _, loc := range locs[:newest.K()] {
 		bits.Set(uint(loc % m))
 	}
+	f.countAdded()
+}
+
+// countAdded counts a key just set in the newest layer. The caller holds mu for writing.
+func (f *Filter) countAdded() {
 	f.newestItems++
 	f.items.Add(1)
 }

@@ -57,7 +57,7 @@ type Persister struct {
 type Stats struct {
 	SnapshotsTaken     atomic.Int64
 	SnapshotFailures   atomic.Int64
-	LastSnapshotUnix   atomic.Int64 // seconds; 0 before the first
+	LastSnapshotUnix   atomic.Int64 // seconds; from snapshot.db at recovery, 0 while there is none
 	LastSnapshotMicros atomic.Int64 // how long the last snapshot took
 	LastSnapshotBytes  atomic.Int64
 	LogRecords         atomic.Int64

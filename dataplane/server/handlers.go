@@ -150,25 +150,31 @@ func (s *Server) single(c echo.Context) (*filter.Filter, string, error) {
 	return f, value, err
 }
 
-// singleValue decodes the plain {"value": "..."} in place (fastjson.go) and anything else with
-// readBody, whose messages are the contract.
-func (s *Server) singleValue(c echo.Context) (string, error) {
-	raw, pooled, ok, err := readRaw(c, s.cfg.MaxHTTPRequestLength)
+// decodeHot reads the body of a hot endpoint: fast decodes the plain well-formed case in place
+// (fastjson.go) and answers ok; anything else comes back as a body for the strict getters, whose
+// messages are the contract.
+func decodeHot[T any](c echo.Context, limit int64, fast func([]byte) (T, bool)) (v T, b body, ok bool, err error) {
+	raw, pooled, declared, err := readRaw(c, limit)
 	if err != nil {
-		return "", err
+		return v, nil, false, err
 	}
-	var b body
-	if ok {
-		value, fast := fastValue(raw)
-		if !fast {
-			b, err = decodeBody(raw)
-		}
-		releaseRaw(pooled, raw)
-		if fast || err != nil {
-			return value, err
-		}
-	} else if b, err = readBody(c, s.cfg.MaxHTTPRequestLength); err != nil {
-		return "", err
+	if !declared {
+		b, err = readBody(c, limit)
+		return v, b, false, err
+	}
+	defer releaseRaw(pooled, raw) // fast and decodeBody copy what they keep
+	if v, ok = fast(raw); ok {
+		return v, nil, true, nil
+	}
+	b, err = decodeBody(raw)
+	return v, b, false, err
+}
+
+// singleValue decodes {"value": "..."}.
+func (s *Server) singleValue(c echo.Context) (string, error) {
+	value, b, ok, err := decodeHot(c, s.cfg.MaxHTTPRequestLength, fastValue)
+	if ok || err != nil {
+		return value, err
 	}
 	if err := b.only("value"); err != nil {
 		return "", err
@@ -185,33 +191,19 @@ type batch struct {
 
 func (s *Server) batch(c echo.Context) (*filter.Filter, batch, error) {
 	var bt batch
-	raw, pooled, ok, err := readRaw(c, s.cfg.MaxHTTPRequestLength)
-	if err != nil {
+	values, b, ok, err := decodeHot(c, s.cfg.MaxHTTPRequestLength, fastValues)
+	switch {
+	case err != nil:
 		return nil, bt, err
-	}
-	var b body
-	if ok {
-		values, fast := fastValues(raw)
-		if !fast {
-			b, err = decodeBody(raw)
-		}
-		releaseRaw(pooled, raw)
-		if err != nil {
+	case ok:
+		bt.values, bt.allStrings = values, true
+	default:
+		if err := b.only("values"); err != nil {
 			return nil, bt, err
 		}
-		if fast {
-			bt.values, bt.allStrings = values, true
-			f, err := s.lookup(c)
-			return f, bt, err
+		if bt.values, bt.isString, bt.allStrings, err = b.strings("values"); err != nil {
+			return nil, bt, err
 		}
-	} else if b, err = readBody(c, s.cfg.MaxHTTPRequestLength); err != nil {
-		return nil, bt, err
-	}
-	if err := b.only("values"); err != nil {
-		return nil, bt, err
-	}
-	if bt.values, bt.isString, bt.allStrings, err = b.strings("values"); err != nil {
-		return nil, bt, err
 	}
 	f, err := s.lookup(c)
 	return f, bt, err
