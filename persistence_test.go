@@ -33,6 +33,14 @@ type dataPlane struct {
 // startDataPlane starts the binary on a free loopback port and waits for its "Listening" line.
 func startDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 	t.Helper()
+	dp := launchDataPlane(t, dataDir, args...)
+	dp.waitReady(t)
+	return dp
+}
+
+// launchDataPlane starts the binary and returns once it listens, ready or not.
+func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
+	t.Helper()
 	args = append([]string{"dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
 	cmd := exec.CommandContext(t.Context(), binary, args...)
 	cmd.Dir = t.TempDir()
@@ -71,14 +79,18 @@ func startDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 		t.Fatalf("the data plane did not listen in time:\n%s", dp.logs())
 	}
 	dp.client = client.New("http://" + dp.addr)
-	// It listens before it recovers, answering 503 until the filters are back: wait for readiness,
-	// as Kubernetes would before sending traffic.
+	return dp
+}
+
+// waitReady waits for /readyz to answer 200, as Kubernetes would before sending traffic: the
+// data plane listens before it recovers, answering 503 until the filters are back.
+func (dp *dataPlane) waitReady(t *testing.T) {
+	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); !dp.ready(t); time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the data plane was not ready in time:\n%s", dp.logs())
 		}
 	}
-	return dp
 }
 
 // ready reports whether /readyz answers 200.

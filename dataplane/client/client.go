@@ -28,6 +28,8 @@ import (
 type Client struct {
 	base string // scheme://host[:port], no trailing slash
 	http *http.Client
+	// query is added to every filter request: the consistency level, when one was asked for.
+	query string
 }
 
 // Option configures a Client.
@@ -36,6 +38,12 @@ type Option func(*Client)
 // WithHTTPClient makes the Client send its requests through hc instead of the shared default.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) { c.http = hc }
+}
+
+// WithConsistency asks every filter request for a consistency level: how many pods of a cluster
+// must hold a write before it is answered, or answer a read (see docs/replication.md).
+func WithConsistency(level api.Consistency) Option {
+	return func(c *Client) { c.query = "?" + api.ConsistencyParam + "=" + url.QueryEscape(string(level)) }
 }
 
 // defaultHTTPClient is shared by every Client built without WithHTTPClient, so that all of them
@@ -269,7 +277,11 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		}
 		reqBody = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reqBody)
+	target := c.base + path
+	if c.query != "" && strings.HasPrefix(path, api.BasePath+"/bloomfilter/") {
+		target += c.query
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
 	if err != nil {
 		return 0, fmt.Errorf("building the %s %s request: %w", method, path, err)
 	}
@@ -328,3 +340,24 @@ func abbreviate(b []byte) string {
 	}
 	return strings.ToValidUTF8(string(b[:limit]), "") + "…"
 }
+
+// Membership answers the pod's current membership (epoch 0 and no members if it was never told).
+func (c *Client) Membership(ctx context.Context) (api.Membership, error) {
+	var m api.Membership
+	_, err := c.do(ctx, http.MethodGet, api.MembershipPath, nil, &m)
+	return m, err
+}
+
+// SetMembership tells the pod its membership. A membership older than the pod's (lower epoch) is
+// refused with an error for which IsStaleEpoch is true.
+func (c *Client) SetMembership(ctx context.Context, m api.Membership) error {
+	_, err := c.do(ctx, http.MethodPut, api.MembershipPath, m, nil)
+	return err
+}
+
+// IsStaleEpoch reports whether the pod refused a membership older than its own (code 8, HTTP 409).
+func IsStaleEpoch(err error) bool { return hasCode(err, api.CodeStaleEpoch) }
+
+// IsReplicationFailed reports whether a write was applied but not acknowledged by as many pods as
+// its consistency asks (code 9, HTTP 503).
+func IsReplicationFailed(err error) bool { return hasCode(err, api.CodeReplication) }

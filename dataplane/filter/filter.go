@@ -50,7 +50,7 @@ type Filter struct {
 	dropped bool
 }
 
-func newFilter(s *Store, name string, opts Options) (*Filter, error) {
+func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter, error) {
 	shape, err := opts.LayerShape(0)
 	if err != nil {
 		return nil, err
@@ -58,8 +58,8 @@ func newFilter(s *Store, name string, opts Options) (*Filter, error) {
 	if err := s.memory.reserve(name, shape.SizeBytes(), 0); err != nil {
 		return nil, err
 	}
-	f := &Filter{name: name, opts: opts, created: s.clock(), store: s}
-	f.lastAccess.Store(f.created.UnixNano())
+	f := &Filter{name: name, opts: opts, created: created, store: s}
+	f.lastAccess.Store(max(f.created.UnixNano(), s.clock().UnixNano()))
 	f.journaledAccess.Store(f.created.UnixNano())
 	f.appendLayer(shape, bloom.New(shape.Bits, shape.Hashes))
 	return f, nil
@@ -80,6 +80,10 @@ func (f *Filter) Options() Options { return f.opts }
 
 // Created is when the filter was created.
 func (f *Filter) Created() time.Time { return f.created }
+
+// Generation names this incarnation of the filter's name: its creation time in nanoseconds, which
+// replicas share (a replicated create carries it) and which a later incarnation always exceeds.
+func (f *Filter) Generation() int64 { return f.created.UnixNano() }
 
 // Check reports whether key may have been added.
 func (f *Filter) Check(key string) bool {

@@ -277,10 +277,10 @@ func TestCreateOverwriteAndDelete(t *testing.T) {
 	if s.UsedBytes() != replaced.SizeBytes() {
 		t.Errorf("used %d, want %d", s.UsedBytes(), replaced.SizeBytes())
 	}
-	if deleted, err := s.Delete("f"); !deleted || err != nil {
+	if deleted, _, err := s.Delete("f"); !deleted || err != nil {
 		t.Errorf("first Delete = %v, %v; want true", deleted, err)
 	}
-	if deleted, err := s.Delete("f"); deleted || err != nil {
+	if deleted, _, err := s.Delete("f"); deleted || err != nil {
 		t.Errorf("second Delete = %v, %v; want false", deleted, err)
 	}
 	if _, err := s.Get("f"); !errors.Is(err, ErrNotFound) || s.UsedBytes() != 0 {
@@ -341,7 +341,7 @@ func TestMemoryLimits(t *testing.T) {
 		if !errors.Is(err, ErrOutOfMemory) {
 			t.Fatalf("third filter: err = %v, want ErrOutOfMemory", err)
 		}
-		_, _ = s.Delete("a")
+		_, _, _ = s.Delete("a")
 		mustCreate(t, s, "c", small)
 		if s.UsedBytes() != 2400 {
 			t.Errorf("used = %d, want 2400", s.UsedBytes())

@@ -1,7 +1,6 @@
 package filter
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -67,26 +66,12 @@ func (f *Filter) State() State {
 // the journal: the state comes from the journal's own files. It checks that every layer has the
 // shape its options define, so bits of a foreign shape never mix with ours.
 func (s *Store) Restore(st State) error {
-	if err := ValidateName(st.Name); err != nil {
+	if err := st.validate(); err != nil {
 		return err
-	}
-	if err := st.Options.Validate(); err != nil {
-		return err
-	}
-	if len(st.Layers) == 0 || len(st.Layers) > MaxLayers || (!st.Options.Scalable && len(st.Layers) != 1) {
-		return fmt.Errorf("%w: filter %q has %d layers", ErrInvalidOptions, st.Name, len(st.Layers))
 	}
 	var size uint64
-	for i, layer := range st.Layers {
-		want, err := st.Options.LayerShape(i)
-		if err != nil {
-			return err
-		}
-		if layer.Bits != want.Bits || layer.Hashes != want.Hashes || uint64(len(layer.Words))*8 != want.SizeBytes() {
-			return fmt.Errorf("%w: filter %q layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
-				ErrInvalidOptions, st.Name, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
-		}
-		size += want.SizeBytes()
+	for _, layer := range st.Layers {
+		size += uint64(len(layer.Words)) * 8
 	}
 	if err := s.memory.reserve(st.Name, size, 0); err != nil {
 		return err

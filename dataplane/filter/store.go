@@ -79,8 +79,9 @@ func (b *budget) release(n uint64) { b.used.Add(-n) }
 type Journal interface {
 	// Created is called before f becomes visible; an error aborts the create.
 	Created(f *Filter) error
-	// Deleted is called before the filter disappears; an error aborts the delete.
-	Deleted(name string) error
+	// Deleted is called before the filter disappears, with the tombstone it leaves: every
+	// incarnation of the name created up to generation is gone. An error aborts the delete.
+	Deleted(name string, generation int64) error
 	// Added is called after keys are in the filter and before the writer is answered.
 	Added(name string, keys []string) error
 	// Accessed is told, at most once a second per filter, that sliding expiry moved on.
@@ -98,6 +99,9 @@ type Store struct {
 	// journal hears of them in the order they take effect.
 	changes sync.Mutex
 	journal Journal
+	// tombstones remember deleted filters, guarded by changes: a replica's stale copy of a deleted
+	// filter must not come back through a merge (see replica.go).
+	tombstones map[string]Tombstone
 	// retiredChecked and retiredSet keep the counts of filters that left the store, so that totals
 	// over all filters never go down when one is deleted, purged or replaced.
 	retiredChecked atomic.Uint64
@@ -109,7 +113,7 @@ func NewStore(limits Limits, clock func() time.Time) *Store {
 	if clock == nil {
 		clock = time.Now
 	}
-	return &Store{memory: budget{limits: limits}, clock: clock}
+	return &Store{memory: budget{limits: limits}, clock: clock, tombstones: make(map[string]Tombstone)}
 }
 
 // SetJournal makes the store record its changes from now on. Call it before the store is shared:
@@ -132,18 +136,27 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 			return existing, false, nil
 		}
 	}
-	fresh, err := newFilter(s, name, opts)
+	fresh, err := newFilter(s, name, opts, s.nextCreated(name))
 	if err != nil {
 		return nil, false, err
 	}
+	if err := s.install(fresh); err != nil {
+		return nil, false, err
+	}
+	return fresh, true, nil
+}
+
+// install journals the creation of f, which no one has seen yet, and makes it the filter of its
+// name; the caller holds changes.
+func (s *Store) install(fresh *Filter) error {
 	if s.journal != nil {
 		if err := s.journal.Created(fresh); err != nil {
 			s.memory.release(fresh.drop()) // never visible: nothing was counted on it
-			return nil, false, err
+			return err
 		}
 	}
 	s.publish(fresh)
-	return fresh, true, nil
+	return nil
 }
 
 // publish makes f the filter of its name; the caller holds changes.
@@ -185,23 +198,40 @@ func (s *Store) Lookup(name string) (*Filter, bool) {
 	return v.(*Filter), true
 }
 
-// Delete removes the filter and reports whether there was one.
-func (s *Store) Delete(name string) (bool, error) {
+// Delete removes the filter and reports whether there was one, and the tombstone's generation
+// that replicas are told: the deleted filter's, or the present time when there was none here (a
+// replica may hold one this store never heard of).
+func (s *Store) Delete(name string) (deleted bool, generation int64, err error) {
 	s.changes.Lock()
 	defer s.changes.Unlock()
-	if _, ok := s.filters.Load(name); !ok {
-		return false, nil
+	generation = s.clock().UnixNano()
+	if f, ok := s.Lookup(name); ok {
+		generation = f.Generation()
 	}
-	if s.journal != nil {
-		if err := s.journal.Deleted(name); err != nil {
-			return false, err
+	deleted, err = s.deleteUpTo(name, generation)
+	return deleted, generation, err
+}
+
+// deleteUpTo removes the filter of that name if it was created at or before generation, and
+// leaves a tombstone; the caller holds changes.
+func (s *Store) deleteUpTo(name string, generation int64) (bool, error) {
+	f, ok := s.Lookup(name)
+	ok = ok && f.Generation() <= generation
+	// A tombstone is left where an incarnation was deleted (or an older tombstone moves on), not
+	// for every name a client deletes in vain: the pods that held the filter keep it deleted.
+	if t, had := s.tombstones[name]; ok || had && t.Generation < generation {
+		if s.journal != nil {
+			if err := s.journal.Deleted(name, generation); err != nil {
+				return false, err
+			}
 		}
+		s.bury(name, generation)
 	}
-	v, ok := s.filters.LoadAndDelete(name)
-	if ok {
-		s.retire(v.(*Filter))
+	if ok && s.filters.CompareAndDelete(name, f) {
+		s.retire(f)
+		return true, nil
 	}
-	return ok, nil
+	return false, nil
 }
 
 // Range calls fn for every filter, live or expired, until fn returns false.

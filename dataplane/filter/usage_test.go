@@ -91,7 +91,7 @@ func TestRetiredCountsSurviveTheFilter(t *testing.T) {
 	if c, st := total(); c != 6 || st != 6 {
 		t.Fatalf("before: %d checked, %d set; want 6 and 6", c, st)
 	}
-	if _, err := s.Delete("deleted"); err != nil {
+	if _, _, err := s.Delete("deleted"); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Create("replaced", scalable(100, 0.01), true); err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/bloomery/bloomery/dataplane/cluster"
 	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
@@ -17,6 +18,8 @@ const namespace = "bloomery"
 type Options struct {
 	// Store is read at every scrape for the filter metrics.
 	Store *filter.Store
+	// Cluster, if set, is read at every scrape for the replication metrics.
+	Cluster *cluster.Node
 	// MaxLabelledFilters caps the filters that get series of their own, labelled with the filter's
 	// name; the others count only in the totals, so that a million filters cannot make a million
 	// series. 0 gives no per-filter series.
@@ -59,7 +62,7 @@ func New(opts Options) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace,
 			Name:      "ready",
-			Help:      "1 when the data plane is ready for traffic (recovery done, not shutting down), else 0.",
+			Help:      "1 when the data plane is ready for traffic (recovery and catch-up from peers done, not shutting down), else 0.",
 		}, func() float64 {
 			if ready() {
 				return 1
@@ -67,6 +70,9 @@ func New(opts Options) *Metrics {
 			return 0
 		}),
 	)
+	if opts.Cluster != nil {
+		reg.MustRegister(newReplication(opts.Cluster))
+	}
 	m.handler = newHandler(reg, reg, true)
 	return m
 }

@@ -87,7 +87,7 @@ func TestFilterMetrics(t *testing.T) {
 	}
 
 	// Deleting a labelled filter lets the next one by name in; its traffic stays in the totals.
-	if _, err := store.Delete("a"); err != nil {
+	if _, _, err := store.Delete("a"); err != nil {
 		t.Fatal(err)
 	}
 	fs = gather(t, m)

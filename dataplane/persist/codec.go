@@ -20,6 +20,9 @@ const (
 	kindDelete         = 4
 	kindAdd            = 5
 	kindAccess         = 6
+	// kindTombstone is a delete with its generation, in the log, and a kept tombstone in
+	// snapshots. kindDelete (name only) is still read from older files.
+	kindTombstone = 7
 )
 
 // snapshotHeader opens every snapshot: the first log segment the snapshot does not cover.
@@ -33,8 +36,10 @@ type change struct {
 	kind    byte
 	name    string
 	options filter.Options // kindCreate
-	at      time.Time      // kindCreate: created; kindAccess: accessed
+	at      time.Time      // kindCreate: created; kindAccess: accessed; kindTombstone: deleted
 	keys    []string       // kindAdd
+	// generation is kindTombstone's: incarnations created up to it are deleted.
+	generation int64
 }
 
 // encoder appends little-endian fields to a byte slice.
@@ -98,6 +103,15 @@ func encodeCreate(name string, o filter.Options, created time.Time) []byte {
 	e.str(name)
 	e.options(o)
 	e.time(created)
+	return e.buf
+}
+
+func encodeTombstone(t filter.Tombstone) []byte {
+	e := encoder{}
+	e.u8(kindTombstone)
+	e.str(t.Name)
+	e.i64(t.Generation)
+	e.time(t.DeletedAt)
 	return e.buf
 }
 
@@ -244,6 +258,10 @@ func (d *decoder) options() filter.Options {
 	return o
 }
 
+func (d *decoder) tombstone() filter.Tombstone {
+	return filter.Tombstone{Name: d.str(), Generation: d.i64(), DeletedAt: d.time()}
+}
+
 func (d *decoder) header() snapshotHeader {
 	return snapshotHeader{Taken: d.time(), FirstSegment: d.u64()}
 }
@@ -302,6 +320,8 @@ func (d *decoder) change() change {
 	case kindCreate:
 		c.options, c.at = d.options(), d.time()
 	case kindDelete:
+	case kindTombstone:
+		c.generation, c.at = d.i64(), d.time()
 	case kindAdd:
 		n := d.uvarint()
 		// Every key takes at least its one-byte length.

@@ -39,6 +39,7 @@ func FuzzLog(f *testing.F) {
 	seed = appendRecord(seed, appendAdd(nil, "f", []string{"a", "", "日本"}))
 	seed = appendRecord(seed, encodeAccess("f", time.Unix(5, 0)))
 	seed = appendRecord(seed, encodeDelete("f"))
+	seed = appendRecord(seed, encodeTombstone(filter.Tombstone{Name: "f", Generation: 7, DeletedAt: time.Unix(8, 0)}))
 	f.Add(seed)
 	f.Add(seed[:len(seed)-2])
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -60,6 +61,28 @@ func FuzzLog(f *testing.F) {
 			if d.err == nil {
 				_ = apply(store, c)
 			}
+		}
+	})
+}
+
+// FuzzDump feeds ReadDump, which reads what a peer or a client sends, arbitrary bytes: it must
+// answer a valid state or an error, never panic, and never allocate beyond its input.
+func FuzzDump(f *testing.F) {
+	st, _ := filter.EmptyState("seed", filter.Options{Capacity: 10, FPP: 0.1, Scalable: true, Growth: 2, Tightening: 0.5}, time.Unix(1, 0))
+	var seed bytes.Buffer
+	if err := WriteDump(&seed, st); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed.Bytes())
+	f.Add(seed.Bytes()[:30])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := ReadDump(bytes.NewReader(data), int64(len(data)))
+		if err != nil {
+			return
+		}
+		if err := filter.NewStore(filter.Limits{}, nil).Restore(got); err != nil {
+			t.Errorf("accepted dump of %q cannot be restored: %v", got.Name, err)
 		}
 	})
 }

@@ -47,7 +47,7 @@ func TestRecoveryReportCountsRecoveredRecords(t *testing.T) {
 	if err := a.Add("after"); err != nil { // one log record
 		t.Fatal(err)
 	}
-	if _, err := store.Delete("b"); err != nil { // and another
+	if _, _, err := store.Delete("b"); err != nil { // and another
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {

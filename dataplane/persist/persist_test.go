@@ -141,7 +141,7 @@ func TestLogReplayWithoutSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = replaced.Add("after-overwrite")
-	if _, err := store.Delete("expiring"); err != nil {
+	if _, _, err := store.Delete("expiring"); err != nil {
 		t.Fatal(err)
 	}
 	want["fixed"] = replaced.State()

@@ -140,6 +140,9 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 		}
 		rep.Recovered++
 	}
+	for _, t := range append(db.tombstones, tmp.tombstones...) {
+		store.RestoreTombstone(t)
+	}
 
 	var first uint64
 	if db.header != nil {
@@ -229,7 +232,11 @@ func apply(store *filter.Store, c change) error {
 		}
 		return store.Restore(st)
 	case kindDelete:
-		_, err := store.Delete(c.name)
+		_, _, err := store.Delete(c.name)
+		return err
+	case kindTombstone:
+		store.RestoreTombstone(filter.Tombstone{Name: c.name, Generation: c.generation, DeletedAt: c.at})
+		_, err := store.DeleteReplica(c.name, c.generation)
 		return err
 	case kindAdd:
 		if f, ok := store.Lookup(c.name); ok {
@@ -316,6 +323,12 @@ func (p *Persister) snapshot() error {
 		werr = w.writeFilter(f.State())
 		return werr == nil
 	})
+	for _, t := range p.store.Tombstones() {
+		if werr != nil {
+			break
+		}
+		werr = w.writeTombstone(t)
+	}
 	if werr != nil {
 		w.abort()
 		return fmt.Errorf("writing snapshot: %w", werr)
@@ -345,8 +358,10 @@ func (p *Persister) Created(f *filter.Filter) error {
 	return p.record(encodeCreate(f.Name(), f.Options(), f.Created()), 1)
 }
 
-// Deleted records a delete.
-func (p *Persister) Deleted(name string) error { return p.record(encodeDelete(name), 1) }
+// Deleted records a delete and the tombstone it leaves.
+func (p *Persister) Deleted(name string, generation int64) error {
+	return p.record(encodeTombstone(filter.Tombstone{Name: name, Generation: generation, DeletedAt: p.opts.Clock()}), 1)
+}
 
 var addBuffers = sync.Pool{New: func() any { return new([]byte) }}
 

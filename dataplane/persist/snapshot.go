@@ -38,9 +38,15 @@ func (s *snapshotWriter) writeHeader(h snapshotHeader) error {
 	return s.write(appendRecord(nil, encodeHeader(h)))
 }
 
-// writeFilter frames a filter: the head, then every layer's words, straight from the state's
-// copy of the bits without another copy.
-func (s *snapshotWriter) writeFilter(st filter.State) error {
+func (s *snapshotWriter) writeFilter(st filter.State) error { return writeFilterRecord(s.write, st) }
+
+func (s *snapshotWriter) writeTombstone(t filter.Tombstone) error {
+	return s.write(appendRecord(nil, encodeTombstone(t)))
+}
+
+// writeFilterRecord frames a filter: the head, then every layer's words, straight from the
+// state's copy of the bits without another copy.
+func writeFilterRecord(write func([]byte) error, st filter.State) error {
 	head := encodeFilterHead(st)
 	length := uint64(len(head))
 	crc := crc32.Update(0, castagnoli, head)
@@ -51,14 +57,14 @@ func (s *snapshotWriter) writeFilter(st filter.State) error {
 	}
 	var frame [recordHeaderSize]byte
 	putFrame(frame[:], length, crc)
-	if err := s.write(frame[:]); err != nil {
+	if err := write(frame[:]); err != nil {
 		return err
 	}
-	if err := s.write(head); err != nil {
+	if err := write(head); err != nil {
 		return err
 	}
 	for _, l := range st.Layers {
-		if err := s.write(wordBytes(l.Words)); err != nil {
+		if err := write(wordBytes(l.Words)); err != nil {
 			return err
 		}
 	}
@@ -95,8 +101,9 @@ func (s *snapshotWriter) abort() {
 // snapshotContents is what a snapshot file held, as far as it could be read.
 type snapshotContents struct {
 	header    *snapshotHeader // nil when absent or unreadable
-	filters   []filter.State
-	records   int   // records read, valid or not
+	filters    []filter.State
+	tombstones []filter.Tombstone
+	records    int   // records read, valid or not
 	skipped   int   // records with a valid checksum that could not be used
 	expired   int   // filters that expired before they could be recovered
 	corrupt   error // the torn or corrupt record that ended the read, if any
@@ -141,11 +148,14 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snaps
 		kind := d.u8()
 		var st filter.State
 		var h snapshotHeader
+		var t filter.Tombstone
 		switch kind {
 		case kindSnapshotHeader:
 			h = d.header()
 		case kindFilter:
 			st = d.filterState()
+		case kindTombstone:
+			t = d.tombstone()
 		default:
 			d.fail("unknown snapshot record kind %d", kind)
 		}
@@ -162,6 +172,8 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snaps
 			out.filters = append(out.filters, st)
 		case kind == kindFilter:
 			out.expired++
+		case kind == kindTombstone:
+			out.tombstones = append(out.tombstones, t)
 		}
 	}
 	out.bytesRead = rr.offset

@@ -68,6 +68,19 @@ type Config struct {
 	// working, but nothing reads it: our snapshot and log writers size their own buffers.
 	ChannelBufferSizeForFilterPersistence int
 
+	// Replication across the pods of a cluster (docs/replication.md).
+	// WriteConsistency is how many pods must hold a write before it is answered, unless the
+	// request asks otherwise: one, quorum (a majority) or all (writeConsistency).
+	WriteConsistency string
+	// AwaitMembership keeps /readyz at 503 until the operator has told the pod its peers and the
+	// pod has caught up from them (awaitMembership). A pod run by hand is ready alone.
+	AwaitMembership bool
+	// ReplicationTimeout bounds how long a write waits for its peers (replicationTimeoutMillis).
+	ReplicationTimeout time.Duration
+	// AntiEntropyInterval is the period of the pass that compares filters with a peer and merges
+	// what differs (antiEntropyIntervalSeconds); 0 turns it off.
+	AntiEntropyInterval time.Duration
+
 	// Logging.
 	LogLevel  string // logLevel: debug, info, warn, error
 	LogFormat string // logFormat: json or text
@@ -116,6 +129,9 @@ func DefaultConfig() Config {
 		AllowRecoverFromCorruptedPersistentFile: true,
 		ChannelBufferSizeForFilterPersistence:   102400,
 		LogSync:                                 "everysec",
+		WriteConsistency:                        "quorum",
+		ReplicationTimeout:                      2 * time.Second,
+		AntiEntropyInterval:                     30 * time.Second,
 		LogLevel:                                "info",
 		LogFormat:                               "json",
 	}
@@ -161,6 +177,9 @@ func (c Config) Validate() error {
 	}
 	check("defaultChannelBufferSizeForFilterPersistence", rulePositive(c.ChannelBufferSizeForFilterPersistence))
 	check("logSync", ruleOneOf(c.LogSync, logSyncPolicies))
+	check("writeConsistency", ruleOneOf(c.WriteConsistency, consistencyLevels))
+	check("replicationTimeoutMillis", rulePositiveDuration(c.ReplicationTimeout))
+	check("antiEntropyIntervalSeconds", ruleNonNegativeDuration(c.AntiEntropyInterval))
 	check("logLevel", ruleOneOf(c.LogLevel, logLevels))
 	check("logFormat", ruleOneOf(c.LogFormat, logFormats))
 	if len(errs) == 0 {
@@ -186,6 +205,8 @@ var (
 	logLevels       = []string{"debug", "info", "warn", "error"}
 	logSyncPolicies = []string{"always", "everysec", "no"}
 	logFormats      = []string{"json", "text"}
+	// consistencyLevels are api.Consistency's values.
+	consistencyLevels = []string{"one", "quorum", "all"}
 )
 
 // The rules below are shared by Validate and LoadConfig; their messages leave the naming of the
@@ -269,6 +290,10 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("allowRecoverFromCorruptedPersistentFile", c.AllowRecoverFromCorruptedPersistentFile),
 		slog.Int("defaultChannelBufferSizeForFilterPersistence", c.ChannelBufferSizeForFilterPersistence),
 		slog.String("logSync", c.LogSync),
+		slog.String("writeConsistency", c.WriteConsistency),
+		slog.Bool("awaitMembership", c.AwaitMembership),
+		slog.Int64("replicationTimeoutMillis", c.ReplicationTimeout.Milliseconds()),
+		slog.Attr{Key: "antiEntropyIntervalSeconds", Value: secondsValue(c.AntiEntropyInterval)},
 		slog.String("logLevel", c.LogLevel),
 		slog.String("logFormat", c.LogFormat),
 	)

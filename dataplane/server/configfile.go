@@ -159,6 +159,11 @@ var configKeys = map[string]keySetter[Config]{
 
 	"shutdownDrainDelayMillis":  durationSetter(time.Millisecond, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.ShutdownDrainDelay }),
 	"metricsMaxLabelledFilters": intSetter(ruleNonNegative[int64], func(c *Config) *int { return &c.MetricsMaxLabelledFilters }),
+
+	"writeConsistency":           enumSetter(consistencyLevels, func(c *Config) *string { return &c.WriteConsistency }),
+	"awaitMembership":            boolSetter(func(c *Config) *bool { return &c.AwaitMembership }),
+	"replicationTimeoutMillis":   durationSetter(time.Millisecond, rulePositive[int64], func(c *Config) *time.Duration { return &c.ReplicationTimeout }),
+	"antiEntropyIntervalSeconds": durationSetter(time.Second, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.AntiEntropyInterval }),
 }
 
 var channelOptionKeys = map[string]keySetter[ChannelOptions]{

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/cluster"
 	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
@@ -34,6 +35,15 @@ func (s *Server) createFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	// Creates of one name are serialized by its home pod, so that two pods cannot create two
+	// incarnations at once, the later replacing the earlier and the writes made to it.
+	if handled, err := s.forwardToHome(c); handled || err != nil {
+		return err
+	}
 	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
 	if err != nil {
 		return err
@@ -50,7 +60,14 @@ func (s *Server) createFilter(c echo.Context) error {
 	if created {
 		status = http.StatusCreated
 		s.log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
-			"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite)
+			"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
+		if s.node.Replicating() {
+			opts := f.Options()
+			op := cluster.Op{Kind: cluster.OpCreate, Name: name, Generation: f.Generation(), Options: &opts}
+			if err := s.replicate(c, level, op); err != nil {
+				return err
+			}
+		}
 	}
 	return c.JSON(status, s.describe(f.Info()))
 }
@@ -117,12 +134,21 @@ func (s *Server) deleteFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	deleted, err := s.store.Delete(name)
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	deleted, generation, err := s.store.Delete(name)
 	if err != nil {
 		return err
 	}
 	if deleted {
-		s.log.Info("Deleted filter", "filter", name)
+		s.log.Info("Deleted filter", "filter", name, "generation", generation)
+	}
+	if s.node.Replicating() {
+		if err := s.replicate(c, level, cluster.Op{Kind: cluster.OpDelete, Name: name, Generation: generation}); err != nil {
+			return err
+		}
 	}
 	return c.NoContent(http.StatusOK)
 }
@@ -240,22 +266,54 @@ func (bt batch) answers(forStrings []bool) []bool {
 }
 
 func (s *Server) check(c echo.Context) error {
+	level, err := consistency(c, api.ConsistencyOne)
+	if err != nil {
+		return err
+	}
 	f, value, err := s.single(c)
 	if err != nil {
 		return err
 	}
-	return writeBool(c, f.Check(value))
+	present := f.Check(value)
+	if !present && level != api.ConsistencyOne {
+		answers := []bool{false}
+		if err := s.checkPeers(c, level, f.Name(), []string{value}, answers); err != nil {
+			return err
+		}
+		present = answers[0]
+	}
+	return writeBool(c, present)
 }
 
 func (s *Server) multiCheck(c echo.Context) error {
+	level, err := consistency(c, api.ConsistencyOne)
+	if err != nil {
+		return err
+	}
 	f, bt, err := s.batch(c)
 	if err != nil {
 		return err
 	}
-	return writeBools(c, bt.answers(f.CheckMany(bt.strings())))
+	values := bt.strings()
+	present := f.CheckMany(values)
+	if err := s.checkPeers(c, level, f.Name(), values, present); err != nil {
+		return err
+	}
+	return writeBools(c, bt.answers(present))
 }
 
+// The writes below apply locally, then replicate to the peers at the request's consistency.
+// Check-and-sets are served by the filter's home pod, so that of two concurrent ones of the same
+// new value on different pods exactly one answers false.
+
 func (s *Server) checkAndSet(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	if handled, err := s.forwardToHome(c); handled || err != nil {
+		return err
+	}
 	f, value, err := s.single(c)
 	if err != nil {
 		return err
@@ -264,22 +322,42 @@ func (s *Server) checkAndSet(c echo.Context) error {
 	if err != nil {
 		return engineError(err, false)
 	}
+	if s.node.Replicating() {
+		if err := s.replicateAdd(c, level, f, []string{value}); err != nil {
+			return err
+		}
+	}
 	return writeBool(c, present)
 }
 
 func (s *Server) multiCheckAndSet(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	if handled, err := s.forwardToHome(c); handled || err != nil {
+		return err
+	}
 	f, bt, err := s.batch(c)
 	if err != nil {
 		return err
 	}
-	present, err := f.CheckAndSetMany(bt.strings())
+	keys := bt.strings()
+	present, err := f.CheckAndSetMany(keys)
 	if err != nil {
 		return engineError(err, false)
+	}
+	if err := s.replicateAdd(c, level, f, keys); err != nil {
+		return err
 	}
 	return writeBools(c, bt.answers(present))
 }
 
 func (s *Server) set(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
 	f, value, err := s.single(c)
 	if err != nil {
 		return err
@@ -287,16 +365,29 @@ func (s *Server) set(c echo.Context) error {
 	if err := f.Add(value); err != nil {
 		return engineError(err, false)
 	}
+	if s.node.Replicating() {
+		if err := s.replicateAdd(c, level, f, []string{value}); err != nil {
+			return err
+		}
+	}
 	return c.NoContent(http.StatusOK)
 }
 
 func (s *Server) multiSet(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
 	f, bt, err := s.batch(c)
 	if err != nil {
 		return err
 	}
-	if err := f.AddMany(bt.strings()); err != nil {
+	keys := bt.strings()
+	if err := f.AddMany(keys); err != nil {
 		return engineError(err, false)
+	}
+	if err := s.replicateAdd(c, level, f, keys); err != nil {
+		return err
 	}
 	return c.NoContent(http.StatusOK)
 }

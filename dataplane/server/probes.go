@@ -21,9 +21,14 @@ func (s *Server) readyz(c echo.Context) error {
 		return s.recoveringError(c)
 	case draining:
 		return &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "not ready: shutting down"}
-	default:
-		return c.String(http.StatusOK, "ok")
 	}
+	if !s.node.Ready() {
+		if known, _ := s.node.Known(); !known {
+			return &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "not ready: waiting for the operator to tell this pod its peers"}
+		}
+		return &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "not ready: catching up from the peers"}
+	}
+	return c.String(http.StatusOK, "ok")
 }
 
 // afterRecovery answers 503 for the filter API while the filters are being recovered: an empty

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/apidocs"
+	"github.com/bloomery/bloomery/dataplane/cluster"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
@@ -30,6 +31,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	store   *filter.Store
+	node    *cluster.Node
 	echo    *echo.Echo
 	metrics *metrics.Metrics
 	// docsPage is the API documentation page, built once; nil without -d.
@@ -40,6 +42,8 @@ type Server struct {
 
 	// snapshots are the persister's counters, set before HTTP starts; nil when in memory.
 	snapshots *persist.Stats
+	// persister is set once the data directory is open; nil when in memory.
+	persister atomic.Pointer[persist.Persister]
 
 	// phase is where Run is: see phase. A Server used only through Handler stays serving.
 	phase atomic.Int32
@@ -87,10 +91,21 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes}, nil),
 		echo:  echo.New(),
 	}
+	s.node = cluster.NewNode(cluster.Options{
+		Store:               s.store,
+		Log:                 log,
+		WriteConsistency:    api.Consistency(cfg.WriteConsistency),
+		Timeout:             cfg.ReplicationTimeout,
+		AwaitMembership:     cfg.AwaitMembership,
+		AntiEntropyInterval: cfg.AntiEntropyInterval,
+		MaxDumpBytes:        maxDumpBytes(cfg),
+		Durable:             s.durable,
+	})
 	s.metrics = metrics.New(metrics.Options{
 		Store:              s.store,
+		Cluster:            s.node,
 		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
-		Ready:              func() bool { return s.currentPhase() == serving },
+		Ready:              s.ready,
 	})
 	if cfg.DocsEnabled {
 		page, err := apidocs.Page()
@@ -137,6 +152,16 @@ func (s *Server) routes() {
 	filters.POST("/:name/multi-check-and-set", s.multiCheckAndSet, ready)
 	filters.POST("/:name/set", s.set, ready)
 	filters.POST("/:name/multi-set", s.multiSet, ready)
+	filters.GET("/:name/dump", s.dump, ready)
+	filters.POST("/:name/merge", s.merge, ready)
+
+	// What the operator and peer pods call. Membership is served during recovery too, so that
+	// a pod learns its peers while it loads its files.
+	internal := e.Group(api.InternalBasePath)
+	internal.GET("/membership", s.getMembership)
+	internal.PUT("/membership", s.putMembership)
+	internal.POST("/apply", s.applyOps, ready)
+	internal.GET("/inventory", s.inventory, ready)
 	if s.docsPage != nil {
 		v1.GET("/docs", s.docsRedirect)
 		v1.GET("/docs/", s.docs)
@@ -162,6 +187,31 @@ func (s *Server) Handler() http.Handler { return s.echo }
 
 func (s *Server) currentPhase() phase { return phase(s.phase.Load()) }
 
+// ready reports whether the pod should take traffic: serving, and caught up with its peers.
+func (s *Server) ready() bool { return s.currentPhase() == serving && s.node.Ready() }
+
+// durable makes the store's current state survive a crash with a snapshot; bits merged from a
+// dump are not in the log.
+func (s *Server) durable() error {
+	if p := s.persister.Load(); p != nil {
+		return p.Snapshot()
+	}
+	return nil
+}
+
+// maxDumpBytes bounds a dump read from a peer: the per-filter memory limit, else the total one,
+// plus room for the record's head.
+func maxDumpBytes(cfg Config) int64 {
+	limit := cfg.MaxFilterBytes
+	if limit == 0 || (cfg.MaxTotalBytes > 0 && cfg.MaxTotalBytes < limit) {
+		limit = cfg.MaxTotalBytes
+	}
+	if limit == 0 || limit > 1<<40 {
+		return 1 << 40
+	}
+	return int64(limit) + 64<<10
+}
+
 // Run serves on ln until ctx is cancelled, then shuts down gracefully and takes a final snapshot.
 // It returns nil after a clean shutdown. With cfg.InMemory nothing touches the disk.
 //
@@ -186,6 +236,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) (err error) {
 		defer func() { err = errors.Join(err, p.Close()) }()
 		s.metrics.Persistence.Attach(p.Stats())
 		s.snapshots = p.Stats()
+		s.persister.Store(p)
 		s.phase.Store(int32(recovering))
 	}
 
@@ -206,6 +257,8 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) (err error) {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { s.purgeExpired(bgCtx) })
+	background.Go(func() { s.node.Run(bgCtx) })
+	defer s.node.Close()
 	if p != nil {
 		background.Go(func() { p.Run(bgCtx) })
 	}
@@ -324,6 +377,7 @@ func (s *Server) purgeExpired(ctx context.Context) {
 			for _, name := range s.store.PurgeExpired() {
 				s.log.Info("Purged expired filter", "filter", name)
 			}
+			s.store.PurgeTombstones()
 		}
 	}
 }

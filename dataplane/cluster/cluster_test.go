@@ -1,0 +1,163 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+func members(names ...string) []api.Member {
+	out := make([]api.Member, len(names))
+	for i, n := range names {
+		out[i] = api.Member{Name: n, URL: "http://" + n + ":8080"}
+	}
+	return out
+}
+
+func TestMembershipEpochOnlyGrows(t *testing.T) {
+	ms := NewMembership()
+	if known, _ := ms.Known(); known || ms.Size() != 1 {
+		t.Fatalf("a new membership: known=%t size=%d, want a cluster of one", known, ms.Size())
+	}
+	_, changed := ms.Known()
+	if err := ms.Set(api.Membership{Epoch: 2, Self: "a", Members: members("a", "b", "c")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a change did not wake the waiters")
+	}
+	if ms.Size() != 3 || len(ms.Peers()) != 2 {
+		t.Fatalf("size %d, peers %v", ms.Size(), ms.Peers())
+	}
+	if err := ms.Set(api.Membership{Epoch: 1, Self: "a", Members: members("a")}); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("an older epoch: %v, want ErrStaleEpoch", err)
+	}
+	if err := ms.Set(api.Membership{Epoch: 2, Self: "a", Members: members("a", "b", "c")}); err != nil {
+		t.Fatalf("the same epoch again: %v", err)
+	}
+	if got := ms.Get(); got.Epoch != 2 || len(got.Members) != 3 {
+		t.Fatalf("Get = %+v", got)
+	}
+}
+
+func TestMembershipValidation(t *testing.T) {
+	for _, tc := range []struct {
+		m    api.Membership
+		want string
+	}{
+		{api.Membership{Epoch: 1, Self: "x", Members: members("a", "b")}, `self: "x" is not one of the members`},
+		{api.Membership{Epoch: 1, Self: "a", Members: members("a", "a")}, `members[1].name: "a" appears twice`},
+		{api.Membership{Epoch: 1, Self: "a", Members: []api.Member{{Name: "a", URL: "10.0.0.1:8080"}}}, `members[0].url: "10.0.0.1:8080" is not an http(s) URL with a host`},
+		{api.Membership{Epoch: 1, Self: "a", Members: []api.Member{{URL: "http://a"}}}, `members[0].name: must not be empty`},
+	} {
+		if err := Validate(tc.m); err == nil || err.Error() != tc.want {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.m, err, tc.want)
+		}
+	}
+}
+
+// Every pod computes the same home order; removing a member moves only the filters it was home
+// of; homes spread evenly.
+func TestRendezvousOrder(t *testing.T) {
+	all := members("pod-0", "pod-1", "pod-2", "pod-3")
+	homes := map[string]int{}
+	moved := 0
+	const filters = 4000
+	for i := range filters {
+		name := fmt.Sprintf("filter-%d", i)
+		order := rendezvous(name, all)
+		reversed := rendezvous(name, []api.Member{all[3], all[2], all[1], all[0]})
+		for j := range order {
+			if order[j] != reversed[j] {
+				t.Fatalf("the order of %s depends on the order of the members", name)
+			}
+		}
+		homes[order[0].Name]++
+		without := rendezvous(name, all[:3])
+		if order[0].Name != "pod-3" && without[0] != order[0] {
+			moved++
+		}
+		if order[0].Name == "pod-3" && without[0] != order[1] {
+			t.Fatalf("%s: without its home, the next in order must take over", name)
+		}
+	}
+	if moved != 0 {
+		t.Errorf("removing pod-3 moved %d filters homed elsewhere", moved)
+	}
+	for name, n := range homes {
+		if n < filters/4*8/10 || n > filters/4*12/10 {
+			t.Errorf("%s is home of %d of %d filters, want about %d", name, n, filters, filters/4)
+		}
+	}
+}
+
+func TestConsistencyCount(t *testing.T) {
+	for _, tc := range []struct {
+		level api.Consistency
+		n     int
+		want  int
+	}{
+		{api.ConsistencyOne, 3, 1}, {api.ConsistencyQuorum, 1, 1}, {api.ConsistencyQuorum, 2, 2},
+		{api.ConsistencyQuorum, 3, 2}, {api.ConsistencyQuorum, 4, 3}, {api.ConsistencyQuorum, 5, 3}, {api.ConsistencyAll, 5, 5},
+	} {
+		if got := tc.level.Count(tc.n); got != tc.want {
+			t.Errorf("%s of %d = %d, want %d", tc.level, tc.n, got, tc.want)
+		}
+	}
+	if _, err := Consistency("most", api.ConsistencyQuorum); err == nil || !strings.Contains(err.Error(), `"most"`) {
+		t.Errorf("an unknown level: %v", err)
+	}
+	if got, _ := Consistency("", api.ConsistencyAll); got != api.ConsistencyAll {
+		t.Errorf("no level = %s, want the default", got)
+	}
+}
+
+func TestApplyFollowsGenerations(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	n := NewNode(Options{Store: store})
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
+	gen := time.Now().UnixNano()
+	applied, err := n.Apply([]Op{
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"early"}}, // before its create: missed
+		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"a"}},
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"b", "c"}},
+		{Kind: OpAdd, Name: "f", Generation: gen - 1, Keys: []string{"older"}}, // an incarnation replaced since
+		{Kind: OpCreate, Name: "g", Generation: gen, Options: &opts},
+		{Kind: OpDelete, Name: "g", Generation: gen},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, true, true, true, true, true}; fmt.Sprint(applied) != fmt.Sprint(want) {
+		t.Fatalf("applied = %v, want %v", applied, want)
+	}
+	f, err := store.Get("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if !f.Check(k) {
+			t.Errorf("f lacks %q", k)
+		}
+	}
+	if f.Check("older") || f.Generation() != gen {
+		t.Errorf("a write to an older incarnation reached the filter")
+	}
+	if _, err := store.Get("g"); err == nil {
+		t.Error("g survived its replicated delete")
+	}
+	if _, err := n.Apply([]Op{{Kind: "merge", Name: "f", Generation: gen}}); !errors.Is(err, ErrBadOp) {
+		t.Errorf("an unknown op: %v, want ErrBadOp", err)
+	}
+	if _, err := n.Apply([]Op{{Kind: OpCreate, Name: "h", Generation: gen}}); !errors.Is(err, ErrBadOp) {
+		t.Errorf("a create without options: %v, want ErrBadOp", err)
+	}
+}

@@ -1,0 +1,166 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+)
+
+const (
+	// queueLength bounds the writes waiting for one peer. A peer that falls this far behind is
+	// down or far too slow: further writes skip it (failing their wait on it) and anti-entropy
+	// repairs it, rather than memory growing without bound.
+	queueLength = 1 << 14
+	// maxBatchOps and maxBatchKeys bound one request to a peer.
+	maxBatchOps  = 1024
+	maxBatchKeys = 1 << 16
+)
+
+// pending is a write waiting for one peer; its outcome goes to ack.
+type pending struct {
+	op  Op
+	ack chan<- error
+}
+
+// sender sends the writes for one peer, in order, batched: one request in flight at a time, and
+// every write queued meanwhile goes in the next. Order matters: a filter's create reaches the
+// peer before the adds to it.
+type sender struct {
+	node   *Node
+	peer   api.Member
+	queue  chan pending
+	quit   chan struct{}
+	queued atomic.Int64
+}
+
+func newSender(n *Node, peer api.Member) *sender {
+	return &sender{node: n, peer: peer, queue: make(chan pending, queueLength), quit: make(chan struct{})}
+}
+
+func (s *sender) stop() { close(s.quit) }
+
+// enqueue never blocks the writer: a full queue fails this peer's part of the write at once.
+func (s *sender) enqueue(op Op, ack chan<- error) {
+	select {
+	case s.queue <- pending{op, ack}:
+		s.queued.Add(1)
+	default:
+		s.node.stats.DroppedOps.Add(1)
+		ack <- fmt.Errorf("%s: %d writes already queued for it", s.peer.Name, queueLength)
+	}
+}
+
+func (s *sender) run(ctx context.Context) {
+	batch := make([]pending, 0, maxBatchOps)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			s.drain(ctx.Err())
+			return
+		case <-s.quit:
+			s.drain(fmt.Errorf("%s left the cluster", s.peer.Name))
+			return
+		case p := <-s.queue:
+			batch = append(batch, p)
+		}
+		keys := len(batch[0].op.Keys)
+	fill:
+		for len(batch) < maxBatchOps && keys < maxBatchKeys {
+			select {
+			case p := <-s.queue:
+				batch = append(batch, p)
+				keys += len(p.op.Keys)
+			default:
+				break fill
+			}
+		}
+		s.queued.Add(-int64(len(batch)))
+		s.send(ctx, batch)
+	}
+}
+
+// drain fails whatever is still queued.
+func (s *sender) drain(err error) {
+	for {
+		select {
+		case p := <-s.queue:
+			s.queued.Add(-1)
+			p.ack <- fmt.Errorf("%s: %w", s.peer.Name, err)
+		default:
+			return
+		}
+	}
+}
+
+func (s *sender) send(ctx context.Context, batch []pending) {
+	req := applyRequest{Ops: make([]Op, len(batch))}
+	for i, p := range batch {
+		req.Ops[i] = p.op
+	}
+	applied, err := s.post(ctx, req)
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.ack <- err
+		case !applied[i]:
+			p.ack <- fmt.Errorf("%s lacks filter %q (generation %d); anti-entropy will repair it", s.peer.Name, p.op.Name, p.op.Generation)
+		default:
+			p.ack <- nil
+		}
+	}
+}
+
+func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: encoding writes: %w", s.peer.Name, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(ForwardedHeader, "1")
+	resp, err := s.node.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
+	}
+	defer drainClose(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s: %s", s.peer.Name, resp.Status, readError(resp.Body))
+	}
+	var out applyResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("%s: decoding its answer: %w", s.peer.Name, err)
+	}
+	if len(out.Applied) != len(body.Ops) {
+		return nil, fmt.Errorf("%s answered %d results for %d writes", s.peer.Name, len(out.Applied), len(body.Ops))
+	}
+	s.node.stats.SentBatches.Add(1)
+	return out.Applied, nil
+}
+
+// drainClose reads what is left of a body (so the connection is reused) and closes it.
+func drainClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	_ = body.Close()
+}
+
+// readError reads an error answer's message.
+func readError(body io.Reader) string {
+	raw, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+	var e api.ErrorBody
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return string(bytes.TrimSpace(raw))
+}

@@ -1,0 +1,288 @@
+package filter
+
+import (
+	"fmt"
+	"hash/crc32"
+	"time"
+	"unsafe"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// Replicas of a store converge without a log order: a filter of fixed shape is a state-based CRDT
+// under bitwise OR, and the incarnations of one name are ordered by their generation (creation
+// time in nanoseconds, carried by replicated creates). A delete leaves a tombstone that refuses
+// every incarnation up to its generation, so a stale replica's copy cannot come back.
+
+// TombstoneRetention is how long a tombstone is kept. A replica away for longer than this may
+// bring a deleted filter back; pods are expected back (or replaced empty) well within it.
+const TombstoneRetention = 7 * 24 * time.Hour
+
+// Tombstone records that every incarnation of a name up to Generation was deleted, at DeletedAt.
+type Tombstone struct {
+	Name       string
+	Generation int64
+	DeletedAt  time.Time
+}
+
+// bury records a tombstone; the caller holds changes.
+func (s *Store) bury(name string, generation int64) {
+	if t, ok := s.tombstones[name]; !ok || t.Generation < generation {
+		s.tombstones[name] = Tombstone{Name: name, Generation: generation, DeletedAt: s.clock()}
+	}
+}
+
+// nextCreated is the creation time of a new incarnation of name: now, or just after the newest
+// incarnation this store knows of if the clock is behind it, so generations only grow. The caller
+// holds changes.
+func (s *Store) nextCreated(name string) time.Time {
+	next := s.clock().UnixNano()
+	if f, ok := s.Lookup(name); ok {
+		next = max(next, f.Generation()+1)
+	}
+	if t, ok := s.tombstones[name]; ok {
+		next = max(next, t.Generation+1)
+	}
+	return time.Unix(0, next)
+}
+
+// stale reports whether an incarnation of name at generation is dead: tombstoned, or older than
+// the one this store holds. The caller holds changes.
+func (s *Store) stale(name string, generation int64) bool {
+	if t, ok := s.tombstones[name]; ok && generation <= t.Generation {
+		return true
+	}
+	f, ok := s.Lookup(name)
+	return ok && f.Generation() > generation
+}
+
+// Tombstones lists the tombstones younger than TombstoneRetention.
+func (s *Store) Tombstones() []Tombstone {
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	out := make([]Tombstone, 0, len(s.tombstones))
+	for _, t := range s.tombstones {
+		out = append(out, t)
+	}
+	return out
+}
+
+// RestoreTombstone puts back a tombstone read from the journal's files, without journaling it.
+func (s *Store) RestoreTombstone(t Tombstone) {
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	if cur, ok := s.tombstones[t.Name]; !ok || cur.Generation < t.Generation {
+		s.tombstones[t.Name] = t
+	}
+}
+
+// PurgeTombstones forgets the tombstones older than TombstoneRetention.
+func (s *Store) PurgeTombstones() int {
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	cutoff := s.clock().Add(-TombstoneRetention)
+	n := 0
+	for name, t := range s.tombstones {
+		if t.DeletedAt.Before(cutoff) {
+			delete(s.tombstones, name)
+			n++
+		}
+	}
+	return n
+}
+
+// DeleteReplica applies a delete a peer made: it removes the filter of that name if it was
+// created at or before generation, and leaves a tombstone if it did.
+func (s *Store) DeleteReplica(name string, generation int64) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	return s.deleteUpTo(name, generation)
+}
+
+// CreateReplica applies a create a peer made: an incarnation of name created at created. It is a
+// no-op if this store holds that incarnation or a newer one, or a tombstone covers it; it replaces
+// an older incarnation. It reports whether it created the filter.
+func (s *Store) CreateReplica(name string, opts Options, created time.Time) (bool, error) {
+	if err := ValidateName(name); err != nil {
+		return false, err
+	}
+	if err := opts.Validate(); err != nil {
+		return false, err
+	}
+	s.changes.Lock()
+	defer s.changes.Unlock()
+	generation := created.UnixNano()
+	if f, ok := s.Lookup(name); s.stale(name, generation) || ok && f.Generation() == generation {
+		return false, nil
+	}
+	fresh, err := newFilter(s, name, opts, created)
+	if err != nil {
+		return false, err
+	}
+	return true, s.install(fresh)
+}
+
+// MergeResult says what a merge changed.
+type MergeResult struct {
+	// Installed: the store had no live incarnation this recent, and took the state's.
+	Installed bool
+	// Stale: the state is of a deleted, replaced or expired incarnation and was ignored.
+	Stale bool
+	// LayersChanged counts the layers that gained bits (or were added); BytesChanged their bytes.
+	LayersChanged int
+	BytesChanged  uint64
+}
+
+// Merge ORs a replica's state of a filter into the store. Layers of the same index have the
+// same shape by construction, so the OR is exact however the replicas grew. A state of a newer
+// incarnation replaces the local one; an older, tombstoned or expired one is ignored.
+//
+// Bits merged in are not journaled key by key: the caller makes them durable with a snapshot.
+func (s *Store) Merge(st State) (MergeResult, error) {
+	if err := st.validate(); err != nil {
+		return MergeResult{}, err
+	}
+	if st.ExpiredAt(s.clock()) {
+		return MergeResult{Stale: true}, nil
+	}
+	generation := st.Created.UnixNano()
+	s.changes.Lock()
+	if s.stale(st.Name, generation) {
+		s.changes.Unlock()
+		return MergeResult{Stale: true}, nil
+	}
+	f, ok := s.Lookup(st.Name)
+	installed := !ok || f.Generation() < generation
+	if installed {
+		defer s.changes.Unlock()
+		fresh, err := newFilter(s, st.Name, st.Options, st.Created)
+		if err != nil {
+			return MergeResult{}, err
+		}
+		if err := s.install(fresh); err != nil {
+			return MergeResult{}, err
+		}
+		f = fresh
+	} else {
+		// The OR runs outside changes: a large filter must not hold up every create and delete.
+		// If the filter is deleted meanwhile, the bits go to a filter no one sees.
+		s.changes.Unlock()
+	}
+	res, err := f.merge(st)
+	res.Installed = installed
+	return res, err
+}
+
+// MergeBits ORs a dump into f whatever its generation, for a merge a client asks for (such as a
+// migration from another cluster): the state must have f's shape, which its options define.
+func (f *Filter) MergeBits(st State) (MergeResult, error) {
+	if err := st.validate(); err != nil {
+		return MergeResult{}, err
+	}
+	a, b := f.opts, st.Options
+	if a.Capacity != b.Capacity || a.FPP != b.FPP || a.Scalable != b.Scalable || (a.Scalable && (a.Growth != b.Growth || a.Tightening != b.Tightening)) {
+		return MergeResult{}, fmt.Errorf("%w: the dump's filter (capacity %d, fpp %g, scalable %t) has another shape than %q (capacity %d, fpp %g, scalable %t)",
+			ErrInvalidOptions, b.Capacity, b.FPP, b.Scalable, f.name, a.Capacity, a.FPP, a.Scalable)
+	}
+	return f.merge(st)
+}
+
+// merge ORs st's layers into f's, adding the layers f lacks.
+func (f *Filter) merge(st State) (MergeResult, error) {
+	var res MergeResult
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, layer := range st.Layers {
+		if i < len(f.layers) {
+			if orWords(f.layers[i].BitSet().Words(), layer.Words) {
+				res.LayersChanged++
+				res.BytesChanged += uint64(len(layer.Words)) * 8
+			}
+			continue
+		}
+		shape, err := f.opts.LayerShape(i)
+		if err != nil {
+			return res, err
+		}
+		if f.dropped {
+			return res, nil
+		}
+		if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.sizeBytes.Load()); err != nil {
+			return res, err
+		}
+		f.appendLayer(shape, bloom.FromWithM(append([]uint64(nil), layer.Words...), shape.Bits, shape.Hashes))
+		f.newestItems = st.NewestItems
+		res.LayersChanged++
+		res.BytesChanged += shape.SizeBytes()
+	}
+	if len(st.Layers) == len(f.layers) {
+		f.newestItems = max(f.newestItems, st.NewestItems)
+	}
+	if items := f.items.Load(); st.Items > items {
+		f.items.CompareAndSwap(items, st.Items)
+	}
+	f.SetLastAccess(st.LastAccess)
+	return res, nil
+}
+
+// orWords ORs src into dst and reports whether dst changed.
+func orWords(dst, src []uint64) bool {
+	var changed uint64
+	for i, w := range src[:len(dst)] {
+		changed |= w &^ dst[i]
+		dst[i] |= w
+	}
+	return changed != 0
+}
+
+// Digest summarises a filter for anti-entropy: its generation and a checksum per layer. Two
+// replicas with equal digests hold the same bits (up to checksum collisions, which the next
+// write to the filter resolves).
+type Digest struct {
+	Name       string
+	Generation int64
+	Layers     []uint32
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Digest checksums every layer under the read lock.
+func (f *Filter) Digest() Digest {
+	d := Digest{Name: f.name, Generation: f.Generation()}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	d.Layers = make([]uint32, len(f.layers))
+	for i, layer := range f.layers {
+		words := layer.BitSet().Words()
+		d.Layers[i] = crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8), castagnoli)
+	}
+	return d
+}
+
+// validate checks that a state's layers have the shapes its options define, so bits of a
+// foreign shape never mix with ours.
+func (st State) validate() error {
+	if err := ValidateName(st.Name); err != nil {
+		return err
+	}
+	if err := st.Options.Validate(); err != nil {
+		return err
+	}
+	if len(st.Layers) == 0 || len(st.Layers) > MaxLayers || (!st.Options.Scalable && len(st.Layers) != 1) {
+		return fmt.Errorf("%w: filter %q has %d layers", ErrInvalidOptions, st.Name, len(st.Layers))
+	}
+	for i, layer := range st.Layers {
+		want, err := st.Options.LayerShape(i)
+		if err != nil {
+			return err
+		}
+		if layer.Bits != want.Bits || layer.Hashes != want.Hashes || uint64(len(layer.Words))*8 != want.SizeBytes() {
+			return fmt.Errorf("%w: filter %q layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
+				ErrInvalidOptions, st.Name, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,65 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bloomery/bloomery/dataplane/cluster"
+)
+
+// replication reads the cluster node's counters at scrape time.
+type replication struct {
+	node *cluster.Node
+
+	queued, replicated, failures, dropped, batches, forwarded, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
+}
+
+func newReplication(node *cluster.Node) *replication {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "replication", name), help, labels, nil)
+	}
+	return &replication{
+		node:        node,
+		queued:      desc("queued_writes", "Writes waiting to be sent to a peer: the replication lag.", "peer"),
+		replicated:  desc("writes_total", "Writes forwarded to the peers."),
+		failures:    desc("write_failures_total", "Writes answered 503 because fewer pods than their consistency level acknowledged them in time."),
+		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
+		batches:     desc("sent_batches_total", "Requests that carried writes to a peer."),
+		forwarded:   desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency."),
+		merges:      desc("merges_total", "Dumps from peers merged in that changed something (catch-up and anti-entropy)."),
+		mergedBytes: desc("merged_bytes_total", "Bytes of the layers that merges changed."),
+		passes:      desc("anti_entropy_passes_total", "Anti-entropy passes run."),
+		differences: desc("differences_total", "Filters found missing, older, different or deleted by catch-up and anti-entropy."),
+		epoch:       desc("membership_epoch", "Epoch of the membership the operator last told this pod; 0 before the first."),
+		peers:       desc("peers", "Peers in the current membership."),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (r *replication) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (r *replication) Collect(ch chan<- prometheus.Metric) {
+	st := r.node.Stats()
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
+	counter(r.replicated, st.ReplicatedOps.Load())
+	counter(r.failures, st.ReplicationFailures.Load())
+	counter(r.dropped, st.DroppedOps.Load())
+	counter(r.batches, st.SentBatches.Load())
+	counter(r.forwarded, st.ForwardedRequests.Load())
+	counter(r.merges, st.Merges.Load())
+	counter(r.mergedBytes, st.MergedBytes.Load())
+	counter(r.passes, st.AntiEntropyPasses.Load())
+	counter(r.differences, st.Differences.Load())
+	m := r.node.Membership()
+	ch <- prometheus.MustNewConstMetric(r.epoch, prometheus.GaugeValue, float64(m.Epoch))
+	ch <- prometheus.MustNewConstMetric(r.peers, prometheus.GaugeValue, float64(max(len(m.Members)-1, 0)))
+	for peer, n := range r.node.QueuedWrites() {
+		ch <- prometheus.MustNewConstMetric(r.queued, prometheus.GaugeValue, float64(n), peer)
+	}
+}

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/cluster"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
+)
+
+// The server's side of replication (docs/replication.md): the request paths consult the
+// cluster node, which does the talking to peers.
+
+// forwarded reports whether a peer sent this request on a client's behalf: it is served here,
+// not forwarded again.
+func forwarded(c echo.Context) bool { return c.Request().Header.Get(cluster.ForwardedHeader) != "" }
+
+// consistency reads ?consistency=, or def when the request has none.
+func consistency(c echo.Context, def api.Consistency) (api.Consistency, error) {
+	if c.Request().URL.RawQuery == "" {
+		return def, nil
+	}
+	level, err := cluster.Consistency(c.QueryParam(api.ConsistencyParam), def)
+	if err != nil {
+		return "", invalidParameter(api.ConsistencyParam, err.Error())
+	}
+	return level, nil
+}
+
+// writeLevel is the consistency of a write request.
+func (s *Server) writeLevel(c echo.Context) (api.Consistency, error) {
+	return consistency(c, s.node.WriteConsistency())
+}
+
+// replicate sends a write applied here to the peers and waits for the level's acknowledgements.
+func (s *Server) replicate(c echo.Context, level api.Consistency, op cluster.Op) error {
+	err := s.node.Replicate(c.Request().Context(), op, level)
+	if errors.Is(err, cluster.ErrReplication) {
+		s.log.Warn("Write not acknowledged by enough pods", "filter", op.Name, "op", op.Kind, "error", err.Error())
+		return &apiError{http.StatusServiceUnavailable, api.CodeReplication, err.Error()}
+	}
+	return err
+}
+
+// replicateAdd replicates keys added to f, when there are peers to tell.
+func (s *Server) replicateAdd(c echo.Context, level api.Consistency, f *filter.Filter, keys []string) error {
+	if !s.node.Replicating() || len(keys) == 0 {
+		return nil
+	}
+	return s.replicate(c, level, cluster.Op{Kind: cluster.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys})
+}
+
+// forwardToHome sends a request that must be served by the filter's home pod (check-and-set,
+// create) there, and answers the home's answer. It reports false when this pod is the home, or
+// every pod before it in the filter's order is unreachable: the request is then served here,
+// with its body put back.
+func (s *Server) forwardToHome(c echo.Context) (bool, error) {
+	if forwarded(c) && !s.node.Ready() {
+		// A pod still catching up would answer false for values its peers hold: the sender
+		// takes this 503 as its cue to try the next pod in the filter's order.
+		return false, &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "catching up from the peers; not serving as a filter's home yet"}
+	}
+	if !s.node.Replicating() || forwarded(c) {
+		return false, nil
+	}
+	name, err := url.PathUnescape(c.Param("name"))
+	if err != nil {
+		return false, nil // the local path answers the error
+	}
+	order, self := s.node.HomeOrder(name)
+	if len(order) == 0 || order[0].Name == self {
+		return false, nil
+	}
+	req := c.Request()
+	if req.ContentLength > s.cfg.MaxHTTPRequestLength {
+		return false, errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, s.cfg.MaxHTTPRequestLength))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return false, errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
+		}
+		return false, badRequest(fmt.Sprintf("could not read the request body: %v", err))
+	}
+	for _, m := range order {
+		if m.Name == self {
+			break
+		}
+		a, err := s.node.Forward(req.Context(), m, req.Method, req.URL.RequestURI(), req.Header.Get(echo.HeaderContentType), raw)
+		if err != nil {
+			s.log.Warn("Filter's home pod did not serve a forwarded request; trying the next", "filter", name, "home", m.Name, "error", err.Error())
+			continue
+		}
+		return true, c.Blob(a.Status, a.ContentType, a.Body)
+	}
+	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
+	return false, nil
+}
+
+// checkPeers widens a read to ?consistency=quorum|all: the values absent here are asked of
+// enough peers, and present ORs in their answers.
+func (s *Server) checkPeers(c echo.Context, level api.Consistency, name string, values []string, present []bool) error {
+	if level == api.ConsistencyOne || forwarded(c) || !s.node.Replicating() {
+		return nil
+	}
+	var absent []string
+	var at []int
+	for i, p := range present {
+		if !p {
+			absent, at = append(absent, values[i]), append(at, i)
+		}
+	}
+	if len(absent) == 0 {
+		return nil
+	}
+	answers := make([]bool, len(absent))
+	if err := s.node.CheckPeers(c.Request().Context(), name, absent, level, answers); err != nil {
+		return &apiError{http.StatusServiceUnavailable, api.CodeReplication, err.Error()}
+	}
+	for j, i := range at {
+		present[i] = answers[j]
+	}
+	return nil
+}
+
+func (s *Server) getMembership(c echo.Context) error {
+	return c.JSON(http.StatusOK, s.node.Membership())
+}
+
+func (s *Server) putMembership(c echo.Context) error {
+	var m api.Membership
+	if err := decodeJSON(c, s.cfg.MaxHTTPRequestLength, &m); err != nil {
+		return err
+	}
+	err := s.node.SetMembership(m)
+	switch {
+	case errors.Is(err, cluster.ErrStaleEpoch):
+		return &apiError{http.StatusConflict, api.CodeStaleEpoch, err.Error()}
+	case err != nil:
+		return badRequest("invalid membership: " + err.Error())
+	}
+	return c.JSON(http.StatusOK, s.node.Membership())
+}
+
+// applyOps applies a batch of a peer's writes.
+func (s *Server) applyOps(c echo.Context) error {
+	var req struct {
+		Ops []cluster.Op `json:"ops"`
+	}
+	if err := decodeJSON(c, s.cfg.MaxHTTPRequestLength, &req); err != nil {
+		return err
+	}
+	applied, err := s.node.Apply(req.Ops)
+	if err != nil {
+		return badRequest(err.Error())
+	}
+	return c.JSON(http.StatusOK, map[string][]bool{"applied": applied})
+}
+
+func (s *Server) inventory(c echo.Context) error {
+	return c.JSON(http.StatusOK, s.node.Inventory())
+}
+
+// dump streams the filter's state in the snapshot's record format.
+func (s *Server) dump(c echo.Context) error {
+	f, err := s.lookup(c)
+	if err != nil {
+		return err
+	}
+	st := f.State()
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream)
+	c.Response().WriteHeader(http.StatusOK)
+	return persist.WriteDump(c.Response(), st)
+}
+
+// merge ORs a dump into the filter of the path, which must have the dump's shape. The bits reach
+// the other pods through anti-entropy.
+func (s *Server) merge(c echo.Context) error {
+	req := c.Request()
+	if req.ContentLength > s.cfg.MaxHTTPRequestLength {
+		return errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
+	}
+	st, err := persist.ReadDump(http.MaxBytesReader(c.Response(), req.Body, s.cfg.MaxHTTPRequestLength), s.cfg.MaxHTTPRequestLength)
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
+		}
+		return badRequest("invalid dump: " + err.Error())
+	}
+	f, err := s.lookup(c)
+	if err != nil {
+		return err
+	}
+	res, err := f.MergeBits(st)
+	if err != nil {
+		return engineError(err, false)
+	}
+	if res.LayersChanged > 0 {
+		if err := s.durable(); err != nil {
+			return fmt.Errorf("merged, but not yet durable: %w", err)
+		}
+	}
+	s.log.Info("Merged a dump", "filter", f.Name(), "layersChanged", res.LayersChanged, "bytesChanged", res.BytesChanged)
+	return c.JSON(http.StatusOK, s.describe(f.Info()))
+}
+
+// decodeJSON reads a body of the internal endpoints into v, strictly: they are called by the
+// operator and by peers, whose mistakes should show at once.
+func decodeJSON(c echo.Context, limit int64, v any) error {
+	req := c.Request()
+	if req.ContentLength > limit {
+		return errBodyTooLarge(limit)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), req.Body, limit))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return errBodyTooLarge(limit)
+		}
+		return badRequest("invalid JSON body: " + err.Error())
+	}
+	return nil
+}
