@@ -39,7 +39,7 @@ type replica struct {
 	dp              *dataPlane
 }
 
-func (r *replica) url() string { return "http://127.0.0.1:" + r.port }
+func (p *replica) url() string { return "http://127.0.0.1:" + p.port }
 
 type testCluster struct {
 	t      *testing.T
@@ -111,7 +111,7 @@ func (c *testCluster) tell(members []*replica, to ...*replica) {
 // machine that hands it out meanwhile fails the start loudly rather than silently.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,7 +395,11 @@ func TestDeletedFilterStaysDeletedAfterAStalePeersAntiEntropy(t *testing.T) {
 // counter reads one unlabelled counter from the pod's /metrics.
 func counter(t *testing.T, p *replica, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(p.url() + "/metrics")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.url()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,6 +52,10 @@ type BloomClusterReconciler struct {
 	Resync time.Duration
 	// MaxConcurrentReconciles is how many BloomClusters are reconciled at once; 0 means 1.
 	MaxConcurrentReconciles int
+	// DataPlane reaches the pods to tell them their peers; nil means HTTP with a 5 s timeout.
+	DataPlane DataPlane
+	// PodParallelism bounds the concurrent calls of one pass to the pods; 0 means 8.
+	PodParallelism int
 }
 
 // clusterState is what one pass learns, step by step; the status is computed from it at the end.
@@ -113,6 +117,9 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 	}
 	st := &clusterState{cluster: cluster}
 	steps := []func(context.Context, *clusterState) (ctrl.Result, error){
+		// First, because it depends only on the pods that exist, and running pods need it to
+		// turn ready even when a later step fails (a StatefulSet update the API server refuses).
+		r.reconcileMembership,
 		r.reconcileConfigMap,
 		r.reconcileServices,
 		r.reconcileStatefulSet,
@@ -585,8 +592,9 @@ func mergeStringMaps(base, over map[string]string) map[string]string {
 	return out
 }
 
-// SetupWithManager watches BloomClusters, the children they own, and the BloomFilters that name
-// them (for status.filters). The BloomFilter field index (IndexFields) must be registered.
+// SetupWithManager watches BloomClusters, the children they own, their pods (for the
+// membership) and the BloomFilters that name them (for status.filters). The BloomFilter field
+// index (IndexFields) must be registered.
 func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -597,12 +605,24 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("bloomcluster-controller")
 	}
+	if r.DataPlane == nil {
+		r.DataPlane = NewHTTPDataPlane(DefaultPodTimeout)
+	}
 	clusterOfFilter := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		bf, ok := o.(*bloomeryv1alpha1.BloomFilter)
 		if !ok {
 			return nil
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}}}
+	})
+	// A pod that gets an IP, restarts (and forgets its membership) or goes away changes what
+	// the membership step does. The StatefulSet labels its pods with the cluster's name.
+	clusterOfPod := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		l := o.GetLabels()
+		if l[labelName] != appName || l[labelComponent] != componentData || l[labelInstance] == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: l[labelInstance]}}}
 	})
 	// The count of filters changes only when one is created or deleted (clusterRef is
 	// immutable); their frequent status updates must not requeue the cluster.
@@ -616,6 +636,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Watches(&bloomeryv1alpha1.BloomFilter{}, clusterOfFilter, builder.WithPredicates(filterCountChanged)).
+		Watches(&corev1.Pod{}, clusterOfPod).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("bloomcluster").
 		Complete(r)

@@ -286,7 +286,8 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	// The configuration and the hash that rolls the pods when it changes.
 	config := cm.Data["config.yaml"]
 	for _, line := range []string{"logSync: always\n", "maxTotalBytes: 536870912\n", "defaultValidSecondsAfterCreate: 0\n",
-		"logFormat: json\n", "allowRecoverFromCorruptedPersistentFile: true\n", "  - periodInSeconds: 300\n    updatesMoreThan: 100\n"} {
+		"logFormat: json\n", "allowRecoverFromCorruptedPersistentFile: true\n", "  - periodInSeconds: 300\n    updatesMoreThan: 100\n",
+		"writeConsistency: quorum\n", "awaitMembership: true\n"} {
 		if !strings.Contains(config, line) {
 			t.Errorf("config.yaml lacks %q:\n%s", line, config)
 		}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/api"
 )
 
 // The builders below are pure functions of the BloomCluster: one per child object. They fill in
@@ -110,6 +111,10 @@ func dataPlaneConfig(c *bloomeryv1alpha1.BloomCluster) (string, error) {
 		"logFormat":                      "json",
 		"shutdownDrainDelayMillis":       shutdownDrainDelayMillis,
 		"gracefulShutdownTimeoutMillis":  shutdownTimeoutMillis,
+		"writeConsistency":               consistencyValue(c.Spec.Replication.WriteConsistency),
+		// A pod reports ready only once the operator has told it its peers and it has caught
+		// up from them: before that it could answer false for a value another pod acknowledged.
+		"awaitMembership": true,
 	}
 	if q := c.Spec.Limits.MaxFilterBytes; q != nil {
 		cfg["maxFilterBytes"] = max(q.Value(), 0)
@@ -139,6 +144,19 @@ func logSyncValue(p bloomeryv1alpha1.LogSyncPolicy) string {
 		return "no"
 	default:
 		return "everysec"
+	}
+}
+
+// consistencyValue maps the API's enum onto the data plane's spelling, which is also that of the
+// ?consistency= query parameter.
+func consistencyValue(c bloomeryv1alpha1.Consistency) string {
+	switch c {
+	case bloomeryv1alpha1.ConsistencyOne:
+		return string(api.ConsistencyOne)
+	case bloomeryv1alpha1.ConsistencyAll:
+		return string(api.ConsistencyAll)
+	default:
+		return string(api.ConsistencyQuorum)
 	}
 }
 

@@ -108,6 +108,27 @@ func TestDataPlaneConfigDefaultsAndEnums(t *testing.T) {
 	}
 }
 
+// The data plane replicates writes with the cluster's consistency, and reports ready only once
+// the operator told it its peers and it caught up from them.
+func TestDataPlaneConfigReplication(t *testing.T) {
+	t.Parallel()
+	for consistency, want := range map[bloomeryv1alpha1.Consistency]string{
+		"":                                 "quorum", // a spec built in code, or by an older API server
+		bloomeryv1alpha1.ConsistencyOne:    "one",
+		bloomeryv1alpha1.ConsistencyQuorum: "quorum",
+		bloomeryv1alpha1.ConsistencyAll:    "all",
+	} {
+		c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "a"}}
+		c.Spec.Replication.WriteConsistency = consistency
+		_, text := loadGeneratedConfig(t, c)
+		for _, line := range []string{"writeConsistency: " + want + "\n", "awaitMembership: true\n"} {
+			if !strings.Contains(text, line) {
+				t.Errorf("writeConsistency %q: config.yaml lacks %q:\n%s", consistency, line, text)
+			}
+		}
+	}
+}
+
 func TestDataPlaneConfigIsDeterministic(t *testing.T) {
 	t.Parallel()
 	c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "n"}}

@@ -26,6 +26,9 @@ const (
 	ReasonStorageChangeNotApplied = "StorageChangeNotApplied"
 	// The spec asks for a ServiceMonitor, and the cluster has no ServiceMonitor kind.
 	ReasonServiceMonitorUnavailable = "ServiceMonitorUnavailable"
+	// Pods whose API listens did not answer the operator's membership push: they cannot turn
+	// ready, and their peers do not know them (a NetworkPolicy, or a broken pod).
+	ReasonMembershipNotDelivered = "MembershipNotDelivered"
 
 	// BloomFilter
 	ReasonOnAllPods         = "OnAllPods"

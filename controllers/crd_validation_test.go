@@ -161,6 +161,8 @@ func TestBloomClusterSchemaRejectsInvalidManifests(t *testing.T) {
 		{"interval without unit", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Monitoring.ServiceMonitor.Interval = "30" },
 			"spec.monitoring.serviceMonitor.interval in body should match"},
 		{"whenDeleted Orphan", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Storage.WhenDeleted = "Orphan" }, `spec.storage.whenDeleted: Unsupported value: "Orphan"`},
+		{"writeConsistency Most", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replication.WriteConsistency = "Most" },
+			`spec.replication.writeConsistency: Unsupported value: "Most"`},
 		{"imagePullPolicy Sometimes", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.ImagePullPolicy = "Sometimes" }, `spec.imagePullPolicy: Unsupported value: "Sometimes"`},
 		{"snapshot trigger period 0", func(c *bloomeryv1alpha1.BloomCluster) {
 			c.Spec.Persistence.SnapshotTriggers = []bloomeryv1alpha1.SnapshotTrigger{{PeriodSeconds: 0, UpdatesMoreThan: 1}}
@@ -223,6 +225,7 @@ func TestBloomClusterDefaults(t *testing.T) {
 		s.PodDisruptionBudget.MaxUnavailable)
 	check("monitoring.serviceMonitor.enabled", !s.Monitoring.ServiceMonitor.Enabled, s.Monitoring.ServiceMonitor.Enabled)
 	check("monitoring.serviceMonitor.interval", s.Monitoring.ServiceMonitor.Interval == "30s", s.Monitoring.ServiceMonitor.Interval)
+	check("replication.writeConsistency", s.Replication.WriteConsistency == bloomeryv1alpha1.ConsistencyQuorum, s.Replication.WriteConsistency)
 
 	// Replicas may change; the status subresource keeps spec writes out of status.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

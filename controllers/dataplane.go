@@ -5,6 +5,7 @@ package controllers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -46,6 +47,9 @@ func (s FilterShape) Matches(f api.Filter) bool {
 // ErrFilterNotFound is the data plane's answer for a filter a pod does not hold.
 var ErrFilterNotFound = errors.New("filter not found on the pod")
 
+// ErrStaleEpoch is the data plane's answer to a membership older than the one the pod holds.
+var ErrStaleEpoch = errors.New("the pod holds a membership of a higher epoch")
+
 // DataPlane is everything the operator asks of a data-plane pod. The reconcilers use nothing
 // else, so tests can point them at real servers on loopback addresses.
 type DataPlane interface {
@@ -56,7 +60,17 @@ type DataPlane interface {
 	GetFilter(ctx context.Context, pod Pod, name string) (api.Filter, error)
 	// DeleteFilter removes the filter from the pod; absent is success.
 	DeleteFilter(ctx context.Context, pod Pod, name string) error
+	// GetMembership returns the membership the pod holds: epoch 0 and no members if it was
+	// never told.
+	GetMembership(ctx context.Context, pod Pod) (api.Membership, error)
+	// SetMembership tells the pod its membership; an error wrapping ErrStaleEpoch means the pod
+	// holds a higher epoch and kept it.
+	SetMembership(ctx context.Context, pod Pod, m api.Membership) error
 }
+
+// DefaultPodTimeout bounds each call to a pod when nothing else does (the operator's
+// --pod-timeout flag).
+const DefaultPodTimeout = 5 * time.Second
 
 // HTTPDataPlane is the DataPlane of real pods, over the data plane's REST API. It shares one HTTP
 // client (and its connections) across pods and reconciles; every call is bounded by Timeout and
@@ -123,4 +137,22 @@ func (d *HTTPDataPlane) DeleteFilter(ctx context.Context, pod Pod, name string) 
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	return d.client(pod).Delete(ctx, name)
+}
+
+// GetMembership implements DataPlane.
+func (d *HTTPDataPlane) GetMembership(ctx context.Context, pod Pod) (api.Membership, error) {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	return d.client(pod).Membership(ctx)
+}
+
+// SetMembership implements DataPlane.
+func (d *HTTPDataPlane) SetMembership(ctx context.Context, pod Pod, m api.Membership) error {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	err := d.client(pod).SetMembership(ctx, m)
+	if client.IsStaleEpoch(err) {
+		return fmt.Errorf("%w: %w", ErrStaleEpoch, err)
+	}
+	return err
 }

@@ -84,7 +84,7 @@ func NewCommand(version string) *cobra.Command {
 	fs.StringVar(&f.dataPlaneImage, "dataplane-image", "ghcr.io/bloomery/bloomery:"+version,
 		"image of BloomClusters that name none; the same version as the operator")
 	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the passes that keep status true between events")
-	fs.DurationVar(&f.podTimeout, "pod-timeout", 5*time.Second, "timeout of each call to a data-plane pod")
+	fs.DurationVar(&f.podTimeout, "pod-timeout", DefaultPodTimeout, "timeout of each call to a data-plane pod")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	f.zap.BindFlags(logFlags)
 	fs.AddGoFlagSet(logFlags)
@@ -139,6 +139,8 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 	if err := IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
 		return err
 	}
+	// One HTTP client, and its pool of connections, for every call to the pods.
+	dataPlane := NewHTTPDataPlane(f.podTimeout)
 	if err := (&BloomClusterReconciler{
 		Client:                  mgr.GetClient(),
 		Scheme:                  mgr.GetScheme(),
@@ -146,15 +148,17 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		DefaultImage:            f.dataPlaneImage,
 		Resync:                  f.resync,
 		MaxConcurrentReconciles: f.maxReconciles,
+		DataPlane:               dataPlane,
+		PodParallelism:          defaultPodParallelism,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BloomCluster controller: %w", err)
 	}
 	if err := (&BloomFilterReconciler{
 		Client:                  mgr.GetClient(),
-		DataPlane:               NewHTTPDataPlane(f.podTimeout),
+		DataPlane:               dataPlane,
 		Recorder:                mgr.GetEventRecorder("bloomfilter"),
 		Resync:                  f.resync,
-		PodParallelism:          8,
+		PodParallelism:          defaultPodParallelism,
 		MaxConcurrentReconciles: f.maxReconciles,
 		DeleteGiveUp:            2 * time.Minute,
 	}).SetupWithManager(mgr); err != nil {

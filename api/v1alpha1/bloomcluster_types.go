@@ -99,7 +99,36 @@ type BloomClusterSpec struct {
 	// monitoring configures scraping of the pods by the Prometheus Operator.
 	// +optional
 	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
+
+	// replication says how the pods, which each hold every filter, share writes.
+	// +kubebuilder:default={}
+	// +optional
+	Replication ReplicationSpec `json:"replication,omitempty"`
 }
+
+// ReplicationSpec configures how a write reaches the cluster's pods.
+type ReplicationSpec struct {
+	// writeConsistency is W, how many pods must have a write durable before it is acknowledged:
+	// One (the pod that received it), Quorum (a majority of the pods) or All. The pod that
+	// receives a write applies it and forwards it to its peers; if W pods do not confirm in
+	// time the write answers 503 (it is not rolled back, and peers that missed it are repaired
+	// later). A request may override it with ?consistency=one|quorum|all. Reads answer from one
+	// pod unless they ask for more; with R + W > N a read never misses an acknowledged value.
+	// +kubebuilder:validation:Enum=One;Quorum;All
+	// +kubebuilder:default=Quorum
+	// +optional
+	WriteConsistency Consistency `json:"writeConsistency,omitempty"`
+}
+
+// Consistency is how many of a cluster's pods a request involves.
+type Consistency string
+
+// Consistency levels.
+const (
+	ConsistencyOne    Consistency = "One"
+	ConsistencyQuorum Consistency = "Quorum"
+	ConsistencyAll    Consistency = "All"
+)
 
 // StorageSpec is the volume claim of each pod.
 type StorageSpec struct {
@@ -266,6 +295,36 @@ type BloomClusterStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// membershipEpoch is the epoch of the last membership (the set of pods that hold the data)
+	// the operator computed and pushed to the pods. It only grows: it is written here before any
+	// pod is told, so that an epoch never names two different sets, and a pod refuses a
+	// membership older than the one it holds.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	MembershipEpoch int64 `json:"membershipEpoch,omitempty"`
+
+	// members are the pods of membershipEpoch, sorted by name: the pods with an IP that are not
+	// being deleted. A change of this set (a pod added, removed or readdressed) starts a new
+	// epoch.
+	// +listType=map
+	// +listMapKey=pod
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	Members []ClusterMember `json:"members,omitempty"`
+}
+
+// ClusterMember is one pod of a membership.
+type ClusterMember struct {
+	// pod is the pod's name.
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Pod string `json:"pod"`
+
+	// url is where the pod's API answers its peers and the operator, such as http://10.0.0.7:8080.
+	// +kubebuilder:validation:MaxLength=512
+	// +required
+	URL string `json:"url"`
 }
 
 // +kubebuilder:object:root=true
@@ -276,6 +335,7 @@ type BloomClusterStatus struct {
 // +kubebuilder:printcolumn:name="Filters",type=integer,JSONPath=`.status.filters`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
+// +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.membershipEpoch`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // BloomCluster is a data plane of bloom filters: a StatefulSet of pods, its Services, a

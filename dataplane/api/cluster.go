@@ -38,10 +38,11 @@ type Membership struct {
 // before the answer; for a read, how many are asked (any true answers true).
 type Consistency string
 
+// The consistency levels.
 const (
-	ConsistencyOne    Consistency = "one"
+	ConsistencyOne    Consistency = "one"    // this pod alone
 	ConsistencyQuorum Consistency = "quorum" // a majority of the members
-	ConsistencyAll    Consistency = "all"
+	ConsistencyAll    Consistency = "all"    // every member
 )
 
 // ConsistencyParam is the query parameter that overrides a request's consistency.

@@ -39,8 +39,11 @@ func TestMembershipEpochOnlyGrows(t *testing.T) {
 	if err := ms.Set(api.Membership{Epoch: 1, Self: "a", Members: members("a")}); !errors.Is(err, ErrStaleEpoch) {
 		t.Fatalf("an older epoch: %v, want ErrStaleEpoch", err)
 	}
-	if err := ms.Set(api.Membership{Epoch: 2, Self: "a", Members: members("a", "b", "c")}); err != nil {
+	if err := ms.Set(api.Membership{Epoch: 2, Self: "a", Members: members("c", "b", "a")}); err != nil {
 		t.Fatalf("the same epoch again: %v", err)
+	}
+	if err := ms.Set(api.Membership{Epoch: 2, Self: "a", Members: members("a", "b")}); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("the same epoch for another set: %v, want ErrStaleEpoch", err)
 	}
 	if got := ms.Get(); got.Epoch != 2 || len(got.Members) != 3 {
 		t.Fatalf("Get = %+v", got)
@@ -52,6 +55,7 @@ func TestMembershipValidation(t *testing.T) {
 		m    api.Membership
 		want string
 	}{
+		{api.Membership{Epoch: 0, Self: "a", Members: members("a")}, `epoch: must be greater than 0`},
 		{api.Membership{Epoch: 1, Self: "x", Members: members("a", "b")}, `self: "x" is not one of the members`},
 		{api.Membership{Epoch: 1, Self: "a", Members: members("a", "a")}, `members[1].name: "a" appears twice`},
 		{api.Membership{Epoch: 1, Self: "a", Members: []api.Member{{Name: "a", URL: "10.0.0.1:8080"}}}, `members[0].url: "10.0.0.1:8080" is not an http(s) URL with a host`},
@@ -160,4 +164,16 @@ func TestApplyFollowsGenerations(t *testing.T) {
 	if _, err := n.Apply([]Op{{Kind: OpCreate, Name: "h", Generation: gen}}); !errors.Is(err, ErrBadOp) {
 		t.Errorf("a create without options: %v, want ErrBadOp", err)
 	}
+}
+
+func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "pod-1"})
+	err := n.SetMembership(api.Membership{Epoch: 1, Self: "pod-0", Members: members("pod-0", "pod-1")})
+	if err == nil || !strings.Contains(err.Error(), `this pod is "pod-1", not "pod-0"`) {
+		t.Fatalf("a membership for another pod: %v", err)
+	}
+	if err := n.SetMembership(api.Membership{Epoch: 1, Self: "pod-1", Members: members("pod-0", "pod-1")}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
 }

@@ -44,7 +44,7 @@ func (n *Node) Forward(ctx context.Context, peer api.Member, method, requestURI,
 	if err != nil {
 		return Answer{}, fmt.Errorf("%s: %w", peer.Name, err)
 	}
-	defer drainClose(resp.Body)
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
 	if resp.StatusCode == http.StatusServiceUnavailable {
 		return Answer{}, fmt.Errorf("%s is unavailable: %s", peer.Name, readError(resp.Body))
 	}

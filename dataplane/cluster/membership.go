@@ -27,8 +27,12 @@ type Membership struct {
 // NewMembership is the membership of a pod that has not been told any.
 func NewMembership() *Membership { return &Membership{changed: make(chan struct{})} }
 
-// Validate checks a membership on its own: Self among the members, names unique, URLs absolute.
+// Validate checks a membership on its own: an epoch above 0 (0 means never told), Self among
+// the members, names unique, URLs absolute.
 func Validate(m api.Membership) error {
+	if m.Epoch == 0 {
+		return errors.New("epoch: must be greater than 0")
+	}
 	seen := make(map[string]bool, len(m.Members))
 	self := false
 	for i, member := range m.Members {
@@ -62,6 +66,9 @@ func (ms *Membership) Set(m api.Membership) error {
 	if m.Epoch < ms.current.Epoch {
 		return fmt.Errorf("%w: this pod holds epoch %d, got %d", ErrStaleEpoch, ms.current.Epoch, m.Epoch)
 	}
+	if m.Epoch == ms.current.Epoch && (m.Self != ms.current.Self || !slices.Equal(sorted(m.Members), sorted(ms.current.Members))) {
+		return fmt.Errorf("%w: epoch %d already names another membership; a change needs a higher epoch", ErrStaleEpoch, m.Epoch)
+	}
 	m.Members = slices.Clone(m.Members)
 	ms.current = m
 	ms.peers = ms.peers[:0:0]
@@ -73,6 +80,10 @@ func (ms *Membership) Set(m api.Membership) error {
 	close(ms.changed)
 	ms.changed = make(chan struct{})
 	return nil
+}
+
+func sorted(members []api.Member) []api.Member {
+	return slices.SortedFunc(slices.Values(members), func(a, b api.Member) int { return cmpString(a.Name, b.Name) })
 }
 
 // Get answers the current membership.

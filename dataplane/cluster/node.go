@@ -38,6 +38,9 @@ type Options struct {
 	AntiEntropyBytesPerSecond int64
 	// MaxDumpBytes bounds a dump read from a peer before it is allocated.
 	MaxDumpBytes int64
+	// PodName, when known, is this pod's name: a membership whose Self names another pod is
+	// refused (a pod IP reused before the operator noticed must not take another's identity).
+	PodName string
 	// Durable makes bits merged from peers survive a crash (a snapshot); nil when in memory.
 	Durable func() error
 }
@@ -99,6 +102,9 @@ func (n *Node) Membership() api.Membership { return n.members.Get() }
 // peers accordingly.
 func (n *Node) SetMembership(m api.Membership) error {
 	before := n.members.Get()
+	if n.opts.PodName != "" && m.Self != n.opts.PodName {
+		return fmt.Errorf("self: this pod is %q, not %q", n.opts.PodName, m.Self)
+	}
 	if err := n.members.Set(m); err != nil {
 		return err
 	}

@@ -31,10 +31,11 @@ func (n *Node) Inventory() Inventory {
 // RepairReport says what one repair from one peer changed here.
 type RepairReport struct {
 	Peer        string
-	Filters     int // filters the peer holds
-	Differences int // filters missing, older or different here, and tombstones new here
-	Merged      int // dumps that changed something
-	Bytes       int64
+	Filters     int   // filters the peer holds
+	Differences int   // filters missing, older or different here, and tombstones new here
+	Merged      int   // dumps that changed something
+	Bytes       int64 // bytes of the layers they changed
+	Pulled      int64 // bytes of the dumps pulled
 }
 
 // Repair makes this pod hold at least what peer holds: the peer's tombstones delete what they
@@ -65,6 +66,7 @@ func (n *Node) Repair(ctx context.Context, peer api.Member, rate int64) (RepairR
 		if err != nil {
 			return rep, err
 		}
+		rep.Pulled += stateBytes(st)
 		res, err := store.Merge(st)
 		if err != nil {
 			return rep, fmt.Errorf("merging %s's dump of %q: %w", peer.Name, d.Name, err)
@@ -89,13 +91,17 @@ func sameDigest(a, b filter.Digest) bool {
 	return a.Generation == b.Generation && slices.Equal(a.Layers, b.Layers)
 }
 
-// pace waits until a dump of st's size has taken at least size/rate.
-func pace(ctx context.Context, st filter.State, rate int64, took time.Duration) error {
+func stateBytes(st filter.State) int64 {
 	var size int64
 	for _, l := range st.Layers {
 		size += int64(len(l.Words)) * 8
 	}
-	wait := time.Duration(float64(size)/float64(rate)*float64(time.Second)) - took
+	return size
+}
+
+// pace waits until a dump of st's size has taken at least size/rate.
+func pace(ctx context.Context, st filter.State, rate int64, took time.Duration) error {
+	wait := time.Duration(float64(stateBytes(st))/float64(rate)*float64(time.Second)) - took
 	if wait <= 0 {
 		return nil
 	}
@@ -119,7 +125,7 @@ func (n *Node) pullDump(ctx context.Context, peer api.Member, name string) (filt
 	if err != nil {
 		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}
-	defer drainClose(resp.Body)
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return filter.State{}, fmt.Errorf("dump of %q from %s: %s: %s", name, peer.Name, resp.Status, readError(resp.Body))
 	}
@@ -149,7 +155,7 @@ func (n *Node) getJSON(ctx context.Context, peer api.Member, path string, out an
 	if err != nil {
 		return fmt.Errorf("%s: %w", peer.Name, err)
 	}
-	defer drainClose(resp.Body)
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: GET %s: %s: %s", peer.Name, path, resp.Status, readError(resp.Body))
 	}
@@ -165,7 +171,7 @@ func (n *Node) getJSON(ctx context.Context, peer api.Member, path string, out an
 func (n *Node) catchUp(ctx context.Context) {
 	start := time.Now()
 	var merged, reached int
-	var bytes int64
+	var bytes, pulled int64
 	for _, peer := range n.members.Peers() {
 		rep, err := n.Repair(ctx, peer, 0)
 		if err != nil {
@@ -175,9 +181,10 @@ func (n *Node) catchUp(ctx context.Context) {
 		reached++
 		merged += rep.Merged
 		bytes += rep.Bytes
+		pulled += rep.Pulled
 	}
 	n.makeDurable(merged)
-	n.opts.Log.Info("Caught up", "peers", len(n.members.Peers()), "reached", reached, "merged", merged, "bytes", bytes, "duration", time.Since(start).String())
+	n.opts.Log.Info("Caught up", "peers", len(n.members.Peers()), "reached", reached, "merged", merged, "bytesChanged", bytes, "bytesPulled", pulled, "duration", time.Since(start).String())
 }
 
 func (n *Node) makeDurable(merged int) {
@@ -240,6 +247,6 @@ func (n *Node) antiEntropy(ctx context.Context) {
 	n.makeDurable(rep.Merged)
 	if rep.Differences > 0 {
 		n.opts.Log.Info("Anti-entropy repaired differences", "peer", rep.Peer, "filters", rep.Filters,
-			"differences", rep.Differences, "merged", rep.Merged, "bytes", rep.Bytes)
+			"differences", rep.Differences, "merged", rep.Merged, "bytesChanged", rep.Bytes, "bytesPulled", rep.Pulled)
 	}
 }

@@ -134,7 +134,7 @@ func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
 	}
-	defer drainClose(resp.Body)
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s answered %s: %s", s.peer.Name, resp.Status, readError(resp.Body))
 	}
@@ -149,10 +149,9 @@ func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
 	return out.Applied, nil
 }
 
-// drainClose reads what is left of a body (so the connection is reused) and closes it.
-func drainClose(body io.ReadCloser) {
+// drain reads what is left of a body, so that closing it puts the connection back in the pool.
+func drain(body io.Reader) {
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
-	_ = body.Close()
 }
 
 // readError reads an error answer's message.

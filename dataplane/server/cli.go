@@ -133,6 +133,8 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (Config, error
 		cfg.DataDir = o.dataDir
 	}
 	cfg.InMemory = o.inMemory
+	// The pod's name, from the downward API in the operator's StatefulSet.
+	cfg.PodName = os.Getenv("POD_NAME")
 	if fs.Changed("log-sync") {
 		cfg.LogSync = o.logSync
 	}

@@ -72,6 +72,9 @@ type Config struct {
 	// WriteConsistency is how many pods must hold a write before it is answered, unless the
 	// request asks otherwise: one, quorum (a majority) or all (writeConsistency).
 	WriteConsistency string
+	// PodName is the pod's name when it runs in Kubernetes (env POD_NAME): a membership that
+	// calls this pod by another name is refused.
+	PodName string
 	// AwaitMembership keeps /readyz at 503 until the operator has told the pod its peers and the
 	// pod has caught up from them (awaitMembership). A pod run by hand is ready alone.
 	AwaitMembership bool
@@ -291,6 +294,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("defaultChannelBufferSizeForFilterPersistence", c.ChannelBufferSizeForFilterPersistence),
 		slog.String("logSync", c.LogSync),
 		slog.String("writeConsistency", c.WriteConsistency),
+		slog.String("podName", c.PodName),
 		slog.Bool("awaitMembership", c.AwaitMembership),
 		slog.Int64("replicationTimeoutMillis", c.ReplicationTimeout.Milliseconds()),
 		slog.Attr{Key: "antiEntropyIntervalSeconds", Value: secondsValue(c.AntiEntropyInterval)},

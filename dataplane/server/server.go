@@ -99,6 +99,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		AwaitMembership:     cfg.AwaitMembership,
 		AntiEntropyInterval: cfg.AntiEntropyInterval,
 		MaxDumpBytes:        maxDumpBytes(cfg),
+		PodName:             cfg.PodName,
 		Durable:             s.durable,
 	})
 	s.metrics = metrics.New(metrics.Options{

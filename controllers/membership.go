@@ -1,0 +1,213 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/api"
+)
+
+// The operator tells every pod of a cluster who its peers are: the membership, numbered by an
+// epoch that only grows. A pod keeps the highest epoch it was told and refuses lower ones, so
+// the epoch must never name two different sets of pods. Hence the order: a new epoch is first
+// written to the BloomCluster's status (status.membershipEpoch and status.members), and only a
+// later pass, which reads it back from the API server, pushes it to the pods. An operator that
+// restarts, or a pass whose status write fails, therefore never pushes an epoch that is not
+// recorded. If the pods hold a higher epoch than status (status was lost or edited), the next
+// epoch is taken past theirs.
+
+// membershipRetry is how soon a pass repeats while some pod has not taken the membership: a
+// starting pod answers within seconds, and it reports ready only once it has been told.
+const membershipRetry = time.Second
+
+// defaultPodParallelism bounds the concurrent calls to the pods of one pass when the reconciler
+// does not say.
+const defaultPodParallelism = 8
+
+// memberPod is a pod that belongs in the membership.
+type memberPod struct {
+	addr Pod
+	// started is true once the data-plane container passed its startup probe: from then on its
+	// API listens, and a pod that does not answer is unreachable rather than starting.
+	started bool
+}
+
+// reconcileMembership starts a new epoch when the set of pods changed, or else brings every pod
+// to the recorded one. It never fails the pass for a pod: pods that do not take the membership
+// are retried soon, and the ones that should answer and do not are reported as Degraded.
+func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *clusterState) (ctrl.Result, error) {
+	c := st.cluster
+	pods, err := clusterPods(ctx, r.Client, c.Namespace, c.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	members, targets := membersOf(pods)
+	if !slices.Equal(members, c.Status.Members) {
+		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, "the set of pods changed")
+		// The status write at the end of this pass records the epoch; its event brings the pass
+		// that pushes it.
+		return ctrl.Result{RequeueAfter: membershipRetry}, nil
+	}
+	if len(members) == 0 {
+		return ctrl.Result{}, nil
+	}
+
+	outcomes := r.pushMembership(ctx, c, targets)
+	var next uint64 // past the highest epoch a pod holds for another set; 0 if none does
+	var retry bool
+	var unreachable []string
+	for i, o := range outcomes {
+		switch {
+		case o.ahead:
+			next = max(next, o.podEpoch+1)
+		case o.err != nil:
+			retry = true
+			if targets[i].started {
+				unreachable = append(unreachable, targets[i].addr.Name)
+			}
+		}
+	}
+	if next > 0 {
+		r.startEpoch(ctx, c, int64(next), members, "a pod holds an epoch at least as high as status.membershipEpoch")
+		return ctrl.Result{RequeueAfter: membershipRetry}, nil
+	}
+	if len(unreachable) > 0 {
+		st.notApplied = append(st.notApplied, degradation{ReasonMembershipNotDelivered, fmt.Sprintf(
+			"pods %s did not take membership epoch %d: their API does not answer the operator, or refused it (see the operator's log)",
+			strings.Join(unreachable, ", "), c.Status.MembershipEpoch)})
+	}
+	if retry {
+		return ctrl.Result{RequeueAfter: membershipRetry}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// membersOf returns the membership of the cluster's pods, sorted by name, and how to reach each
+// member. A pod belongs once it has an IP, and until it is being deleted or has stopped for
+// good (an evicted pod keeps its IP in status, but never serves again).
+func membersOf(pods []corev1.Pod) ([]bloomeryv1alpha1.ClusterMember, []memberPod) {
+	var members []bloomeryv1alpha1.ClusterMember
+	var targets []memberPod
+	for i := range pods {
+		p := &pods[i]
+		if !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			continue
+		}
+		addr, ok := podAddress(p)
+		if !ok {
+			continue
+		}
+		members = append(members, bloomeryv1alpha1.ClusterMember{Pod: p.Name, URL: addr.baseURL()})
+		targets = append(targets, memberPod{addr: addr, started: containerStarted(p)})
+	}
+	slices.SortFunc(members, func(a, b bloomeryv1alpha1.ClusterMember) int { return strings.Compare(a.Pod, b.Pod) })
+	slices.SortFunc(targets, func(a, b memberPod) int { return strings.Compare(a.addr.Name, b.addr.Name) })
+	return members, targets
+}
+
+// containerStarted reports whether the data-plane container passed its startup probe.
+func containerStarted(pod *corev1.Pod) bool {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == containerName {
+			return s.Started != nil && *s.Started
+		}
+	}
+	return false
+}
+
+// startEpoch records a new membership in status; the caller's status write persists it.
+func (r *BloomClusterReconciler) startEpoch(ctx context.Context, c *bloomeryv1alpha1.BloomCluster, epoch int64,
+	members []bloomeryv1alpha1.ClusterMember, why string) {
+	names := make([]string, len(members))
+	for i, m := range members {
+		names[i] = m.Pod
+	}
+	log.FromContext(ctx).Info("Started a new membership epoch of BloomCluster", "epoch", epoch,
+		"previousEpoch", c.Status.MembershipEpoch, "members", names, "reason", why)
+	c.Status.MembershipEpoch = epoch
+	c.Status.Members = members
+}
+
+// pushOutcome is what became of one pod's membership in a pass.
+type pushOutcome struct {
+	// ahead is true when the pod holds the recorded epoch or a higher one for another set:
+	// status is behind the pods, and the next epoch must be past podEpoch.
+	ahead    bool
+	podEpoch uint64
+	// err is set when the pod did not answer or refused the membership for another reason.
+	err error
+}
+
+// pushMembership reads every member's membership and sends the recorded one to those that
+// differ, with bounded parallelism. outcomes[i] is targets[i]'s.
+func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomeryv1alpha1.BloomCluster, targets []memberPod) []pushOutcome {
+	members := make([]api.Member, len(c.Status.Members))
+	for i, m := range c.Status.Members {
+		members[i] = api.Member{Name: m.Pod, URL: m.URL}
+	}
+	epoch := uint64(c.Status.MembershipEpoch)
+	outcomes := make([]pushOutcome, len(targets))
+	var g errgroup.Group
+	g.SetLimit(r.podParallelism())
+	for i, t := range targets {
+		g.Go(func() error {
+			outcomes[i] = r.pushTo(ctx, t.addr, api.Membership{Epoch: epoch, Self: t.addr.Name, Members: members})
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return outcomes
+}
+
+// pushTo brings one pod to want. A pod that already holds it costs a GET and no write.
+func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want api.Membership) pushOutcome {
+	logger := log.FromContext(ctx).V(1).WithValues("pod", pod.Name, "epoch", want.Epoch)
+	held, err := r.DataPlane.GetMembership(ctx, pod)
+	if err != nil {
+		logger.Info("Pod did not answer with its membership; will retry", "error", err.Error())
+		return pushOutcome{err: fmt.Errorf("getting the membership of pod %s: %w", pod.Name, err)}
+	}
+	if held.Epoch == want.Epoch && sameMembership(held, want) {
+		return pushOutcome{}
+	}
+	if held.Epoch >= want.Epoch {
+		// Pushing would be refused (higher epoch) or would give one epoch two meanings (same).
+		logger.Info("Pod holds a membership epoch at least as high as the operator's", "podEpoch", held.Epoch)
+		return pushOutcome{ahead: true, podEpoch: held.Epoch}
+	}
+	err = r.DataPlane.SetMembership(ctx, pod, want)
+	switch {
+	case errors.Is(err, ErrStaleEpoch):
+		// Someone pushed a higher epoch between the GET and the PUT. It is at least ours; the
+		// next pass reads the actual one and moves past it if this is not enough.
+		logger.Info("Pod refused the membership as stale", "error", err.Error())
+		return pushOutcome{ahead: true, podEpoch: want.Epoch}
+	case err != nil:
+		logger.Info("Pod did not take the membership; will retry", "error", err.Error())
+		return pushOutcome{err: fmt.Errorf("setting the membership of pod %s: %w", pod.Name, err)}
+	}
+	logger.Info("Pushed membership to pod", "previousEpoch", held.Epoch, "members", len(want.Members))
+	return pushOutcome{}
+}
+
+// sameMembership compares what defines a membership besides its epoch.
+func sameMembership(a, b api.Membership) bool {
+	return a.Self == b.Self && slices.Equal(a.Members, b.Members)
+}
+
+func (r *BloomClusterReconciler) podParallelism() int {
+	if r.PodParallelism > 0 {
+		return r.PodParallelism
+	}
+	return defaultPodParallelism
+}
