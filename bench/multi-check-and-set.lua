@@ -11,7 +11,8 @@
 -- Env: BENCH_FILTER  filter name (default "bench"; bench/run.sh creates it).
 
 local filter = os.getenv("BENCH_FILTER") or "bench"
-local path = "/v1/bloomfilter/" .. filter .. "/multi-check-and-set"
+-- BENCH_QUERY is appended to the path, such as "?consistency=all".
+local path = "/v1/bloomfilter/" .. filter .. "/multi-check-and-set" .. (os.getenv("BENCH_QUERY") or "")
 local run_id = string.format("%x", os.time())
 
 local next_thread_id = 1

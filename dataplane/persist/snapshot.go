@@ -100,14 +100,14 @@ func (s *snapshotWriter) abort() {
 
 // snapshotContents is what a snapshot file held, as far as it could be read.
 type snapshotContents struct {
-	header    *snapshotHeader // nil when absent or unreadable
+	header     *snapshotHeader // nil when absent or unreadable
 	filters    []filter.State
 	tombstones []filter.Tombstone
 	records    int   // records read, valid or not
-	skipped   int   // records with a valid checksum that could not be used
-	expired   int   // filters that expired before they could be recovered
-	corrupt   error // the torn or corrupt record that ended the read, if any
-	bytesRead int64
+	skipped    int   // records with a valid checksum that could not be used
+	expired    int   // filters that expired before they could be recovered
+	corrupt    error // the torn or corrupt record that ended the read, if any
+	bytesRead  int64
 }
 
 // readSnapshot reads a snapshot file up to its end or its first corrupt record. A missing file

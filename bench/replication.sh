@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# Replication cost and catch-up time, side by side in one run (docs/replication.md).
+#
+#   bench/replication.sh [DURATION] [THREADS] [CONNECTIONS]
+#
+# 1. check-and-set and multi-check-and-set (100 values) through one pod alone, then through pod 0
+#    of a 3-pod cluster with ?consistency=one, quorum and all (W = 1, 2, 3). The 3-pod runs
+#    include the forwarding of check-and-sets to the filter's home pod when pod 0 is not it.
+#    With 2 or more cores the pods share core 0 and wrk runs on core 1.
+# 2. Catch-up: a pod holding 1 GiB of filters (CATCHUP_MIB, default 1024), a new empty pod told
+#    the membership; the time until the new pod's /readyz answers 200.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+duration=${1:-10s}
+threads=${2:-4}
+connections=${3:-20}
+catchup_mib=${CATCHUP_MIB:-1024}
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() {
+	printf 'bench/replication.sh: %s\n' "$*" >&2
+	exit 1
+}
+command -v wrk >/dev/null && command -v curl >/dev/null || die "needs wrk and curl (apt-get install wrk curl)"
+make --no-print-directory build >&2
+bin=bin/bloomery
+
+server_pin=()
+wrk_pin=()
+if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+	server_pin=(taskset -c 0)
+	wrk_pin=(taskset -c 1)
+fi
+
+work=$(mktemp -d -t bloomery-replication.XXXXXX)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+free_port() {
+	local p
+	while :; do
+		p=$((20000 + RANDOM % 40000))
+		port_in_use "$p" || {
+			echo "$p"
+			return
+		}
+	done
+}
+
+# start NAME: starts a pod awaiting its membership; sets port_NAME.
+start() {
+	local name=$1 port
+	port=$(free_port)
+	mkdir -p "$work/$name"
+	printf 'awaitMembership: true\ndefaultValidSecondsAfterCreate: 0\n' >"$work/config.yaml"
+	"${server_pin[@]}" "$bin" dataplane -p "$port" -c "$work/config.yaml" --data-dir "$work/$name" >"$work/$name.log" 2>&1 &
+	pids+=($!)
+	printf -v "port_$name" '%s' "$port"
+	for _ in $(seq 300); do
+		curl -sf "http://127.0.0.1:$port/v1/ping" >/dev/null 2>&1 && return
+		sleep 0.1
+	done
+	die "pod $name did not start: $(tail -5 "$work/$name.log")"
+}
+
+# tell EPOCH NAME...: tells each named pod the membership of all of them.
+tell() {
+	local epoch=$1 members="" name port
+	shift
+	for name in "$@"; do
+		port=port_$name
+		members+="${members:+,}{\"name\":\"$name\",\"url\":\"http://127.0.0.1:${!port}\"}"
+	done
+	for name in "$@"; do
+		port=port_$name
+		curl -sSf -X PUT -H 'Content-Type: application/json' \
+			-d "{\"epoch\":$epoch,\"self\":\"$name\",\"members\":[$members]}" \
+			"http://127.0.0.1:${!port}/internal/v1/membership" >/dev/null
+	done
+}
+
+wait_ready() {
+	local port=port_$1
+	for _ in $(seq 6000); do
+		[[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${!port}/readyz") == 200 ]] && return
+		sleep 0.05
+	done
+	die "pod $1 not ready: $(tail -5 "$work/$1.log")"
+}
+
+stop_all() {
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	pids=()
+	rm -rf "${work:?}"/*
+}
+
+# load SCRIPT QUERY [ARGS]: runs wrk against pod a; prints "requests/s p50 p99".
+load() {
+	local script=$1 query=$2 out
+	shift 2
+	curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":10000000,"fpp":0.001}' \
+		"http://127.0.0.1:$port_a/v1/bloomfilter/bench" >/dev/null
+	out=$(BENCH_QUERY=$query "${wrk_pin[@]}" wrk --latency -t "$threads" -c "$connections" -d "$duration" -s "bench/$script.lua" "http://127.0.0.1:$port_a" -- "$@")
+	if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
+		die "wrk saw errors: $out"
+	fi
+	awk '/^Requests\/sec:/ {r=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} END {print r, p50, p99}' <<<"$out"
+}
+
+declare -A result
+run_all() {
+	local label=$1 query=$2
+	result["$label cas"]=$(load check-and-set "$query")
+	result["$label mcas"]=$(load multi-check-and-set "$query" 100)
+}
+
+log "one pod alone"
+start a
+tell 1 a
+wait_ready a
+run_all "1 pod" ""
+stop_all
+
+log "three pods"
+start a
+start b
+start c
+tell 1 a b c
+for p in a b c; do wait_ready $p; done
+for level in one quorum all; do
+	log "consistency=$level"
+	run_all "3 pods, $level" "?consistency=$level"
+	curl -sSf -X DELETE "http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
+done
+stop_all
+
+printf '\n%-22s %-8s %12s %10s %10s %8s\n' "setup" "request" "requests/s" "p50" "p99" "ratio"
+for label in "1 pod" "3 pods, one" "3 pods, quorum" "3 pods, all"; do
+	for kind in cas mcas; do
+		read -r rps p50 p99 <<<"${result["$label $kind"]}"
+		read -r base _ _ <<<"${result["1 pod $kind"]}"
+		printf '%-22s %-8s %12s %10s %10s %8s\n' "$label" "$kind" "$rps" "$p50" "$p99" "$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.2f", a / b}')"
+	done
+done
+
+log "catch-up of ${catchup_mib} MiB"
+start a
+tell 1 a
+wait_ready a
+made=0
+i=0
+while ((made < catchup_mib)); do
+	# A fixed filter of 1e8 keys at 1 % is 114 MiB.
+	size=$(curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":100000000,"fpp":0.01,"scalable":false}' \
+		"http://127.0.0.1:$port_a/v1/bloomfilter/big-$i" | sed -n 's/.*"sizeBytes":\([0-9]*\).*/\1/p')
+	made=$((made + size / 1048576))
+	i=$((i + 1))
+done
+start b
+start_ns=$(date +%s%N)
+tell 2 a b
+wait_ready b
+end_ns=$(date +%s%N)
+printf '\ncatch-up: %d filters, %d MiB, new pod ready after %.2f s\n' "$i" "$made" "$(awk -v d=$((end_ns - start_ns)) 'BEGIN {print d / 1e9}')"
+grep -h '"Caught up"' "$work/b.log" | tail -1
