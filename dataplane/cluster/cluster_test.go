@@ -1,9 +1,14 @@
 package cluster
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -176,4 +181,74 @@ func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.Close()
+}
+
+// peerServer is a fake peer answering every request with handle.
+func peerServer(t *testing.T, handle http.HandlerFunc) api.Member {
+	t.Helper()
+	hs := httptest.NewServer(handle)
+	t.Cleanup(hs.Close)
+	return api.Member{Name: "peer", URL: hs.URL}
+}
+
+// A home that did the write but could not replicate it answered for it: trying the next pod would
+// make a second write. A home that did not serve the request is skipped.
+func TestForwardKeepsAHomesReplicationFailure(t *testing.T) {
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil)})
+	defer n.Close()
+	answer := func(code int) api.Member {
+		return peerServer(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(api.ErrorBody{Error: "x", Code: code})
+		})
+	}
+	a, err := n.Forward(t.Context(), answer(api.CodeReplication), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`))
+	if err != nil || a.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a home's replication failure: %+v, %v; want its answer", a, err)
+	}
+	if _, err := n.Forward(t.Context(), answer(api.CodeUnavailable), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`)); err == nil {
+		t.Fatal("an unavailable home: no error, want one so that the next pod serves")
+	}
+}
+
+// Batches stay within the peer's limit however the keys encode.
+func TestBatchesStayWithinTheirBudget(t *testing.T) {
+	const budget = 64 << 10
+	var mu sync.Mutex
+	var sizes []int
+	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var req applyRequest
+		if err := json.Unmarshal(raw, &req); err != nil {
+			t.Errorf("a batch does not decode: %v", err)
+		}
+		mu.Lock()
+		sizes = append(sizes, len(raw))
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(applyResponse{Applied: make([]bool, len(req.Ops))})
+	})
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), MaxBatchBytes: budget, PodName: "self"})
+	defer n.Close()
+	if err := n.SetMembership(api.Membership{Epoch: 1, Self: "self", Members: []api.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {
+		t.Fatal(err)
+	}
+	// Every byte of these keys encodes as six.
+	key := strings.Repeat("<>&\x01", 256)
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Go(func() {
+			_ = n.Replicate(t.Context(), Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{key, key}}, api.ConsistencyAll)
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) < 2 {
+		t.Fatalf("%d batches for 200 writes of 12 KiB each, want several", len(sizes))
+	}
+	for _, size := range sizes {
+		if size > budget {
+			t.Errorf("a batch of %d bytes, over the budget of %d", size, budget)
+		}
+	}
 }

@@ -27,11 +27,15 @@ const maxAnswer = 64 << 20
 // first, then who takes over. Self is this pod's name; the list is empty without membership.
 func (n *Node) HomeOrder(name string) ([]api.Member, string) { return n.members.HomeOrder(name) }
 
-// Forward sends a client's request to peer on its behalf. It errs when the peer cannot serve it
-// (unreachable, or answering 503), so that the caller tries the next pod; any other answer,
-// errors included, is the peer's to give.
+// Forward sends a client's request to peer on its behalf. It errs when the peer did not serve
+// it (unreachable, or unavailable: 503 with code 7), so that the caller tries the next pod; any
+// other answer is the peer's to give, errors included. A 503 with code 9 is such an answer: the
+// peer did the write, and doing it again elsewhere would make a second one.
+//
+// The peer may itself wait up to the replication timeout for its own peers, so the request gets
+// twice that.
 func (n *Node) Forward(ctx context.Context, peer api.Member, method, requestURI, contentType string, body []byte) (Answer, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, 2*n.opts.Timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, peer.URL+requestURI, bytes.NewReader(body))
 	if err != nil {
@@ -45,12 +49,15 @@ func (n *Node) Forward(ctx context.Context, peer api.Member, method, requestURI,
 		return Answer{}, fmt.Errorf("%s: %w", peer.Name, err)
 	}
 	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
-	if resp.StatusCode == http.StatusServiceUnavailable {
-		return Answer{}, fmt.Errorf("%s is unavailable: %s", peer.Name, readError(resp.Body))
-	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		return Answer{}, fmt.Errorf("%s: reading its answer: %w", peer.Name, err)
+	}
+	if resp.StatusCode == http.StatusServiceUnavailable {
+		var e api.ErrorBody
+		if json.Unmarshal(raw, &e) != nil || e.Code != api.CodeReplication {
+			return Answer{}, fmt.Errorf("%s is unavailable: %s", peer.Name, readError(bytes.NewReader(raw)))
+		}
 	}
 	return Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: raw}, nil
 }

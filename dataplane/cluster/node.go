@@ -38,6 +38,9 @@ type Options struct {
 	AntiEntropyBytesPerSecond int64
 	// MaxDumpBytes bounds a dump read from a peer before it is allocated.
 	MaxDumpBytes int64
+	// MaxBatchBytes bounds the writes sent to a peer in one request, as encoded; peers accept
+	// batches of up to ApplyBodyLimit(MaxBatchBytes).
+	MaxBatchBytes int64
 	// PodName, when known, is this pod's name: a membership whose Self names another pod is
 	// refused (a pod IP reused before the operator noticed must not take another's identity).
 	PodName string
@@ -59,6 +62,10 @@ type Node struct {
 	ctx    context.Context // of the senders
 	cancel context.CancelFunc
 
+	// caughtUp is false from the first membership until the catch-up from the peers is done (and,
+	// with AwaitMembership, before the first membership): the pod may then lack filters its
+	// peers hold, so it must neither report ready nor create a filter, which would replace
+	// theirs.
 	caughtUp atomic.Bool
 }
 
@@ -73,11 +80,14 @@ func NewNode(opts Options) *Node {
 	if opts.MaxDumpBytes <= 0 {
 		opts.MaxDumpBytes = 1 << 40
 	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = 4 << 20
+	}
 	if opts.AntiEntropyBytesPerSecond <= 0 {
 		opts.AntiEntropyBytesPerSecond = 64 << 20
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Node{
+	n := &Node{
 		opts:    opts,
 		members: NewMembership(),
 		http: &http.Client{Transport: &http.Transport{
@@ -90,7 +100,14 @@ func NewNode(opts Options) *Node {
 		ctx:     ctx,
 		cancel:  cancel,
 	}
+	n.caughtUp.Store(!opts.AwaitMembership)
+	return n
 }
+
+// ApplyBodyLimit is the largest batch of writes a pod accepts from a peer whose batches are
+// bounded by maxBatchBytes: a batch may exceed the bound by one op, which encodes a client's
+// request of at most maxBatchBytes in at most six times its size.
+func ApplyBodyLimit(maxBatchBytes int64) int64 { return 8 * maxBatchBytes }
 
 // Stats are the node's counters.
 func (n *Node) Stats() *Stats { return &n.stats }
@@ -105,7 +122,16 @@ func (n *Node) SetMembership(m api.Membership) error {
 	if n.opts.PodName != "" && m.Self != n.opts.PodName {
 		return fmt.Errorf("self: this pod is %q, not %q", n.opts.PodName, m.Self)
 	}
+	// The first membership makes the pod one of several: until Run has caught up from the peers
+	// just learned of, it may lack their filters.
+	first, wasCaughtUp := before.Epoch == 0, n.caughtUp.Load()
+	if first {
+		n.caughtUp.Store(false)
+	}
 	if err := n.members.Set(m); err != nil {
+		if first {
+			n.caughtUp.Store(wasCaughtUp)
+		}
 		return err
 	}
 	n.syncSenders()
@@ -162,8 +188,9 @@ func (n *Node) Replicating() bool { return len(n.currentSenders()) > 0 }
 // Close stops the senders; writes still waiting on them fail.
 func (n *Node) Close() { n.cancel() }
 
-// Ready reports whether the pod may take traffic as far as the cluster is concerned.
-func (n *Node) Ready() bool { return !n.opts.AwaitMembership || n.caughtUp.Load() }
+// Ready reports whether the pod may take traffic as far as the cluster is concerned: it holds
+// what its peers held when it learned of them.
+func (n *Node) Ready() bool { return n.caughtUp.Load() }
 
 // Consistency reads a request's level: the query parameter, or def when absent.
 func Consistency(param string, def api.Consistency) (api.Consistency, error) {

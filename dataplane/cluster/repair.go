@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -40,7 +42,8 @@ type RepairReport struct {
 
 // Repair makes this pod hold at least what peer holds: the peer's tombstones delete what they
 // cover here, and every filter whose digest differs is pulled as a dump and OR-merged. With a
-// rate (bytes per second) above 0, it paces the dumps it pulls.
+// rate (bytes per second) above 0, it paces the dumps it pulls. A filter that fails is skipped
+// and reported in the error; the others are still repaired, and the report counts what was.
 func (n *Node) Repair(ctx context.Context, peer api.Member, rate int64) (RepairReport, error) {
 	rep := RepairReport{Peer: peer.Name}
 	var inv Inventory
@@ -49,42 +52,53 @@ func (n *Node) Repair(ctx context.Context, peer api.Member, rate int64) (RepairR
 	}
 	rep.Filters = len(inv.Filters)
 	store := n.opts.Store
+	var errs []error
 	for _, t := range inv.Tombstones {
 		if deleted, err := store.DeleteReplica(t.Name, t.Generation); err != nil {
-			return rep, fmt.Errorf("applying %s's tombstone of %q: %w", peer.Name, t.Name, err)
+			errs = append(errs, fmt.Errorf("applying %s's tombstone of %q: %w", peer.Name, t.Name, err))
 		} else if deleted {
 			rep.Differences++
 		}
 	}
 	for _, d := range inv.Filters {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
 		if local, ok := store.Lookup(d.Name); ok && sameDigest(local.Digest(), d) {
 			continue
 		}
 		rep.Differences++
-		start := time.Now()
-		st, err := n.pullDump(ctx, peer, d.Name)
-		if err != nil {
-			return rep, err
-		}
-		rep.Pulled += stateBytes(st)
-		res, err := store.Merge(st)
-		if err != nil {
-			return rep, fmt.Errorf("merging %s's dump of %q: %w", peer.Name, d.Name, err)
-		}
-		if res.LayersChanged > 0 || res.Installed {
-			rep.Merged++
-			rep.Bytes += int64(res.BytesChanged)
-			n.stats.Merges.Add(1)
-			n.stats.MergedBytes.Add(int64(res.BytesChanged))
-		}
-		if rate > 0 {
-			if err := pace(ctx, st, rate, time.Since(start)); err != nil {
-				return rep, err
-			}
+		if err := n.repairFilter(ctx, peer, d.Name, rate, &rep); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	n.stats.Differences.Add(int64(rep.Differences))
-	return rep, nil
+	return rep, errors.Join(errs...)
+}
+
+// repairFilter pulls one filter's dump from peer and merges it.
+func (n *Node) repairFilter(ctx context.Context, peer api.Member, name string, rate int64, rep *RepairReport) error {
+	start := time.Now()
+	st, err := n.pullDump(ctx, peer, name)
+	if err != nil {
+		return err
+	}
+	rep.Pulled += stateBytes(st)
+	res, err := n.opts.Store.Merge(st)
+	if err != nil {
+		return fmt.Errorf("merging %s's dump of %q: %w", peer.Name, name, err)
+	}
+	if res.LayersChanged > 0 || res.Installed {
+		rep.Merged++
+		rep.Bytes += int64(res.BytesChanged)
+		n.stats.Merges.Add(1)
+		n.stats.MergedBytes.Add(int64(res.BytesChanged))
+	}
+	if rate > 0 {
+		return pace(ctx, st, rate, time.Since(start))
+	}
+	return nil
 }
 
 func sameDigest(a, b filter.Digest) bool {
@@ -115,7 +129,13 @@ func pace(ctx context.Context, st filter.State, rate int64, took time.Duration) 
 	}
 }
 
+// pullDump reads one filter's dump from peer. A dump of a large filter takes as long as it
+// takes, but a peer that stops sending for the replication timeout is given up on.
 func (n *Node) pullDump(ctx context.Context, peer api.Member, name string) (filter.State, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stalled := time.AfterFunc(n.opts.Timeout, cancel)
+	defer stalled.Stop()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peer.URL+api.BasePath+"/bloomfilter/"+url.PathEscape(name)+"/dump", nil)
 	if err != nil {
 		return filter.State{}, err
@@ -133,14 +153,31 @@ func (n *Node) pullDump(ctx context.Context, peer api.Member, name string) (filt
 	if resp.ContentLength >= 0 {
 		limit = min(limit, resp.ContentLength)
 	}
-	st, err := persist.ReadDump(resp.Body, limit)
+	st, err := persist.ReadDump(progress{resp.Body, func() { stalled.Reset(n.opts.Timeout) }}, limit)
 	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: nothing received for %s", err, n.opts.Timeout)
+		}
 		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}
 	if st.Name != name {
 		return filter.State{}, fmt.Errorf("dump of %q from %s holds filter %q", name, peer.Name, st.Name)
 	}
 	return st, nil
+}
+
+// progress calls onRead after every read that returned bytes.
+type progress struct {
+	r      io.Reader
+	onRead func()
+}
+
+func (p progress) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.onRead()
+	}
+	return n, err
 }
 
 func (n *Node) getJSON(ctx context.Context, peer api.Member, path string, out any) error {
@@ -174,14 +211,15 @@ func (n *Node) catchUp(ctx context.Context) {
 	var bytes, pulled int64
 	for _, peer := range n.members.Peers() {
 		rep, err := n.Repair(ctx, peer, 0)
-		if err != nil {
-			n.opts.Log.Warn("Catch-up skipped a peer", "peer", peer.Name, "error", err.Error())
-			continue
-		}
-		reached++
 		merged += rep.Merged
 		bytes += rep.Bytes
 		pulled += rep.Pulled
+		if err != nil {
+			n.opts.Log.Warn("Catch-up from a peer was incomplete; anti-entropy repairs the rest", "peer", peer.Name,
+				"merged", rep.Merged, "error", err.Error())
+			continue
+		}
+		reached++
 	}
 	n.makeDurable(merged)
 	n.opts.Log.Info("Caught up", "peers", len(n.members.Peers()), "reached", reached, "merged", merged, "bytesChanged", bytes, "bytesPulled", pulled, "duration", time.Since(start).String())
@@ -203,9 +241,6 @@ func (n *Node) Run(ctx context.Context) {
 		known, changed := n.members.Known()
 		if known {
 			break
-		}
-		if !n.opts.AwaitMembership {
-			n.caughtUp.Store(true)
 		}
 		select {
 		case <-ctx.Done():
@@ -240,11 +275,11 @@ func (n *Node) antiEntropy(ctx context.Context) {
 	peer := peers[rand.IntN(len(peers))]
 	rep, err := n.Repair(ctx, peer, n.opts.AntiEntropyBytesPerSecond)
 	n.stats.AntiEntropyPasses.Add(1)
+	n.makeDurable(rep.Merged)
 	if err != nil {
-		n.opts.Log.Warn("Anti-entropy pass failed", "peer", peer.Name, "error", err.Error())
+		n.opts.Log.Warn("Anti-entropy pass was incomplete", "peer", peer.Name, "merged", rep.Merged, "error", err.Error())
 		return
 	}
-	n.makeDurable(rep.Merged)
 	if rep.Differences > 0 {
 		n.opts.Log.Info("Anti-entropy repaired differences", "peer", rep.Peer, "filters", rep.Filters,
 			"differences", rep.Differences, "merged", rep.Merged, "bytesChanged", rep.Bytes, "bytesPulled", rep.Pulled)

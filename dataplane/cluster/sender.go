@@ -17,10 +17,19 @@ const (
 	// down or far too slow: further writes skip it (failing their wait on it) and anti-entropy
 	// repairs it, rather than memory growing without bound.
 	queueLength = 1 << 14
-	// maxBatchOps and maxBatchKeys bound one request to a peer.
-	maxBatchOps  = 1024
-	maxBatchKeys = 1 << 16
+	// maxBatchOps bounds one request to a peer; so does Options.MaxBatchBytes.
+	maxBatchOps = 1024
 )
+
+// encodedSize bounds an op's size in JSON: a key's bytes may each take six (\u00XX), and the
+// fields around them less than 200.
+func encodedSize(op Op) int64 {
+	size := int64(200 + 6*len(op.Name))
+	for _, k := range op.Keys {
+		size += int64(3 + 6*len(k))
+	}
+	return size
+}
 
 // pending is a write waiting for one peer; its outcome goes to ack.
 type pending struct {
@@ -48,6 +57,12 @@ func (s *sender) stop() { close(s.quit) }
 // enqueue never blocks the writer: a full queue fails this peer's part of the write at once.
 func (s *sender) enqueue(op Op, ack chan<- error) {
 	select {
+	case <-s.quit:
+		ack <- fmt.Errorf("%s left the cluster", s.peer.Name)
+		return
+	default:
+	}
+	select {
 	case s.queue <- pending{op, ack}:
 		s.queued.Add(1)
 	default:
@@ -58,25 +73,37 @@ func (s *sender) enqueue(op Op, ack chan<- error) {
 
 func (s *sender) run(ctx context.Context) {
 	batch := make([]pending, 0, maxBatchOps)
+	// carried is the write that did not fit in the last batch; it opens the next.
+	var carried *pending
 	for {
 		batch = batch[:0]
-		select {
-		case <-ctx.Done():
-			s.drain(ctx.Err())
-			return
-		case <-s.quit:
-			s.drain(fmt.Errorf("%s left the cluster", s.peer.Name))
-			return
-		case p := <-s.queue:
-			batch = append(batch, p)
-		}
-		keys := len(batch[0].op.Keys)
-	fill:
-		for len(batch) < maxBatchOps && keys < maxBatchKeys {
+		if carried != nil {
+			batch, carried = append(batch, *carried), nil
+		} else {
 			select {
+			case <-ctx.Done():
+				s.drain(ctx.Err())
+				return
+			case <-s.quit:
+				s.drain(fmt.Errorf("%s left the cluster", s.peer.Name))
+				return
 			case p := <-s.queue:
 				batch = append(batch, p)
-				keys += len(p.op.Keys)
+			}
+		}
+		// The first write goes even if it alone is over the budget: the peer's limit for
+		// batches is above any write a client's request can make.
+		size := encodedSize(batch[0].op)
+	fill:
+		for len(batch) < maxBatchOps {
+			select {
+			case p := <-s.queue:
+				next := encodedSize(p.op)
+				if size+next > s.node.opts.MaxBatchBytes {
+					carried = &p
+					break fill
+				}
+				batch, size = append(batch, p), size+next
 			default:
 				break fill
 			}

@@ -52,6 +52,10 @@ logLevel: debug
 logFormat: text
 shutdownDrainDelayMillis: 5000
 metricsMaxLabelledFilters: 20
+writeConsistency: all
+awaitMembership: true
+replicationTimeoutMillis: 750
+antiEntropyIntervalSeconds: 120
 `)
 	got, err := LoadConfig(path)
 	if err != nil {
@@ -82,6 +86,10 @@ metricsMaxLabelledFilters: 20
 	want.LogFormat = "text"
 	want.ShutdownDrainDelay = 5 * time.Second
 	want.MetricsMaxLabelledFilters = 20
+	want.WriteConsistency = "all"
+	want.AwaitMembership = true
+	want.ReplicationTimeout = 750 * time.Millisecond
+	want.AntiEntropyInterval = 2 * time.Minute
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("LoadConfig:\n got %+v\nwant %+v", got, want)
 	}
@@ -91,7 +99,8 @@ metricsMaxLabelledFilters: 20
 
 	// The file above sets every key, so every field that a key fills must have left its default;
 	// a field that did not is a key this test (or the loader) forgot.
-	flagOnly := map[string]bool{"Port": true, "Address": true, "DocsEnabled": true, "InMemory": true}
+	// PodName comes from the environment (POD_NAME), not from the file.
+	flagOnly := map[string]bool{"Port": true, "Address": true, "DocsEnabled": true, "InMemory": true, "PodName": true}
 	def := reflect.ValueOf(DefaultConfig())
 	loaded := reflect.ValueOf(got)
 	for i := range def.NumField() {
@@ -164,6 +173,8 @@ func TestLoadConfigAccepts(t *testing.T) {
 		{"largest whole-second duration", fmt.Sprintf("defaultValidSecondsAfterCreate: %d", maxWholeSeconds),
 			func(c Config) bool { return c.DefaultValidAfterCreate == time.Duration(maxWholeSeconds)*time.Second }},
 		{"every log level", "logLevel: warn", func(c Config) bool { return c.LogLevel == "warn" }},
+		{"writes answered by one pod", "writeConsistency: one", func(c Config) bool { return c.WriteConsistency == "one" }},
+		{"no anti-entropy", "antiEntropyIntervalSeconds: 0", func(c Config) bool { return c.AntiEntropyInterval == 0 }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -237,13 +248,14 @@ func TestLoadConfigOutOfRange(t *testing.T) {
 		"defaultChannelBufferSizeForFilterPersistence",
 		"channelOptions.SO_RCVBUF", "channelOptions.SO_SNDBUF", "channelOptions.SO_BACKLOG",
 		"triggerPersistenceCriteria[0].periodInSeconds", "triggerPersistenceCriteria[0].updatesMoreThan",
+		"replicationTimeoutMillis",
 	} {
 		tests = append(tests,
 			tc{key, "0", "must be greater than 0, got 0"},
 			tc{key, "-3", "must be greater than 0, got -3"})
 	}
 	for _, key := range []string{"defaultValidSecondsAfterCreate", "gracefulShutdownTimeoutMillis", "maxFilterBytes", "maxTotalBytes",
-		"shutdownDrainDelayMillis", "metricsMaxLabelledFilters"} {
+		"shutdownDrainDelayMillis", "metricsMaxLabelledFilters", "antiEntropyIntervalSeconds"} {
 		tests = append(tests, tc{key, "-1", "must be 0 or greater, got -1"})
 	}
 	for value, got := range map[string]string{"0": "0", "1": "1", "1.5": "1.5", "-0.1": "-0.1", ".nan": "NaN", ".inf": "+Inf"} {
@@ -261,6 +273,11 @@ func TestLoadConfigOutOfRange(t *testing.T) {
 		tc{"logSync", "sometimes", `must be one of always, everysec, no; got "sometimes"`},
 		tc{"logLevel", "INFO", `must be one of debug, info, warn, error; got "INFO"`},
 		tc{"logFormat", "xml", `must be one of json, text; got "xml"`},
+		tc{"replicationTimeoutMillis", "9300000000000", "must be at most 9223372036854, got 9300000000000"},
+		tc{"antiEntropyIntervalSeconds", "9300000000", "must be at most 9223372036, got 9300000000"},
+		tc{"writeConsistency", "majority", `must be one of one, quorum, all; got "majority"`},
+		tc{"writeConsistency", "QUORUM", `must be one of one, quorum, all; got "QUORUM"`},
+		tc{"writeConsistency", `""`, `must be one of one, quorum, all; got ""`},
 		tc{"persistentStorageDirectory", `""`, "must not be empty"},
 	)
 	for _, tt := range tests {
@@ -311,6 +328,14 @@ func TestLoadConfigWrongType(t *testing.T) {
 		{"maxFilterBytes", `-1Gi`, `invalid byte size "-1Gi": expected a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024) or k, M, G, T, P, E (powers of 1000)`},
 		{"maxFilterBytes", `1.5Gi`, `invalid byte size "1.5Gi": expected a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024) or k, M, G, T, P, E (powers of 1000)`},
 		{"maxFilterBytes", `true`, `expected a byte size (an integer, or a string such as "512Mi" or "2Gi"), got boolean true`},
+		{"writeConsistency", `2`, `expected a string, got integer 2`},
+		{"writeConsistency", `~`, `expected a string, got nothing (null)`},
+		{"awaitMembership", `yes`, `expected a boolean (true or false), got string "yes"`},
+		{"awaitMembership", `1`, `expected a boolean (true or false), got integer 1`},
+		{"replicationTimeoutMillis", `"2000"`, `expected an integer, got string "2000"`},
+		{"replicationTimeoutMillis", `1.5`, `expected an integer, got number 1.5`},
+		{"antiEntropyIntervalSeconds", `30s`, `expected an integer, got string "30s"`},
+		{"antiEntropyIntervalSeconds", `[30]`, `expected an integer, got a list`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {

@@ -44,6 +44,11 @@ func (s *Server) createFilter(c echo.Context) error {
 	if handled, err := s.forwardToHome(c); handled || err != nil {
 		return err
 	}
+	if !s.node.Ready() {
+		// A filter created here before the pod caught up would be a new incarnation that
+		// replaces, on every pod, the one its peers already hold.
+		return &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "catching up from the peers; retry shortly"}
+	}
 	b, err := readBody(c, s.cfg.MaxHTTPRequestLength)
 	if err != nil {
 		return err

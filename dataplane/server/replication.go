@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -64,12 +65,20 @@ func (s *Server) replicateAdd(c echo.Context, level api.Consistency, f *filter.F
 // every pod before it in the filter's order is unreachable: the request is then served here,
 // with its body put back.
 func (s *Server) forwardToHome(c echo.Context) (bool, error) {
-	if forwarded(c) && !s.node.Ready() {
-		// A pod still catching up would answer false for values its peers hold: the sender
-		// takes this 503 as its cue to try the next pod in the filter's order.
-		return false, &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "catching up from the peers; not serving as a filter's home yet"}
+	if forwarded(c) {
+		// The sender takes a 503 with code 7 as its cue to try the next pod in the filter's
+		// order. A pod still catching up would answer false for values its peers hold; a pod
+		// that knows no peers (its membership is behind the sender's) would acknowledge a
+		// write that no other pod holds.
+		switch {
+		case !s.node.Ready():
+			return false, &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "catching up from the peers; not serving as a filter's home yet"}
+		case !s.node.Replicating():
+			return false, &apiError{http.StatusServiceUnavailable, api.CodeUnavailable, "this pod knows no peers yet; not serving as a filter's home"}
+		}
+		return false, nil
 	}
-	if !s.node.Replicating() || forwarded(c) {
+	if !s.node.Replicating() {
 		return false, nil
 	}
 	name, err := url.PathUnescape(c.Param("name"))
@@ -156,7 +165,7 @@ func (s *Server) applyOps(c echo.Context) error {
 	var req struct {
 		Ops []cluster.Op `json:"ops"`
 	}
-	if err := decodeJSON(c, s.cfg.MaxHTTPRequestLength, &req); err != nil {
+	if err := decodeJSON(c, cluster.ApplyBodyLimit(s.cfg.MaxHTTPRequestLength), &req); err != nil {
 		return err
 	}
 	applied, err := s.node.Apply(req.Ops)
@@ -177,6 +186,11 @@ func (s *Server) dump(c echo.Context) error {
 		return err
 	}
 	st := f.State()
+	// A dump of a large filter takes longer than the server's write timeout, meant for answers
+	// from memory; a stalled reader is the peer's to give up on.
+	if err := http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("lifting the write deadline for a dump: %w", err)
+	}
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream)
 	c.Response().WriteHeader(http.StatusOK)
 	return persist.WriteDump(c.Response(), st)

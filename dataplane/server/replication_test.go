@@ -149,3 +149,21 @@ func TestReadinessAwaitsMembership(t *testing.T) {
 	}
 	waitUntilReady(t, ts)
 }
+
+// A pod that has just learned of its peers and not yet caught up from them refuses creates: a
+// filter it created would be a new incarnation replacing, on every pod, the one they hold.
+func TestCreateWaitsForCatchUp(t *testing.T) {
+	s := newTestServer(t, nil) // no Run, so no catch-up: the pod stays behind its peers
+	if err := s.client.SetMembership(t.Context(), api.Membership{Epoch: 1, Self: "a", Members: []api.Member{
+		{Name: "a", URL: s.url}, {Name: "b", URL: "http://127.0.0.1:1"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	msg := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{}`).wantError(t, http.StatusServiceUnavailable, api.CodeUnavailable)
+	if !strings.Contains(msg, "catching up") {
+		t.Errorf("create while catching up: %q", msg)
+	}
+	if names, err := s.client.List(t.Context()); err != nil || len(names) != 0 {
+		t.Errorf("after a refused create the pod lists %v, %v", names, err)
+	}
+}

@@ -99,6 +99,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		AwaitMembership:     cfg.AwaitMembership,
 		AntiEntropyInterval: cfg.AntiEntropyInterval,
 		MaxDumpBytes:        maxDumpBytes(cfg),
+		MaxBatchBytes:       cfg.MaxHTTPRequestLength,
 		PodName:             cfg.PodName,
 		Durable:             s.durable,
 	})
