@@ -61,7 +61,7 @@ func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter,
 	f := &Filter{name: name, opts: opts, created: created, store: s}
 	f.lastAccess.Store(max(f.created.UnixNano(), s.clock().UnixNano()))
 	f.journaledAccess.Store(f.created.UnixNano())
-	f.appendLayer(shape, bloom.New(shape.Bits, shape.Hashes))
+	f.appendLayer(shape, newLayer(shape, nil))
 	return f, nil
 }
 
@@ -266,7 +266,7 @@ func (f *Filter) growIfFullLocked() error {
 	if err := f.store.memory.reserve(f.name, next.SizeBytes(), f.sizeBytes.Load()); err != nil {
 		return err
 	}
-	f.appendLayer(next, bloom.New(next.Bits, next.Hashes))
+	f.appendLayer(next, newLayer(next, nil))
 	return nil
 }
 

@@ -5,8 +5,6 @@ import (
 	"hash/crc32"
 	"time"
 	"unsafe"
-
-	"github.com/bits-and-blooms/bloom/v3"
 )
 
 // Replicas of a store converge without a log order: a filter of fixed shape is a state-based CRDT
@@ -213,7 +211,7 @@ func (f *Filter) merge(st State) (MergeResult, error) {
 		if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.sizeBytes.Load()); err != nil {
 			return res, err
 		}
-		f.appendLayer(shape, bloom.FromWithM(append([]uint64(nil), layer.Words...), shape.Bits, shape.Hashes))
+		f.appendLayer(shape, newLayer(shape, layer.Words))
 		f.newestItems = st.NewestItems
 		res.LayersChanged++
 		res.BytesChanged += shape.SizeBytes()

@@ -1,10 +1,6 @@
 package filter
 
-import (
-	"time"
-
-	"github.com/bits-and-blooms/bloom/v3"
-)
+import "time"
 
 // State is a filter's complete state: what a snapshot stores and a restore rebuilds.
 type State struct {
@@ -81,7 +77,7 @@ func (s *Store) Restore(st State) error {
 	f.journaledAccess.Store(st.LastAccess.UnixNano())
 	for i, layer := range st.Layers {
 		shape, _ := st.Options.LayerShape(i)
-		f.appendLayer(shape, bloom.FromWithM(layer.Words, layer.Bits, layer.Hashes))
+		f.appendLayer(shape, newLayer(shape, layer.Words))
 	}
 	f.items.Store(st.Items)
 	f.newestItems = st.NewestItems

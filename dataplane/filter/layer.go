@@ -1,0 +1,43 @@
+package filter
+
+import (
+	"runtime"
+	"sync/atomic"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// Large bit arrays live outside the Go heap. They are most of the process's memory and live as
+// long as their filter; in the heap they would set the garbage collector's goal (by default
+// twice the live heap), so that the garbage of requests could grow as large as all the filters
+// before a collection, and the runtime would keep it. Outside, the heap is small and collected
+// often, and the process's RSS stays close to the bit arrays themselves.
+
+// offHeapMinBytes is the smallest bit array kept outside the heap: below it, a page of its own
+// per layer would cost more than the heap's share of garbage.
+const offHeapMinBytes = 64 << 10
+
+// offHeapBytes counts the bytes of bit arrays mapped outside the heap and not yet unmapped.
+var offHeapBytes atomic.Int64
+
+// newLayer makes a layer of the given shape holding a copy of words (nil: all zero).
+func newLayer(shape LayerShape, words []uint64) *bloom.BloomFilter {
+	n := int(shape.SizeBytes() / 8)
+	if shape.SizeBytes() < offHeapMinBytes {
+		own := make([]uint64, n)
+		copy(own, words)
+		return bloom.FromWithM(own, shape.Bits, shape.Hashes)
+	}
+	own, unmap := allocWords(n)
+	offHeapBytes.Add(int64(n) * 8)
+	release := func() {
+		unmap()
+		offHeapBytes.Add(-int64(n) * 8)
+	}
+	copy(own, words)
+	layer := bloom.FromWithM(own, shape.Bits, shape.Hashes)
+	// The words go back to the system once nothing can reach the layer: a reader that looked
+	// the filter up before it was deleted may still be probing it.
+	runtime.AddCleanup(layer, func(release func()) { release() }, release)
+	return layer
+}
