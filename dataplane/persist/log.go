@@ -190,7 +190,7 @@ func (w *wal) flushLocked(sync bool) {
 	}
 	if err == nil && sync {
 		start := time.Now()
-		err = f.Sync()
+		err = syncData(f)
 		if w.observe != nil {
 			w.observe(time.Since(start))
 		}
