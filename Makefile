@@ -52,10 +52,19 @@ generate: controller-gen ## Generate the DeepCopy methods of the API types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: test
-test: vet controller-gen helm-lint helm-test kustomize ## Run go vet, the chart's checks, all tests with the race detector, then each fuzz target for 100,000 inputs.
+test: vet controller-gen helm-lint helm-test kustomize ## Run go vet, the chart's checks, all tests with the race detector, the end-to-end suite, then each fuzz target for 100,000 inputs.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" CONTROLLER_GEN="$(CONTROLLER_GEN)" HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" $(GO) test -race -count=1 ./...
+	$(MAKE) --no-print-directory test-e2e
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
+
+# The end-to-end suite (test/e2e, build tag e2e): etcd, kube-apiserver and kube-controller-manager
+# from the same cached binaries, `bloomery operator` and a node agent that runs each data-plane pod
+# as a local process. About a minute once the binaries are cached.
+.PHONY: test-e2e
+test-e2e: ## Run the end-to-end tests on a real control plane without Docker (test/e2e).
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
 
 .PHONY: helm-lint
 helm-lint: helm ## Lint the Helm chart (strict: warnings fail).
@@ -67,7 +76,7 @@ helm-test: helm-unittest ## Run the chart's helm-unittest suites (charts/bloomer
 
 # Every decoder of untrusted bytes has a fuzz target (package:Target); crashers found land in the
 # package's testdata/fuzz.
-FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/server:FuzzFastPath ./dataplane/filter:FuzzLocations
+FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/server:FuzzFastPath ./dataplane/filter:FuzzLocations
 # make test gives each target a count of executions, not a duration: with a duration, Go 1.26's
 # fuzzing coordinator can fail at the deadline with "context deadline exceeded" and no crasher
 # (golang/go#75804, fixed in Go 1.27) when the machine is loaded.

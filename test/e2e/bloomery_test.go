@@ -1,0 +1,108 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// operatorResync is the operator's --resync: shorter than the default 30 s, so that what only a
+// periodic pass notices (an expired filter, the items count) shows within seconds.
+const operatorResync = "5s"
+
+// buildTimeout bounds the build of the binary: seconds with a warm build cache, minutes cold.
+const buildTimeout = 10 * time.Minute
+
+// buildBloomery builds the bloomery binary of the repository at root into dir: the operator and
+// every data-plane pod run it. E2E_BUILD_FLAGS adds flags to go build: -race makes the operator
+// and the data planes report data races into their logs.
+func buildBloomery(root, dir string) (string, error) {
+	out := filepath.Join(dir, "bloomery")
+	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
+	defer cancel()
+	args := append([]string{"build", "-ldflags", "-X main.version=e2e", "-o", out}, strings.Fields(os.Getenv("E2E_BUILD_FLAGS"))...)
+	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
+	cmd.Dir = root
+	if output, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, output)
+	}
+	return out, nil
+}
+
+// startOperator runs `bloomery operator` as a process against the control plane, as a cluster's
+// admin would run it out of the cluster, and waits until it reports ready.
+func startOperator(binary, kubeconfig, workDir string) (*process, error) {
+	probe, err := freeLocalAddress()
+	if err != nil {
+		return nil, err
+	}
+	p, err := startProcess("operator", filepath.Join(workDir, "operator.log"), []string{"KUBECONFIG=" + kubeconfig},
+		binary, "operator",
+		"--health-probe-bind-address", probe,
+		"--metrics-bind-address", "0",
+		"--leader-elect=false",
+		"--resync", operatorResync,
+		"--zap-devel=false",
+	)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := waitHTTPOK(ctx, "http://"+probe+"/readyz", p); err != nil {
+		return nil, errors.Join(fmt.Errorf("operator not ready: %w", err), p.stop(10*time.Second))
+	}
+	return p, nil
+}
+
+// freeLocalAddress returns a 127.0.0.1 address with a port free right now.
+func freeLocalAddress() (string, error) {
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", fmt.Errorf("finding a free port: %w", err)
+	}
+	addr := l.Addr().String()
+	return addr, l.Close()
+}
+
+// waitHTTPOK polls url until it answers 200, p exits or ctx ends.
+func waitHTTPOK(ctx context.Context, url string, p *process) error {
+	for {
+		if err := p.running(); err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close() // only the status matters
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s did not answer 200: %w", url, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// repoRoot is the repository's root, from this package's directory.
+func repoRoot() (string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("working directory: %w", err)
+	}
+	return filepath.Abs(filepath.Join(wd, "..", ".."))
+}

@@ -1,0 +1,93 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// kubeControllers are the controllers of kube-controller-manager the product depends on: pods of
+// StatefulSets, the garbage collector that deletes a BloomCluster's children, the PDB's status,
+// claim protection, the Services' endpoints and namespace deletion. No scheduler runs (the node
+// agent binds pods) and no node lifecycle controller (the agent's node never goes stale).
+var kubeControllers = []string{
+	"statefulset-controller",
+	"garbage-collector-controller",
+	"disruption-controller",
+	"persistentvolumeclaim-protection-controller",
+	"endpointslice-controller",
+	"namespace-controller",
+}
+
+// controlPlane is etcd and kube-apiserver (from envtest, with the CRDs installed) and
+// kube-controller-manager, with an administrator's kubeconfig for everything else.
+type controlPlane struct {
+	env            *envtest.Environment
+	config         *rest.Config // the administrator's
+	kubeconfigPath string
+	controllers    *process
+}
+
+// startControlPlane starts the control plane from the binaries in assets, logging into workDir.
+func startControlPlane(assets, crdDir, workDir string) (*controlPlane, error) {
+	cp := &controlPlane{env: &envtest.Environment{
+		CRDDirectoryPaths:     []string{crdDir},
+		ErrorIfCRDPathMissing: true,
+		BinaryAssetsDirectory: assets,
+	}}
+	envtestConfig, err := cp.env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting etcd and kube-apiserver (binaries from %s; `make envtest-assets` builds them): %w", assets, err)
+	}
+	// envtest's own config is a client certificate of envtest's; every component here (kubectl
+	// included) uses one administrator, a member of system:masters, as a cluster's admin would.
+	admin, err := cp.env.AddUser(envtest.User{Name: "e2e-admin", Groups: []string{"system:masters"}}, envtestConfig)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("adding the administrator: %w", err), cp.stop())
+	}
+	cp.config = admin.Config()
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("writing the administrator's kubeconfig: %w", err), cp.stop())
+	}
+	cp.kubeconfigPath = filepath.Join(workDir, "kubeconfig")
+	if err := os.WriteFile(cp.kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return nil, errors.Join(fmt.Errorf("writing the kubeconfig: %w", err), cp.stop())
+	}
+	cp.controllers, err = startProcess("kube-controller-manager", filepath.Join(workDir, "kube-controller-manager.log"), nil,
+		filepath.Join(assets, "kube-controller-manager"),
+		"--kubeconfig", cp.kubeconfigPath,
+		"--controllers", strings.Join(kubeControllers, ","),
+		"--leader-elect=false",
+		// The controllers act as the administrator: no service account tokens exist to act as.
+		"--use-service-account-credentials=false",
+		// Nothing scrapes or probes it; no port to collide with another run's.
+		"--secure-port=0",
+	)
+	if err != nil {
+		return nil, errors.Join(err, cp.stop())
+	}
+	return cp, nil
+}
+
+// stop stops kube-controller-manager, then kube-apiserver and etcd.
+func (cp *controlPlane) stop() error {
+	var errs []error
+	if cp.controllers != nil {
+		// kube-controller-manager exits with an error on SIGTERM when its informers are cut off;
+		// only its stopping matters here.
+		_ = cp.controllers.stop(10 * time.Second)
+	}
+	if err := cp.env.Stop(); err != nil {
+		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+	}
+	return errors.Join(errs...)
+}

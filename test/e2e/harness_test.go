@@ -1,0 +1,135 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// h is the harness every test shares: one control plane, one operator, one node.
+var h *harness
+
+type harness struct {
+	root     string // the repository
+	workDir  string // this run's files: binaries, kubeconfig, logs, pod directories
+	kubectl  kubectl
+	cp       *controlPlane
+	agent    *runningAgent
+	operator *process
+	stopOnce sync.Once
+	stopErr  error
+
+	hooksMu sync.Mutex
+	hooks   []func() // run first by stop: the tests' background commands
+}
+
+// onStop registers f to run when the harness stops, before anything else stops.
+func (hs *harness) onStop(f func()) {
+	hs.hooksMu.Lock()
+	defer hs.hooksMu.Unlock()
+	hs.hooks = append(hs.hooks, f)
+}
+
+// startHarness builds the binary and starts the control plane, the node agent and the operator.
+// On failure it stops what it started and returns the harness so far, for its directory.
+func startHarness() (*harness, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
+	}
+	assets := os.Getenv("KUBEBUILDER_ASSETS")
+	if assets == "" {
+		home, _ := os.UserHomeDir()
+		assets = filepath.Join(home, ".cache", "bloomery", "k8s", "v1.37.2")
+	}
+	for _, bin := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
+			return nil, fmt.Errorf("no %s in %s: run `make test-e2e`, or `make envtest-assets` first", bin, assets)
+		}
+	}
+	workDir, err := os.MkdirTemp("", "bloomery-e2e-")
+	if err != nil {
+		return nil, fmt.Errorf("creating the run directory: %w", err)
+	}
+	hs := &harness{root: root, workDir: workDir}
+
+	// The build and the control plane's start both take a while; do them at once.
+	type built struct {
+		path string
+		err  error
+	}
+	buildDone := make(chan built, 1)
+	go func() {
+		path, err := buildBloomery(root, workDir)
+		buildDone <- built{path, err}
+	}()
+	hs.cp, err = startControlPlane(assets, filepath.Join(root, "config", "crd", "bases"), workDir)
+	b := <-buildDone
+	if err = errors.Join(err, b.err); err != nil {
+		return hs, errors.Join(err, hs.stop())
+	}
+	hs.kubectl = kubectl{path: filepath.Join(assets, "kubectl"), kubeconfig: hs.cp.kubeconfigPath, cacheDir: filepath.Join(workDir, "kubectl-cache")}
+
+	if hs.agent, err = startAgent(hs.cp.config, b.path, workDir); err != nil {
+		return hs, errors.Join(err, hs.stop())
+	}
+	if err := hs.waitNodeReady(); err != nil {
+		return hs, errors.Join(err, hs.stop())
+	}
+	if hs.operator, err = startOperator(b.path, hs.cp.kubeconfigPath, workDir); err != nil {
+		return hs, errors.Join(err, hs.stop())
+	}
+	return hs, nil
+}
+
+// waitNodeReady waits until the agent's node is registered and Ready.
+func (hs *harness) waitNodeReady() error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+		out, _, err := hs.kubectl.run(ctx, "", "get", "node", nodeName,
+			"-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		cancel()
+		if err == nil && out == "True" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			log := filepath.Join(hs.workDir, "node-agent.log")
+			if err != nil {
+				return fmt.Errorf("node %s not Ready within a minute (see %s): %w", nodeName, log, err)
+			}
+			return fmt.Errorf("node %s not Ready within a minute (Ready is %q; see %s)", nodeName, out, log)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// stop stops the tests' background commands, the operator, then the node agent (which kills every
+// pod's process), then the control plane. It runs once; later calls return the first result.
+func (hs *harness) stop() error {
+	hs.stopOnce.Do(func() {
+		hs.hooksMu.Lock()
+		for _, f := range hs.hooks {
+			f()
+		}
+		hs.hooksMu.Unlock()
+		var errs []error
+		if hs.operator != nil {
+			errs = append(errs, hs.operator.stop(15*time.Second))
+		}
+		if hs.agent != nil {
+			errs = append(errs, hs.agent.stop())
+		}
+		if hs.cp != nil {
+			errs = append(errs, hs.cp.stop())
+		}
+		hs.stopErr = errors.Join(errs...)
+	})
+	return hs.stopErr
+}

@@ -1,0 +1,150 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// samplePod is the one pod of the sample BloomCluster "example" (replicas: 1).
+const samplePod = "example-0"
+
+// applySamples applies config/samples, a BloomCluster "example" and a BloomFilter "users", as the
+// README says, and waits until both are Ready.
+func (n namespace) applySamples() {
+	n.t.Helper()
+	n.run("apply", "-k", filepath.Join(h.root, "config", "samples"))
+	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
+}
+
+// TestSamplesBecomeReady applies the samples and checks what `kubectl get` and `kubectl explain`
+// show, and that the filter answers through the pod's address.
+func TestSamplesBecomeReady(t *testing.T) {
+	t.Parallel()
+	n := newNamespace(t)
+	n.applySamples()
+
+	tables := parseTables(n.run("get", "bloomclusters,bloomfilters"))
+	if len(tables) != 2 {
+		t.Fatalf("kubectl get bloomclusters,bloomfilters printed %d tables, want 2: %v", len(tables), tables)
+	}
+	requireRow(t, tables[0], []string{"NAME", "REPLICAS", "READY", "FILTERS", "STATUS", "AGE"}, true, map[string]string{
+		"NAME": "bloomcluster.bloomery.io/example", "REPLICAS": "1", "READY": "1", "FILTERS": "1", "STATUS": "AllReplicasReady",
+	})
+	requireRow(t, tables[1], []string{"NAME", "CLUSTER", "CAPACITY", "FPR", "READY", "ITEMS", "AGE"}, true, map[string]string{
+		"NAME": "bloomfilter.bloomery.io/users", "CLUSTER": "example", "CAPACITY": "1000000", "FPR": "0.001", "READY": "True",
+	})
+
+	// -o wide adds diagnostic columns (more may come: only these are checked).
+	endpoint := "http://example." + n.name + ".svc:8080"
+	wide := parseTables(n.run("get", "bloomclusters,bloomfilters", "-o", "wide"))
+	requireRow(t, wide[0], []string{"NAME", "ENDPOINT", "AGE"}, false, map[string]string{"ENDPOINT": endpoint})
+	requireRow(t, wide[1], []string{"NAME", "ITEMS", "FILL", "URL", "AGE"}, false, map[string]string{
+		"FILL": "0", "URL": endpoint + "/v1/bloomfilter/users",
+	})
+
+	// The status says, per pod, what the operator found there.
+	if got := n.jsonpath("bloomfilter/users", "{.status.pods[*].pod}={.status.pods[*].present}"); got != samplePod+"=true" {
+		t.Errorf("status.pods of the BloomFilter: %q, want %s present", got, samplePod)
+	}
+
+	explain := strings.Join(strings.Fields(n.run("explain", "bloomfilter.spec")), " ")
+	for _, doc := range []string{
+		"capacity is the number of values the filter holds at falsePositiveRate",
+		"falsePositiveRate is the probability that a value never added is reported present",
+		"deletionPolicy says what happens to the filter on the pods when the BloomFilter is deleted",
+		"expiry makes the filter expire",
+	} {
+		if !strings.Contains(explain, doc) {
+			t.Errorf("kubectl explain bloomfilter.spec does not say %q:\n%s", doc, explain)
+		}
+	}
+
+	api := n.api(samplePod)
+	if api.checkAndSet("users", "alice") {
+		t.Error("check-and-set of a new value answered true")
+	}
+	if !api.checkAndSet("users", "alice") {
+		t.Error("check-and-set of a value just added answered false")
+	}
+	if got := api.multiCheckAndSet("users", []string{"bob", "bob", "carol"}); !slices.Equal(got, []bool{false, true, false}) {
+		t.Errorf("multi-check-and-set [bob bob carol] = %v, want [false true false]", got)
+	}
+	if got := api.multiCheck("users", []string{"alice", "bob", "carol", "dave"}); !slices.Equal(got, []bool{true, true, true, false}) {
+		t.Errorf("multi-check [alice bob carol dave] = %v, want [true true true false]", got)
+	}
+	// The operator reads the items back from the pod on its next pass.
+	eventually(t, "the ITEMS column shows the 3 values added", func() (bool, string) {
+		out := n.run("get", "bloomfilter", "users")
+		rows := parseTables(out)[0].rows
+		return len(rows) == 1 && rows[0]["ITEMS"] == "3", out
+	})
+}
+
+// table is one table of kubectl's output: its header and its rows, each field by column name.
+type table struct {
+	header []string
+	rows   []map[string]string
+}
+
+// parseTables splits kubectl get's output into its tables (one per kind, separated by blank
+// lines). A column's values are aligned under its header, and may be empty.
+func parseTables(out string) []table {
+	var tables []table
+	for block := range strings.SplitSeq(strings.Trim(out, "\n"), "\n\n") {
+		lines := strings.Split(strings.Trim(block, "\n"), "\n")
+		var starts []int
+		for i, r := range lines[0] {
+			if r != ' ' && (i == 0 || lines[0][i-1] == ' ') {
+				starts = append(starts, i)
+			}
+		}
+		t := table{header: strings.Fields(lines[0])}
+		for _, line := range lines[1:] {
+			row := map[string]string{}
+			for i, name := range t.header {
+				end := len(line)
+				if i+1 < len(starts) {
+					end = min(starts[i+1], len(line))
+				}
+				if starts[i] < end {
+					row[name] = strings.TrimSpace(line[starts[i]:end])
+				}
+			}
+			t.rows = append(t.rows, row)
+		}
+		tables = append(tables, t)
+	}
+	return tables
+}
+
+// requireRow checks a one-row table's columns and the values of want. With exact, the header
+// must be header; otherwise it must contain header's columns in that order.
+func requireRow(t *testing.T, tb table, header []string, exact bool, want map[string]string) {
+	t.Helper()
+	if exact && !slices.Equal(tb.header, header) || !exact && !isSubsequence(header, tb.header) {
+		t.Errorf("columns %v, want %v", tb.header, header)
+	}
+	if len(tb.rows) != 1 {
+		t.Fatalf("%d rows under %v, want 1", len(tb.rows), tb.header)
+	}
+	for col, v := range want {
+		if got := tb.rows[0][col]; got != v {
+			t.Errorf("column %s is %q, want %q (row %v)", col, got, v, tb.rows[0])
+		}
+	}
+}
+
+// isSubsequence reports whether every element of sub appears in s, in order.
+func isSubsequence(sub, s []string) bool {
+	i := 0
+	for _, v := range s {
+		if i < len(sub) && sub[i] == v {
+			i++
+		}
+	}
+	return i == len(sub)
+}
