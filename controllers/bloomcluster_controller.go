@@ -95,6 +95,12 @@ func (r *BloomClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	original := cluster.DeepCopy()
 	result, err := r.reconcile(ctx, &cluster)
+	if errors.Is(err, errNamespaceTerminating) {
+		// The namespace controller is deleting the cluster with everything else: nothing to
+		// build, and nothing worth an error or an event.
+		log.FromContext(ctx).V(1).Info("Namespace is being deleted; BloomCluster left to the namespace controller")
+		return ctrl.Result{}, nil
+	}
 	if perr := r.patchStatus(ctx, original, &cluster); perr != nil {
 		if apierrors.IsConflict(perr) && err == nil {
 			// The cache is behind the API server; the newer object's event brings a new pass.
@@ -105,6 +111,9 @@ func (r *BloomClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	return result, err
 }
+
+// errNamespaceTerminating stops a pass whose namespace is being deleted.
+var errNamespaceTerminating = errors.New("namespace is being deleted")
 
 // reconcile runs the ordered steps of one pass. A step that fails stops the pass: the later
 // steps may depend on it (the StatefulSet mounts the ConfigMap and names the headless Service).
@@ -507,6 +516,9 @@ func ensureChild[T client.Object](ctx context.Context, r *BloomClusterReconciler
 			return existing, fmt.Errorf("setting owner of %s %s: %w", kind, key.Name, err)
 		}
 		if err := r.Client.Create(ctx, desired); err != nil {
+			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+				return existing, errNamespaceTerminating
+			}
 			if !apierrors.IsAlreadyExists(err) {
 				r.event(cluster, desired, corev1.EventTypeWarning, "CreateFailed", "Create", "Creating %s %s failed: %v", kind, key.Name, err)
 			}

@@ -171,12 +171,15 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		o.waiting, o.status.Message = true, "pod has no IP yet ("+string(pod.Status.Phase)+")"
 		return o
 	}
+	ready := podReady(pod)
 	f, err := r.DataPlane.GetFilter(ctx, addr, name)
-	if errors.Is(err, ErrFilterNotFound) {
+	if errors.Is(err, ErrFilterNotFound) && ready {
+		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
+		// and it would refuse the create anyway.
 		f, o.created, err = r.DataPlane.CreateFilter(ctx, addr, name, shape)
 	}
 	switch {
-	case err != nil && !podReady(pod):
+	case err != nil && !ready:
 		// A pod recovering its data answers 503 until it is Ready: it is starting, not broken.
 		o.waiting, o.status.Message = true, "pod is not Ready: "+err.Error()
 		return o
@@ -194,6 +197,11 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 	o.status.Present = true
 	o.status.Items = int64(f.Items)
 	o.status.SizeBytes = int64(f.SizeBytes)
+	if !ready {
+		// It holds the filter, but the Service sends it nothing, and with several pods it may
+		// not have caught up from its peers: it does not count as serving the filter.
+		o.waiting, o.status.Message = true, "holds the filter, but the pod is not Ready (starting, catching up from its peers, or shutting down)"
+	}
 	return o
 }
 
@@ -264,6 +272,11 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonShapeMismatch, strings.Join(problems, "; "))
 	case len(unreachable) > 0:
 		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonPodsUnreachable, strings.Join(problems, "; "))
+	case present > 0 && present < desired:
+		// Served, with less redundancy than asked for: a pod was deleted, restarted or is
+		// catching up.
+		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonPodsNotReady,
+			fmt.Sprintf("The filter is served by %d of %d pods; not serving yet: %s", present, desired, strings.Join(notServing(observed, desired), ", ")))
 	default:
 		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "Every pod that answers holds the filter")
 	}
@@ -292,6 +305,20 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
 		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionTrue, reason, msg)
 	}
+}
+
+// notServing names the pods that do not serve the filter, and how many are missing altogether.
+func notServing(observed []podObservation, desired int32) []string {
+	var out []string
+	for _, o := range observed {
+		if o.waiting {
+			out = append(out, o.status.Pod)
+		}
+	}
+	if missing := int(desired) - len(observed); missing > 0 {
+		out = append(out, fmt.Sprintf("%d pod(s) not created yet", missing))
+	}
+	return out
 }
 
 // fail reports a state in which nothing can be done on the pods.

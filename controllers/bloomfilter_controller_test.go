@@ -377,3 +377,41 @@ func waitGone(t *testing.T, ns, name string) {
 		return apierrors.IsNotFound(err), fmt.Sprintf("finalizers %v, err %v", bf.Finalizers, err)
 	})
 }
+
+// A pod that holds the filter but is not Ready (restarting, catching up from its peers) does not
+// count as serving it: the filter is Degraded, served by the others, until the pod is Ready.
+func TestBloomFilterNotServedByAPodThatIsNotReady(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	addPod(t, ns, "c", "c-0")
+	addPod(t, ns, "c", "c-1")
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "f", "c")
+	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
+
+	setPodReady(t, ns, "c-1", corev1.ConditionFalse)
+	bf := waitCondition(t, ns, "f", ConditionDegraded, metav1.ConditionTrue, "served by 1 of 2 pods; not serving yet: c-1")
+	if status, reason := condition(bf, ConditionReady); status != metav1.ConditionFalse {
+		t.Errorf("Ready = %s (%s), want False while c-1 is not Ready", status, reason)
+	}
+	if c := meta.FindStatusCondition(bf.Status.Conditions, ConditionDegraded); c.Reason != ReasonPodsNotReady {
+		t.Errorf("Degraded reason = %s, want %s", c.Reason, ReasonPodsNotReady)
+	}
+
+	setPodReady(t, ns, "c-1", corev1.ConditionTrue)
+	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
+	waitCondition(t, ns, "f", ConditionDegraded, metav1.ConditionFalse, "")
+}
+
+func setPodReady(t *testing.T, ns, name string, status corev1.ConditionStatus) {
+	t.Helper()
+	var pod corev1.Pod
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, &pod); err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	if err := k8s.Status().Update(t.Context(), &pod); err != nil {
+		t.Fatal(err)
+	}
+}

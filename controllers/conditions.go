@@ -31,9 +31,12 @@ const (
 	ReasonMembershipNotDelivered = "MembershipNotDelivered"
 
 	// BloomFilter
-	ReasonOnAllPods         = "OnAllPods"
-	ReasonCreating          = "CreatingOnPods"
-	ReasonPodsUnreachable   = "PodsUnreachable"
+	ReasonOnAllPods       = "OnAllPods"
+	ReasonCreating        = "CreatingOnPods"
+	ReasonPodsUnreachable = "PodsUnreachable"
+	// ReasonPodsNotReady: some pods serve the filter, others are missing or not Ready yet
+	// (starting, recovering, catching up from their peers).
+	ReasonPodsNotReady      = "PodsNotReady"
 	ReasonShapeMismatch     = "ShapeMismatch"
 	ReasonClusterNotFound   = "ClusterNotFound"
 	ReasonNoPods            = "NoPods"

@@ -274,17 +274,18 @@ type BloomClusterStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// replicas is the number of pods that exist.
+	// replicas is the number of pods that exist. The counts are always written, so that 0 shows
+	// as 0 rather than a blank.
 	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
+	Replicas int32 `json:"replicas"`
 
 	// readyReplicas is the number of pods that recovered their data and serve.
 	// +optional
-	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	ReadyReplicas int32 `json:"readyReplicas"`
 
 	// filters is the number of BloomFilters that reference the cluster.
 	// +optional
-	Filters int32 `json:"filters,omitempty"`
+	Filters int32 `json:"filters"`
 
 	// endpoint is the URL applications call: the client Service.
 	// +optional

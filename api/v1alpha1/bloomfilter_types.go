@@ -137,9 +137,10 @@ type BloomFilterStatus struct {
 	// +optional
 	Pods []PodFilterStatus `json:"pods,omitempty"`
 
-	// items approximates the values the filter holds (the largest count of its copies).
+	// items approximates the values the filter holds (the largest count of its copies). Always
+	// written, so that a new filter shows 0 rather than a blank.
 	// +optional
-	Items int64 `json:"items,omitempty"`
+	Items int64 `json:"items"`
 
 	// fillRatio is the share of bits set, as a decimal string.
 	// +optional
