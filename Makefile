@@ -60,7 +60,7 @@ test: vet controller-gen helm-lint helm-test kustomize ## Run go vet, the chart'
 
 # The end-to-end suite (test/e2e, build tag e2e): etcd, kube-apiserver and kube-controller-manager
 # from the same cached binaries, `bloomery operator` and a node agent that runs each data-plane pod
-# as a local process. About a minute once the binaries are cached.
+# as a local process. About a minute and a half once the binaries are cached.
 .PHONY: test-e2e
 test-e2e: ## Run the end-to-end tests on a real control plane without Docker (test/e2e).
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \

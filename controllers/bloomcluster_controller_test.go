@@ -673,7 +673,7 @@ func TestSamplesApplyAsTheyAre(t *testing.T) {
 		}
 	}
 	waitFor(t, &appsv1.StatefulSet{}, ns, "example", func(s *appsv1.StatefulSet) (bool, string) {
-		return *s.Spec.Replicas == 1, fmt.Sprintf("replicas %d", *s.Spec.Replicas)
+		return *s.Spec.Replicas == 3, fmt.Sprintf("replicas %d, want the sample's 3", *s.Spec.Replicas)
 	})
 	waitClusterCondition(t, ns, "example", ConditionDegraded, "False/AsExpected", "")
 	waitFor(t, &bloomeryv1alpha1.BloomCluster{}, ns, "example", func(c *bloomeryv1alpha1.BloomCluster) (bool, string) {

@@ -9,6 +9,7 @@ type Stats struct {
 	DroppedOps          atomic.Int64 // writes not queued for a peer whose queue was full
 	SentBatches         atomic.Int64 // requests that carried writes to a peer
 	ForwardedRequests   atomic.Int64 // check-and-sets sent to their filter's home, and quorum reads
+	HomeFailovers       atomic.Int64 // forwarded requests a home did not serve, so the next pod did
 	Merges              atomic.Int64 // dumps merged that changed something
 	MergedBytes         atomic.Int64 // bytes of the layers those merges changed
 	AntiEntropyPasses   atomic.Int64

@@ -10,7 +10,7 @@ import (
 type replication struct {
 	node *cluster.Node
 
-	queued, replicated, failures, dropped, batches, forwarded, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
+	queued, replicated, failures, dropped, batches, forwarded, failovers, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
 }
 
 func newReplication(node *cluster.Node) *replication {
@@ -25,6 +25,7 @@ func newReplication(node *cluster.Node) *replication {
 		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
 		batches:     desc("sent_batches_total", "Requests that carried writes to a peer."),
 		forwarded:   desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency."),
+		failovers:   desc("home_failovers_total", "Check-and-sets and creates that their filter's home pod did not serve (unreachable, or unavailable), so that the next pod in the filter's order was tried."),
 		merges:      desc("merges_total", "Dumps from peers merged in that changed something (catch-up and anti-entropy)."),
 		mergedBytes: desc("merged_bytes_total", "Bytes of the layers that merges changed."),
 		passes:      desc("anti_entropy_passes_total", "Anti-entropy passes run."),
@@ -36,7 +37,7 @@ func newReplication(node *cluster.Node) *replication {
 
 // Describe implements prometheus.Collector.
 func (r *replication) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers} {
+	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers} {
 		ch <- d
 	}
 }
@@ -52,6 +53,7 @@ func (r *replication) Collect(ch chan<- prometheus.Metric) {
 	counter(r.dropped, st.DroppedOps.Load())
 	counter(r.batches, st.SentBatches.Load())
 	counter(r.forwarded, st.ForwardedRequests.Load())
+	counter(r.failovers, st.HomeFailovers.Load())
 	counter(r.merges, st.Merges.Load())
 	counter(r.mergedBytes, st.MergedBytes.Load())
 	counter(r.passes, st.AntiEntropyPasses.Load())

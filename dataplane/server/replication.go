@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -106,13 +107,32 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 		}
 		a, err := s.node.Forward(req.Context(), m, req.Method, req.URL.RequestURI(), req.Header.Get(echo.HeaderContentType), raw)
 		if err != nil {
-			s.log.Warn("Filter's home pod did not serve a forwarded request; trying the next", "filter", name, "home", m.Name, "error", err.Error())
+			s.failedOver(name, m.Name, err)
 			continue
 		}
 		return true, c.Blob(a.Status, a.ContentType, a.Body)
 	}
 	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
 	return false, nil
+}
+
+// failoverWarnEvery spaces the warnings about one home pod that does not serve: while a home
+// restarts, every check-and-set of its filters fails over, hundreds a second.
+const failoverWarnEvery = 10 * time.Second
+
+// failedOver counts a request that its filter's home did not serve, and warns about that home at
+// most every failoverWarnEvery; the others are logged at debug level.
+func (s *Server) failedOver(filter, home string, err error) {
+	s.node.Stats().HomeFailovers.Add(1)
+	v, _ := s.failoverWarned.LoadOrStore(home, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	now, prev := time.Now().UnixNano(), last.Load()
+	if now-prev < int64(failoverWarnEvery) || !last.CompareAndSwap(prev, now) {
+		s.log.Debug("Filter's home pod did not serve a forwarded request; trying the next", "filter", filter, "home", home, "error", err.Error())
+		return
+	}
+	s.log.Warn("Filter's home pod did not serve a forwarded request; trying the next (warned at most every 10 s per home; bloomery_replication_home_failovers_total counts them all)",
+		"filter", filter, "home", home, "error", err.Error())
 }
 
 // checkPeers widens a read to ?consistency=quorum|all: the values absent here are asked of

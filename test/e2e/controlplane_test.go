@@ -16,14 +16,15 @@ import (
 
 // kubeControllers are the controllers of kube-controller-manager the product depends on: pods of
 // StatefulSets, the garbage collector that deletes a BloomCluster's children, the PDB's status,
-// claim protection, the Services' endpoints and namespace deletion. No scheduler runs (the node
-// agent binds pods) and no node lifecycle controller (the agent's node never goes stale).
+// claim protection and namespace deletion. No scheduler runs (the node agent binds pods) and no
+// node lifecycle controller (the agent's node never goes stale). Nor does the EndpointSlice
+// controller: the API server refuses the loopback addresses the agent gives pods in endpoints, so
+// the client Service's path is not exercised here (applications' requests go to pod addresses).
 var kubeControllers = []string{
 	"statefulset-controller",
 	"garbage-collector-controller",
 	"disruption-controller",
 	"persistentvolumeclaim-protection-controller",
-	"endpointslice-controller",
 	"namespace-controller",
 }
 

@@ -23,36 +23,40 @@ spec:
   deletionPolicy: Retain
 `
 
-// TestDeletedFilterLeavesThePod deletes two BloomFilters: the one with the default deletionPolicy
-// (Delete) is removed from the pod, the one with Retain stays, values included.
-func TestDeletedFilterLeavesThePod(t *testing.T) {
+// TestDeletedFilterLeavesEveryPod deletes two BloomFilters: the one with the default
+// deletionPolicy (Delete) is removed from every pod, the one with Retain stays on every pod,
+// values included.
+func TestDeletedFilterLeavesEveryPod(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
 	n.applySamples()
 	n.apply(retainedFilter)
 	n.wait("condition=Ready", "bloomfilter/kept")
-	api := n.api(samplePod)
-	kept := api.addValues("kept", "kept", 10)
+	apis := n.apis(podNames(sampleReplicas)...)
+	kept := apis[0].addValues("kept", "kept", 10)
 
 	n.run("delete", "bloomfilter", "users", "kept") // waits for the operator's finalizer
-	if status, body := api.filter("users"); status != http.StatusNotFound {
-		t.Errorf("GET users on the pod after its BloomFilter was deleted: %d %v, want 404", status, body)
+	for _, api := range apis {
+		if status, body := api.filter("users"); status != http.StatusNotFound {
+			t.Errorf("GET users on pod %s after its BloomFilter was deleted: %d %v, want 404", api.pod, status, body)
+		}
+		if status, body := api.filter("kept"); status != http.StatusOK {
+			t.Errorf("GET kept (deletionPolicy Retain) on pod %s after its BloomFilter was deleted: %d %v, want 200", api.pod, status, body)
+		}
 	}
-	if status, body := api.filter("kept"); status != http.StatusOK {
-		t.Errorf("GET kept (deletionPolicy Retain) on the pod after its BloomFilter was deleted: %d %v, want 200", status, body)
-	}
-	api.requireAllPresent("kept", kept)
+	requireEverywhere(t, "kept", kept, apis)
 }
 
 // TestDeletedClusterIsGarbageCollected deletes the BloomCluster: the garbage collector deletes
-// its StatefulSet, Services, ConfigMap and PodDisruptionBudget, and with the StatefulSet its pod;
-// the volume stays (storage.whenDeleted defaults to Retain). A BloomFilter of the deleted cluster
+// its StatefulSet, Services, ConfigMap and PodDisruptionBudget, and with the StatefulSet its pods;
+// the volumes stay (storage.whenDeleted defaults to Retain). A BloomFilter of the deleted cluster
 // says so, and can still be deleted.
 func TestDeletedClusterIsGarbageCollected(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
 	n.applySamples()
-	api := n.api(samplePod)
+	pods := podNames(sampleReplicas)
+	apis := n.apis(pods...)
 	children := strings.Fields(n.run("get", "statefulsets,services,configmaps,poddisruptionbudgets",
 		"-l", "app.kubernetes.io/instance=example", "-o", "name"))
 	slices.Sort(children)
@@ -62,12 +66,18 @@ func TestDeletedClusterIsGarbageCollected(t *testing.T) {
 	}
 
 	n.run("delete", "bloomcluster", "example")
-	n.wait("delete", append(children, "pod/"+samplePod)...)
-	if _, _, err := api.call(http.MethodGet, "/v1/ping", nil); err == nil {
-		t.Errorf("the deleted pod's data plane still answers at %s", api.base)
+	gone := slices.Clone(children)
+	for _, pod := range pods {
+		gone = append(gone, "pod/"+pod)
 	}
-	if _, err := n.try("get", "persistentvolumeclaim", "data-"+samplePod); err != nil {
-		t.Errorf("the pod's volume claim is gone, though storage.whenDeleted is Retain: %v", err)
+	n.wait("delete", gone...)
+	for _, api := range apis {
+		if _, _, err := api.call(http.MethodGet, "/v1/ping", nil); err == nil {
+			t.Errorf("the deleted pod %s's data plane still answers at %s", api.pod, api.base)
+		}
+		if _, err := n.try("get", "persistentvolumeclaim", "data-"+api.pod); err != nil {
+			t.Errorf("the volume claim of pod %s is gone, though storage.whenDeleted is Retain: %v", api.pod, err)
+		}
 	}
 
 	n.wait(`jsonpath={.status.conditions[?(@.type=="Ready")].reason}=ClusterNotFound`, "bloomfilter/users")

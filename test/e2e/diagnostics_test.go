@@ -5,6 +5,8 @@ package e2e
 import (
 	"crypto/rand"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -48,6 +50,7 @@ func (n namespace) dumpDiagnostics() {
 	if out, err := n.try("get", "events", "--sort-by=.lastTimestamp"); err == nil {
 		t.Logf("---- events:\n%s", out)
 	}
+	n.dumpPodViews()
 	files, err := h.agent.LogFiles(n.name)
 	if err != nil {
 		t.Log(err)
@@ -85,4 +88,31 @@ func grepTail(path, s string, n int) string {
 		}
 	}
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// dumpPodViews logs what each running pod says of itself: its /readyz answer and the membership
+// the operator gave it (docs/replication.md, "At 3 a.m.").
+func (n namespace) dumpPodViews() {
+	out, err := n.try("get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.spec.containers[0].ports[?(@.name=="http")].containerPort}{"\n"}{end}`)
+	if err != nil {
+		n.t.Logf("kubectl get pods: %v", err)
+		return
+	}
+	var views []string
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			continue
+		}
+		p := podAPI{t: n.t, pod: f[0], base: "http://" + net.JoinHostPort(f[1], f[2])}
+		for _, path := range []string{"/readyz", "/internal/v1/membership"} {
+			status, body, err := p.call(http.MethodGet, path, nil)
+			if err != nil {
+				views = append(views, fmt.Sprintf("%s %s: %v", p.pod, path, err))
+			} else {
+				views = append(views, fmt.Sprintf("%s %s: %d %s", p.pod, path, status, strings.TrimSpace(string(body))))
+			}
+		}
+	}
+	n.t.Logf("---- the pods' own view:\n%s", strings.Join(views, "\n"))
 }

@@ -23,24 +23,31 @@ spec:
     afterCreate: 10s
 `
 
-// TestExpiringFilterRotates applies a BloomFilter with expiry.afterCreate: 10s: after it expires
-// on the pod, the operator recreates it empty, and status.lastRecreationTime and an event say so.
+// TestExpiringFilterRotates applies a BloomFilter with expiry.afterCreate: 10s: every pod holds
+// the same incarnation, with the same expiration; after it expires, the operator recreates it
+// empty on every pod, and status.lastRecreationTime and an event say so.
 func TestExpiringFilterRotates(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
 	n.applySamples()
 	n.apply(rotatingFilter)
 	n.wait("condition=Ready", "bloomfilter/sessions")
-	api := n.api(samplePod)
-	status, first := api.filter("sessions")
+	apis := n.apis(podNames(sampleReplicas)...)
+	status, first := apis[0].filter("sessions")
 	if status != http.StatusOK {
-		t.Fatalf("GET sessions on the pod: %d %v", status, first)
+		t.Fatalf("GET sessions on pod %s: %d %v", apis[0].pod, status, first)
 	}
 	created, expiration := parseTime(t, first["created"]), parseTime(t, first["expiration"])
 	if d := expiration.Sub(created); d != 10*time.Second {
-		t.Errorf("the filter on the pod expires %v after its creation, want 10s (%v)", d, first)
+		t.Errorf("the filter on pod %s expires %v after its creation, want 10s (%v)", apis[0].pod, d, first)
 	}
-	if api.checkAndSet("sessions", "alice") {
+	for _, api := range apis[1:] {
+		status, f := api.filter("sessions")
+		if status != http.StatusOK || f["created"] != first["created"] || f["expiration"] != first["expiration"] {
+			t.Errorf("GET sessions on pod %s: %d %v; want the incarnation of pod %s (%v)", api.pod, status, f, apis[0].pod, first)
+		}
+	}
+	if apis[0].checkAndSet("sessions", "alice") {
 		t.Fatal("check-and-set of a new value answered true")
 	}
 
@@ -50,15 +57,18 @@ func TestExpiringFilterRotates(t *testing.T) {
 		t.Errorf("status.lastRecreationTime %v is before the filter expired (%v)", recreatedAt, expiration)
 	}
 	n.wait("condition=Ready", "bloomfilter/sessions")
-	status, second := api.filter("sessions")
-	if status != http.StatusOK {
-		t.Fatalf("GET sessions on the pod after the rotation: %d %v", status, second)
-	}
-	if !parseTime(t, second["created"]).After(created) {
-		t.Errorf("the filter on the pod was created %v, not after the first one (%v)", second["created"], created)
-	}
-	if api.multiCheck("sessions", []string{"alice"})[0] {
-		t.Error("the rotated filter still holds a value of the expired one")
+	for _, api := range apis {
+		status, second := api.filter("sessions")
+		if status != http.StatusOK {
+			t.Errorf("GET sessions on pod %s after the rotation: %d %v", api.pod, status, second)
+			continue
+		}
+		if !parseTime(t, second["created"]).After(created) {
+			t.Errorf("the filter on pod %s was created %v, not after the first one (%v)", api.pod, second["created"], created)
+		}
+		if api.multiCheck("sessions", []string{"alice"})[0] {
+			t.Errorf("the rotated filter on pod %s still holds a value of the expired one", api.pod)
+		}
 	}
 	if events := n.run("get", "events", "--field-selector", "reason=Recreated,involvedObject.name=sessions", "-o", "name"); events == "" {
 		t.Error("no Recreated event for the BloomFilter")

@@ -13,13 +13,16 @@ import (
 // under test, so the tests wait it out rather than for a condition.
 const everySecondSyncBound = 2 * time.Second
 
+// The tests of this file run a one-pod cluster: what the pod's volume keeps is all there is, no
+// peer brings a lost value back. catchup_test.go has the same disruptions with three pods.
+
 // TestDeletedPodRecoversFromItsVolume deletes the pod with kubectl: the StatefulSet recreates
 // it, the new pod recovers from its volume, the filter's status goes not Ready and back, and
 // every acknowledged value is still there (a graceful stop writes a final snapshot).
 func TestDeletedPodRecoversFromItsVolume(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
-	n.applySamples()
+	n.applyOnePodSamples()
 	before := n.api(samplePod)
 	values := before.addValues("users", "before-delete", 200)
 	oldUID := n.jsonpath("pod/"+samplePod, "{.metadata.uid}")
@@ -51,7 +54,7 @@ func TestDeletedPodRecoversFromItsVolume(t *testing.T) {
 func TestForceDeletedPodWaitsForItsPredecessor(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
-	n.applySamples()
+	n.applyOnePodSamples()
 	values := n.api(samplePod).addValues("users", "before-force-delete", 200)
 	oldUID := n.jsonpath("pod/"+samplePod, "{.metadata.uid}")
 
@@ -78,7 +81,7 @@ func TestForceDeletedPodWaitsForItsPredecessor(t *testing.T) {
 func TestKilledProcessIsRestarted(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
-	n.applySamples()
+	n.applyOnePodSamples()
 	api := n.api(samplePod)
 	values := api.addValues("users", "before-kill", 200)
 	uid := n.jsonpath("pod/"+samplePod, "{.metadata.uid}")

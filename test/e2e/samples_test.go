@@ -3,14 +3,20 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// samplePod is the one pod of the sample BloomCluster "example" (replicas: 1).
-const samplePod = "example-0"
+const (
+	// sampleReplicas is the number of pods of the sample BloomCluster "example".
+	sampleReplicas = 3
+	// samplePod is the first pod of the sample BloomCluster, and the only one of a one-pod cluster.
+	samplePod = "example-0"
+)
 
 // applySamples applies config/samples, a BloomCluster "example" and a BloomFilter "users", as the
 // README says, and waits until both are Ready.
@@ -20,19 +26,56 @@ func (n namespace) applySamples() {
 	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
 }
 
+// applyOnePodSamples applies config/samples with one pod instead of three, through a kustomize
+// overlay as a user would adapt the samples, and waits until both are Ready. The tests of what one
+// pod's volume keeps use it: with peers, a pod that lost values would get them back from the
+// others, and such a test would show nothing.
+func (n namespace) applyOnePodSamples() {
+	n.t.Helper()
+	overlay := n.t.TempDir()
+	// kustomize takes a base by a relative path only.
+	base, err := filepath.Rel(overlay, filepath.Join(h.root, "config", "samples"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+  - %s
+patches:
+  - target:
+      kind: BloomCluster
+      name: example
+    patch: |-
+      - op: replace
+        path: /spec/replicas
+        value: 1
+`, base)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+	n.run("apply", "-k", overlay)
+	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
+	if got := n.jsonpath("statefulset/example", "{.spec.replicas}"); got != "1" {
+		n.t.Fatalf("the one-pod overlay of the samples made a StatefulSet of %s replicas", got)
+	}
+}
+
 // TestSamplesBecomeReady applies the samples and checks what `kubectl get` and `kubectl explain`
-// show, and that the filter answers through the pod's address.
+// show: three pods ready, the membership epoch the operator gave them, the filter on each. Then,
+// on the same cluster, it checks that the pods answer as one (replication_test.go).
 func TestSamplesBecomeReady(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
 	n.applySamples()
+	pods := podNames(sampleReplicas)
 
 	tables := parseTables(n.run("get", "bloomclusters,bloomfilters"))
 	if len(tables) != 2 {
 		t.Fatalf("kubectl get bloomclusters,bloomfilters printed %d tables, want 2: %v", len(tables), tables)
 	}
 	requireRow(t, tables[0], []string{"NAME", "REPLICAS", "READY", "FILTERS", "STATUS", "AGE"}, true, map[string]string{
-		"NAME": "bloomcluster.bloomery.io/example", "REPLICAS": "1", "READY": "1", "FILTERS": "1", "STATUS": "AllReplicasReady",
+		"NAME": "bloomcluster.bloomery.io/example", "REPLICAS": "3", "READY": "3", "FILTERS": "1", "STATUS": "AllReplicasReady",
 	})
 	requireRow(t, tables[1], []string{"NAME", "CLUSTER", "CAPACITY", "FPR", "READY", "ITEMS", "AGE"}, true, map[string]string{
 		"NAME": "bloomfilter.bloomery.io/users", "CLUSTER": "example", "CAPACITY": "1000000", "FPR": "0.001", "READY": "True",
@@ -41,14 +84,17 @@ func TestSamplesBecomeReady(t *testing.T) {
 	// -o wide adds diagnostic columns (more may come: only these are checked).
 	endpoint := "http://example." + n.name + ".svc:8080"
 	wide := parseTables(n.run("get", "bloomclusters,bloomfilters", "-o", "wide"))
-	requireRow(t, wide[0], []string{"NAME", "ENDPOINT", "AGE"}, false, map[string]string{"ENDPOINT": endpoint})
+	requireRow(t, wide[0], []string{"NAME", "ENDPOINT", "EPOCH", "AGE"}, false, map[string]string{"ENDPOINT": endpoint})
 	requireRow(t, wide[1], []string{"NAME", "ITEMS", "FILL", "URL", "AGE"}, false, map[string]string{
 		"FILL": "0", "URL": endpoint + "/v1/bloomfilter/users",
 	})
+	// The operator told every pod its peers, under the epoch the EPOCH column shows.
+	epoch := n.waitMembership(pods)
+	t.Logf("membership epoch %d on %v", epoch, pods)
 
 	// The status says, per pod, what the operator found there.
-	if got := n.jsonpath("bloomfilter/users", "{.status.pods[*].pod}={.status.pods[*].present}"); got != samplePod+"=true" {
-		t.Errorf("status.pods of the BloomFilter: %q, want %s present", got, samplePod)
+	if got := n.jsonpath("bloomfilter/users", "{.status.pods[*].pod}={.status.pods[*].present}"); got != strings.Join(pods, " ")+"=true true true" {
+		t.Errorf("status.pods of the BloomFilter: %q, want %v present", got, pods)
 	}
 
 	explain := strings.Join(strings.Fields(n.run("explain", "bloomfilter.spec")), " ")
@@ -63,24 +109,12 @@ func TestSamplesBecomeReady(t *testing.T) {
 		}
 	}
 
-	api := n.api(samplePod)
-	if api.checkAndSet("users", "alice") {
-		t.Error("check-and-set of a new value answered true")
-	}
-	if !api.checkAndSet("users", "alice") {
-		t.Error("check-and-set of a value just added answered false")
-	}
-	if got := api.multiCheckAndSet("users", []string{"bob", "bob", "carol"}); !slices.Equal(got, []bool{false, true, false}) {
-		t.Errorf("multi-check-and-set [bob bob carol] = %v, want [false true false]", got)
-	}
-	if got := api.multiCheck("users", []string{"alice", "bob", "carol", "dave"}); !slices.Equal(got, []bool{true, true, true, false}) {
-		t.Errorf("multi-check [alice bob carol dave] = %v, want [true true true false]", got)
-	}
-	// The operator reads the items back from the pod on its next pass.
-	eventually(t, "the ITEMS column shows the 3 values added", func() (bool, string) {
-		out := n.run("get", "bloomfilter", "users")
-		rows := parseTables(out)[0].rows
-		return len(rows) == 1 && rows[0]["ITEMS"] == "3", out
+	// The scenarios below share this cluster: each uses values or a filter of its own.
+	t.Run("every pod answers for every value", func(t *testing.T) {
+		valuesReachEveryPod(t, namespace{t: t, name: n.name}, pods)
+	})
+	t.Run("concurrent check-and-set through every pod", func(t *testing.T) {
+		concurrentCheckAndSet(t, namespace{t: t, name: n.name}, pods)
 	})
 }
 

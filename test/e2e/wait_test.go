@@ -5,6 +5,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -41,12 +42,14 @@ type watcher struct {
 	stop  func()
 }
 
-// watch starts `kubectl get object --watch -o jsonpath=template` in the namespace until the test
-// ends, and returns once it printed the object's current state. template should end with {"\n"}.
-func (n namespace) watch(object, template string) *watcher {
+// watch starts `kubectl get object --watch -o jsonpath=template` (with flags, such as a label
+// selector) in the namespace until the test ends, and returns once it printed the object's current
+// state. template should end with {"\n"}.
+func (n namespace) watch(object, template string, flags ...string) *watcher {
 	n.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	cmd := h.kubectl.command(ctx, "--namespace", n.name, "get", object, "--watch", "-o", "jsonpath="+template)
+	args := append([]string{"--namespace", n.name, "get", object, "--watch", "-o", "jsonpath=" + template}, flags...)
+	cmd := h.kubectl.command(ctx, args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		cancel()
@@ -135,4 +138,23 @@ const conditionStatuses = `{.status.conditions[?(@.type=="Ready")].status} ` +
 func notReadyButSaysWhy(line string) bool {
 	f := strings.Fields(line)
 	return len(f) >= 3 && f[0] == "False" && (f[1] == "True" || f[2] == "True")
+}
+
+// compact joins a watcher's lines for a log, a run of identical lines as one with its count: a
+// status that changes in fields the template does not print repeats the same line.
+func compact(lines []string) string {
+	var out []string
+	for i := 0; i < len(lines); {
+		j := i + 1
+		for j < len(lines) && lines[j] == lines[i] {
+			j++
+		}
+		if j-i > 1 {
+			out = append(out, fmt.Sprintf("%s (×%d)", lines[i], j-i))
+		} else {
+			out = append(out, lines[i])
+		}
+		i = j
+	}
+	return strings.Join(out, " | ")
 }
