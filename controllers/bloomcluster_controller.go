@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -423,6 +424,7 @@ func (r *BloomClusterReconciler) setStatus(st *clusterState, failure error) {
 	status := &c.Status
 	status.ObservedGeneration = gen
 	status.Endpoint = clusterEndpoint(c)
+	status.Selector = labels.SelectorFromSet(selectorLabels(c.Name)).String()
 	desired := int32(1)
 	if c.Spec.Replicas != nil {
 		desired = *c.Spec.Replicas

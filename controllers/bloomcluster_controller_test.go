@@ -10,6 +10,7 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
@@ -678,5 +680,35 @@ func TestSamplesApplyAsTheyAre(t *testing.T) {
 	waitClusterCondition(t, ns, "example", ConditionDegraded, "False/AsExpected", "")
 	waitFor(t, &bloomeryv1alpha1.BloomCluster{}, ns, "example", func(c *bloomeryv1alpha1.BloomCluster) (bool, string) {
 		return c.Status.Filters == 1, fmt.Sprintf("status.filters %d, want the sample filter", c.Status.Filters)
+	})
+}
+
+// kubectl scale bloomcluster works through the scale subresource, whose selector picks the pods.
+func TestBloomClusterScaleSubresource(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	startClusterReconciler(t, ns, 0)
+	cluster := createBloomCluster(t, ns, "scaled", nil)
+	waitFor(t, &bloomeryv1alpha1.BloomCluster{}, ns, "scaled", func(c *bloomeryv1alpha1.BloomCluster) (bool, string) {
+		return c.Status.Selector != "", "status.selector " + c.Status.Selector
+	})
+
+	scale := &autoscalingv1.Scale{}
+	if err := k8s.SubResource("scale").Get(t.Context(), cluster, scale); err != nil {
+		t.Fatal(err)
+	}
+	selector, err := labels.Parse(scale.Status.Selector)
+	if err != nil || !selector.Matches(labels.Set(selectorLabels("scaled"))) || selector.Matches(labels.Set(selectorLabels("other"))) {
+		t.Fatalf("scale selector %q (%v) does not select exactly the cluster's pods", scale.Status.Selector, err)
+	}
+	if scale.Spec.Replicas != 1 {
+		t.Fatalf("scale spec.replicas = %d, want the default 1", scale.Spec.Replicas)
+	}
+	scale.Spec.Replicas = 4
+	if err := k8s.SubResource("scale").Update(t.Context(), cluster, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, &appsv1.StatefulSet{}, ns, "scaled", func(s *appsv1.StatefulSet) (bool, string) {
+		return *s.Spec.Replicas == 4, fmt.Sprintf("replicas %d", *s.Spec.Replicas)
 	})
 }

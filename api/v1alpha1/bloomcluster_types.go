@@ -291,6 +291,11 @@ type BloomClusterStatus struct {
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
+	// selector selects the cluster's pods, as a label selector string: the scale subresource's
+	// (kubectl scale bloomcluster, a HorizontalPodAutoscaler).
+	// +optional
+	Selector string `json:"selector,omitempty"`
+
 	// conditions are Ready, Progressing and Degraded.
 	// +listType=map
 	// +listMapKey=type
@@ -330,6 +335,7 @@ type ClusterMember struct {
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
+// +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
 // +kubebuilder:resource:shortName=bc,categories=bloomery
 // +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.replicas`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyReplicas`

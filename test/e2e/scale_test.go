@@ -12,7 +12,7 @@ import (
 )
 
 // TestScaleOutAndIn scales the sample BloomCluster from 3 pods to 5 and back to 3 with kubectl
-// patch (the CRD has no scale subresource, so `kubectl scale` does not apply), while an
+// scale (the CRD's scale subresource), while an
 // application streams check-and-sets through the client Service (serviceTargets): through the new
 // pods too once they are ready, and no longer through the removed ones. The new pods catch up before
 // their /readyz answers 200 and then hold every value acknowledged before the scale-out; the
@@ -34,7 +34,7 @@ func TestScaleOutAndIn(t *testing.T) {
 	w.waitAcked(t, 50)
 
 	scaled := time.Now()
-	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"replicas":5}}`)
+	n.run("scale", "bloomcluster", "example", "--replicas=5")
 	previous := append(append([]string(nil), initial...), w.ackedIn(time.Time{}, scaled)...)
 	// Both new pods start at once (the StatefulSet's pod management is Parallel): follow each.
 	newPods := five[3:]
@@ -68,7 +68,7 @@ func TestScaleOutAndIn(t *testing.T) {
 	}
 
 	shrunk := time.Now()
-	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"replicas":3}}`)
+	n.run("scale", "bloomcluster", "example", "--replicas=3")
 	n.wait("delete", "pod/example-3", "pod/example-4")
 	n.waitServedBy("users", three)
 	t.Logf("BloomCluster and BloomFilter Ready on 3 pods %v after the scale-in", time.Since(shrunk).Round(time.Millisecond))
