@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"sync/atomic"
@@ -47,7 +48,11 @@ func (s *Server) writeLevel(c echo.Context) (api.Consistency, error) {
 func (s *Server) replicate(c echo.Context, level api.Consistency, op cluster.Op) error {
 	err := s.node.Replicate(c.Request().Context(), op, level)
 	if errors.Is(err, cluster.ErrReplication) {
-		s.log.Warn("Write not acknowledged by enough pods", "filter", op.Name, "op", op.Kind, "error", err.Error())
+		// Each such write is answered 503 and counted (bloomery_replication_write_failures_total);
+		// while a peer is down that is every write, so the warning is spaced out.
+		s.log.Log(c.Request().Context(), s.spacedLevel("write not acknowledged"),
+			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
+			"filter", op.Name, "op", op.Kind, "error", err.Error())
 		return &apiError{http.StatusServiceUnavailable, api.CodeReplication, err.Error()}
 	}
 	return err
@@ -107,7 +112,7 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 		}
 		a, err := s.node.Forward(req.Context(), m, req.Method, req.URL.RequestURI(), req.Header.Get(echo.HeaderContentType), raw)
 		if err != nil {
-			s.failedOver(name, m.Name, err)
+			s.failedOver(c, name, m.Name, err)
 			continue
 		}
 		return true, c.Blob(a.Status, a.ContentType, a.Body)
@@ -116,22 +121,27 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 	return false, nil
 }
 
-// failoverWarnEvery spaces the warnings about one home pod that does not serve: while a home
-// restarts, every check-and-set of its filters fails over, hundreds a second.
-const failoverWarnEvery = 10 * time.Second
+// warnEvery spaces the warnings of one kind: while a pod is down or restarts, every write (or
+// every check-and-set of the filters it is home of) meets the same problem, hundreds a second.
+const warnEvery = 10 * time.Second
 
-// failedOver counts a request that its filter's home did not serve, and warns about that home at
-// most every failoverWarnEvery; the others are logged at debug level.
-func (s *Server) failedOver(filter, home string, err error) {
-	s.node.Stats().HomeFailovers.Add(1)
-	v, _ := s.failoverWarned.LoadOrStore(home, new(atomic.Int64))
+// spacedLevel is the level of a warning of the given kind: warning at most every warnEvery,
+// debug in between.
+func (s *Server) spacedLevel(kind string) slog.Level {
+	v, _ := s.warned.LoadOrStore(kind, new(atomic.Int64))
 	last := v.(*atomic.Int64)
 	now, prev := time.Now().UnixNano(), last.Load()
-	if now-prev < int64(failoverWarnEvery) || !last.CompareAndSwap(prev, now) {
-		s.log.Debug("Filter's home pod did not serve a forwarded request; trying the next", "filter", filter, "home", home, "error", err.Error())
-		return
+	if now-prev < int64(warnEvery) || !last.CompareAndSwap(prev, now) {
+		return slog.LevelDebug
 	}
-	s.log.Warn("Filter's home pod did not serve a forwarded request; trying the next (warned at most every 10 s per home; bloomery_replication_home_failovers_total counts them all)",
+	return slog.LevelWarn
+}
+
+// failedOver counts a request that its filter's home did not serve, and warns about that home.
+func (s *Server) failedOver(c echo.Context, filter, home string, err error) {
+	s.node.Stats().HomeFailovers.Add(1)
+	s.log.Log(c.Request().Context(), s.spacedLevel("failover from "+home),
+		"Filter's home pod did not serve a forwarded request; trying the next (warned at most every 10 s per home; bloomery_replication_home_failovers_total counts them all)",
 		"filter", filter, "home", home, "error", err.Error())
 }
 

@@ -44,8 +44,8 @@ type Server struct {
 	snapshots *persist.Stats
 	// persister is set once the data directory is open; nil when in memory.
 	persister atomic.Pointer[persist.Persister]
-	// failoverWarned holds, per home pod name, when a failover from it was last warned about.
-	failoverWarned sync.Map
+	// warned holds, per kind of warning, when it was last logged (warnSpaced).
+	warned sync.Map
 
 	// phase is where Run is: see phase. A Server used only through Handler stays serving.
 	phase atomic.Int32
