@@ -8,7 +8,9 @@
 #    include the forwarding of check-and-sets to the filter's home pod when pod 0 is not it.
 #    With 2 or more cores the pods share core 0 and wrk runs on core 1.
 # 2. Catch-up: a pod holding 1 GiB of filters (CATCHUP_MIB, default 1024), a new empty pod told
-#    the membership; the time until the new pod's /readyz answers 200.
+#    the membership; the time until the new pod's /readyz answers 200. CATCHUP_MIB=0 skips it.
+#
+# Env: BLOOMERY_BIN  benchmark this binary instead of building bin/bloomery
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 duration=${1:-10s}
@@ -22,8 +24,12 @@ die() {
 	exit 1
 }
 command -v wrk >/dev/null && command -v curl >/dev/null || die "needs wrk and curl (apt-get install wrk curl)"
-make --no-print-directory build >&2
-bin=bin/bloomery
+if [[ -n ${BLOOMERY_BIN:-} ]]; then
+	bin=$BLOOMERY_BIN
+else
+	make --no-print-directory build >&2
+	bin=bin/bloomery
+fi
 
 server_pin=()
 wrk_pin=()
@@ -150,6 +156,7 @@ for label in "1 pod" "3 pods, one" "3 pods, quorum" "3 pods, all"; do
 	done
 done
 
+((catchup_mib > 0)) || exit 0
 log "catch-up of ${catchup_mib} MiB"
 start a
 tell 1 a

@@ -218,10 +218,11 @@ func TestBatchesStayWithinTheirBudget(t *testing.T) {
 	var sizes []int
 	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
-		var req applyRequest
-		if err := json.Unmarshal(raw, &req); err != nil {
-			t.Errorf("a batch does not decode: %v", err)
+		ops, err := DecodeOps(raw)
+		if err != nil || r.Header.Get("Content-Type") != OpsContentType {
+			t.Errorf("a batch does not decode: %v (%s)", err, r.Header.Get("Content-Type"))
 		}
+		req := applyRequest{Ops: ops}
 		mu.Lock()
 		sizes = append(sizes, len(raw))
 		mu.Unlock()

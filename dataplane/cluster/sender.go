@@ -21,8 +21,8 @@ const (
 	maxBatchOps = 1024
 )
 
-// encodedSize bounds an op's size in JSON: a key's bytes may each take six (\u00XX), and the
-// fields around them less than 200.
+// encodedSize bounds an op's size in JSON, the larger of the two encodings a pod accepts: a key's
+// bytes may each take six (\u00XX), and the fields around them less than 200.
 func encodedSize(op Op) int64 {
 	size := int64(200 + 6*len(op.Name))
 	for _, k := range op.Keys {
@@ -46,6 +46,8 @@ type sender struct {
 	queue  chan pending
 	quit   chan struct{}
 	queued atomic.Int64
+	// buf holds the encoded batch in flight, reused from one to the next.
+	buf []byte
 }
 
 func newSender(n *Node, peer api.Member) *sender {
@@ -145,17 +147,14 @@ func (s *sender) send(ctx context.Context, batch []pending) {
 }
 
 func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
-	raw, err := json.Marshal(body)
-	if err != nil {
-		return nil, fmt.Errorf("%s: encoding writes: %w", s.peer.Name, err)
-	}
+	s.buf = AppendOps(s.buf[:0], body.Ops)
 	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(raw))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(s.buf))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Type", OpsContentType)
 	req.Header.Set(ForwardedHeader, "1")
 	resp, err := s.node.http.Do(req)
 	if err != nil {

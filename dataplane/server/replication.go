@@ -96,15 +96,9 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 		return false, nil
 	}
 	req := c.Request()
-	if req.ContentLength > s.cfg.MaxHTTPRequestLength {
-		return false, errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, s.cfg.MaxHTTPRequestLength))
+	raw, err := readLimited(c, s.cfg.MaxHTTPRequestLength)
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return false, errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
-		}
-		return false, badRequest(fmt.Sprintf("could not read the request body: %v", err))
+		return false, err
 	}
 	for _, m := range order {
 		if m.Name == self {
@@ -195,7 +189,17 @@ func (s *Server) applyOps(c echo.Context) error {
 	var req struct {
 		Ops []cluster.Op `json:"ops"`
 	}
-	if err := decodeJSON(c, cluster.ApplyBodyLimit(s.cfg.MaxHTTPRequestLength), &req); err != nil {
+	limit := cluster.ApplyBodyLimit(s.cfg.MaxHTTPRequestLength)
+	if c.Request().Header.Get(echo.HeaderContentType) == cluster.OpsContentType {
+		// What peers send; JSON is accepted too, for people and tools.
+		raw, err := readLimited(c, limit)
+		if err != nil {
+			return err
+		}
+		if req.Ops, err = cluster.DecodeOps(raw); err != nil {
+			return badRequest(err.Error())
+		}
+	} else if err := decodeJSON(c, limit, &req); err != nil {
 		return err
 	}
 	applied, err := s.node.Apply(req.Ops)
@@ -273,4 +277,20 @@ func decodeJSON(c echo.Context, limit int64, v any) error {
 		return badRequest("invalid JSON body: " + err.Error())
 	}
 	return nil
+}
+
+// readLimited reads a whole body of at most limit bytes; a larger one is a 413.
+func readLimited(c echo.Context, limit int64) ([]byte, error) {
+	req := c.Request()
+	if req.ContentLength > limit {
+		return nil, errBodyTooLarge(limit)
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, errBodyTooLarge(limit)
+		}
+		return nil, badRequest(fmt.Sprintf("could not read the request body: %v", err))
+	}
+	return raw, nil
 }

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/cluster"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/server"
@@ -165,5 +167,43 @@ func TestCreateWaitsForCatchUp(t *testing.T) {
 	}
 	if names, err := s.client.List(t.Context()); err != nil || len(names) != 0 {
 		t.Errorf("after a refused create the pod lists %v, %v", names, err)
+	}
+}
+
+// Peers send writes in the binary batch format; a malformed batch is refused whole.
+func TestApplyBinaryBatches(t *testing.T) {
+	s := newTestServer(t, nil)
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
+	gen := time.Now().UnixNano()
+	batch := cluster.AppendOps(nil, []cluster.Op{
+		{Kind: cluster.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: cluster.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
+	})
+	post := func(body []byte) response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/internal/v1/apply", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", cluster.OpsContentType)
+		resp, err := s.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		return response{resp.StatusCode, resp.Header, raw}
+	}
+	var out struct{ Applied []bool }
+	post(batch).wantJSON(t, http.StatusOK, &out)
+	if len(out.Applied) != 2 || !out.Applied[0] || !out.Applied[1] {
+		t.Fatalf("applied = %v, want both", out.Applied)
+	}
+	if present := multiCheck(t, s, "f", []string{"a", "b", "c"}); !present[0] || !present[1] || present[2] {
+		t.Fatalf("after the batch: %v", present)
+	}
+	msg := post(batch[:len(batch)-1]).wantError(t, http.StatusBadRequest, api.CodeBadParameter)
+	if !strings.Contains(msg, "malformed batch") {
+		t.Errorf("a truncated batch: %q", msg)
 	}
 }
