@@ -46,8 +46,6 @@ type sender struct {
 	queue  chan pending
 	quit   chan struct{}
 	queued atomic.Int64
-	// buf holds the encoded batch in flight, reused from one to the next.
-	buf []byte
 }
 
 func newSender(n *Node, peer api.Member) *sender {
@@ -147,10 +145,12 @@ func (s *sender) send(ctx context.Context, batch []pending) {
 }
 
 func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
-	s.buf = AppendOps(s.buf[:0], body.Ops)
+	// A buffer of its own per batch: the transport may still read a body after Do has returned
+	// (when the peer answers before reading it all).
+	raw := AppendOps(nil, body.Ops)
 	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(s.buf))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(raw))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
 	}
