@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/bloomery/bloomery/dataplane/api"
@@ -83,7 +84,7 @@ func (ms *Membership) Set(m api.Membership) error {
 }
 
 func sorted(members []api.Member) []api.Member {
-	return slices.SortedFunc(slices.Values(members), func(a, b api.Member) int { return cmpString(a.Name, b.Name) })
+	return slices.SortedFunc(slices.Values(members), func(a, b api.Member) int { return strings.Compare(a.Name, b.Name) })
 }
 
 // Get answers the current membership.
@@ -152,7 +153,7 @@ func rendezvous(name string, members []api.Member) []api.Member {
 			}
 			return 1
 		}
-		return cmpString(a.m.Name, b.m.Name)
+		return strings.Compare(a.m.Name, b.m.Name)
 	})
 	out := make([]api.Member, len(ws))
 	for i, w := range ws {
@@ -168,14 +169,4 @@ func mix(x uint64) uint64 {
 	x ^= x >> 27
 	x *= 0x94d049bb133111eb
 	return x ^ x>>31
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

@@ -233,15 +233,12 @@ func (s *Server) dump(c echo.Context) error {
 // merge ORs a dump into the filter of the path, which must have the dump's shape. The bits reach
 // the other pods through anti-entropy.
 func (s *Server) merge(c echo.Context) error {
-	req := c.Request()
-	if req.ContentLength > s.cfg.MaxHTTPRequestLength {
-		return errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
-	}
-	st, err := persist.ReadDump(http.MaxBytesReader(c.Response(), req.Body, s.cfg.MaxHTTPRequestLength), s.cfg.MaxHTTPRequestLength)
+	raw, err := readLimited(c, s.cfg.MaxHTTPRequestLength)
 	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return errBodyTooLarge(s.cfg.MaxHTTPRequestLength)
-		}
+		return err
+	}
+	st, err := persist.ReadDump(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
 		return badRequest("invalid dump: " + err.Error())
 	}
 	f, err := s.lookup(c)
@@ -264,33 +261,14 @@ func (s *Server) merge(c echo.Context) error {
 // decodeJSON reads a body of the internal endpoints into v, strictly: they are called by the
 // operator and by peers, whose mistakes should show at once.
 func decodeJSON(c echo.Context, limit int64, v any) error {
-	req := c.Request()
-	if req.ContentLength > limit {
-		return errBodyTooLarge(limit)
+	raw, err := readLimited(c, limit)
+	if err != nil {
+		return err
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(c.Response(), req.Body, limit))
+	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return errBodyTooLarge(limit)
-		}
 		return badRequest("invalid JSON body: " + err.Error())
 	}
 	return nil
-}
-
-// readLimited reads a whole body of at most limit bytes; a larger one is a 413.
-func readLimited(c echo.Context, limit int64) ([]byte, error) {
-	req := c.Request()
-	if req.ContentLength > limit {
-		return nil, errBodyTooLarge(limit)
-	}
-	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, limit))
-	if err != nil {
-		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
-			return nil, errBodyTooLarge(limit)
-		}
-		return nil, badRequest(fmt.Sprintf("could not read the request body: %v", err))
-	}
-	return raw, nil
 }

@@ -22,6 +22,15 @@ type body map[string]json.RawMessage
 // readBody reads at most limit bytes and decodes a JSON object. An empty body is an empty object,
 // so `curl -X PUT .../name` creates a filter with the defaults.
 func readBody(c echo.Context, limit int64) (body, error) {
+	raw, err := readLimited(c, limit)
+	if err != nil {
+		return nil, err
+	}
+	return decodeBody(raw)
+}
+
+// readLimited reads a whole body of at most limit bytes; a larger one is a 413.
+func readLimited(c echo.Context, limit int64) ([]byte, error) {
 	req := c.Request()
 	if req.ContentLength > limit {
 		return nil, errBodyTooLarge(limit)
@@ -33,7 +42,7 @@ func readBody(c echo.Context, limit int64) (body, error) {
 		}
 		return nil, badRequest(fmt.Sprintf("could not read the request body: %v", err))
 	}
-	return decodeBody(raw)
+	return raw, nil
 }
 
 // decodeBody decodes a whole request body read by readBody or readRaw; it copies what it keeps.

@@ -369,10 +369,13 @@ func (hs *httpServer) shutdown(ctx context.Context, timeout time.Duration) error
 }
 
 // purgeExpired removes expired filters every PurgeInterval. Requests already answer 404 for
-// them; purging gives their memory back.
+// them; purging gives their memory back. Tombstones, kept for days, are swept once a minute:
+// the sweep holds the lock that creates and deletes take.
 func (s *Server) purgeExpired(ctx context.Context) {
 	ticker := time.NewTicker(s.cfg.PurgeInterval)
 	defer ticker.Stop()
+	tombstones := time.NewTicker(time.Minute)
+	defer tombstones.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -381,7 +384,10 @@ func (s *Server) purgeExpired(ctx context.Context) {
 			for _, name := range s.store.PurgeExpired() {
 				s.log.Info("Purged expired filter", "filter", name)
 			}
-			s.store.PurgeTombstones()
+		case <-tombstones.C:
+			if n := s.store.PurgeTombstones(); n > 0 {
+				s.log.Info("Forgot tombstones of deleted filters past their retention", "tombstones", n, "retention", filter.TombstoneRetention.String())
+			}
 		}
 	}
 }
