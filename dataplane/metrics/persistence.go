@@ -34,7 +34,7 @@ func newPersistence() *Persistence {
 	return &Persistence{
 		syncs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: namespace, Subsystem: "log", Name: "fsync_duration_seconds",
-			Help:    "Time each fsync of the update log took. Under logSync: always one fsync covers every write that arrived while the previous one ran.",
+			Help:    "Time each fsync of the update log took (under logSync: always, each direct synchronous write, where the file system takes them). Under logSync: always one covers every write that arrived while the previous one ran.",
 			Buckets: syncBuckets,
 		}),
 
@@ -62,7 +62,7 @@ func (p *Persistence) Attach(stats *persist.Stats) { p.stats.Store(stats) }
 // Recovered records what recovery did.
 func (p *Persistence) Recovered(rep persist.RecoveryReport) { p.recovery.Store(&rep) }
 
-// ObserveSync is persist.Options.SyncObserver: it records one fsync's duration. A histogram's
+// ObserveSync is persist.Options.SyncObserver: it records one durable flush's duration. A histogram's
 // Observe is lock-free, so the log's writers do not queue behind scrapes.
 func (p *Persistence) ObserveSync(d time.Duration) { p.syncs.Observe(d.Seconds()) }
 

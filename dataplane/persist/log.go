@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,7 +18,8 @@ import (
 type SyncPolicy string
 
 const (
-	// SyncAlways fsyncs before a write is answered; concurrent writers share one fsync.
+	// SyncAlways makes a write durable before it is answered; concurrent writers share one
+	// durable flush.
 	SyncAlways SyncPolicy = "always"
 	// SyncEverySecond writes and fsyncs once a second: a crash loses at most about a second.
 	SyncEverySecond SyncPolicy = "everysec"
@@ -77,41 +79,83 @@ type wal struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	file     *os.File
+	file     segmentFile
 	segment  uint64
 	buf      []byte
 	spare    []byte
 	appended uint64 // ticket of the last record in buf or on disk
 	written  uint64 // last ticket handed to the operating system
-	synced   uint64 // last ticket fsynced
+	synced   uint64 // last ticket durable
 	flushing bool   // one flush (or rotation) at a time; the others wait on cond
 	err      error  // sticky: after a failed write the log refuses further writes
 	closed   bool
 
-	// observe, if set, hears how long each fsync took.
+	// Under SyncAlways, flusher says that run's goroutine does the flushes, and kick, which
+	// append fills, wakes it. Otherwise (before run, after it) a writer waiting for its record
+	// flushes.
+	flusher bool
+	kick    chan struct{}
+
+	// aio, under SyncAlways where the system has it, writes segments directly (directSegment).
+	aio *asyncIO
+	log *slog.Logger
+
+	// observe, if set, hears how long each durable flush took.
 	observe func(time.Duration)
 }
 
-func openWAL(dir string, segment uint64, policy SyncPolicy) (*wal, error) {
-	f, err := createSegment(dir, segment)
-	if err != nil {
-		return nil, err
-	}
-	w := &wal{dir: dir, policy: policy, file: f, segment: segment}
+func openWAL(dir string, segment uint64, policy SyncPolicy, log *slog.Logger) (*wal, error) {
+	w := &wal{dir: dir, policy: policy, segment: segment, kick: make(chan struct{}, 1), log: log}
 	w.cond = sync.NewCond(&w.mu)
+	if policy == SyncAlways {
+		aio, err := newAsyncIO()
+		if err != nil {
+			w.bufferedFromNowOn(err)
+		}
+		w.aio = aio
+	}
+	f, err := w.createSegment(segment)
+	if err != nil {
+		return nil, errors.Join(err, w.closeAIO())
+	}
+	w.file = f
+	if w.aio != nil {
+		log.Info("Log writes are durable through direct I/O", "dir", dir)
+	}
 	return w, nil
 }
 
-func createSegment(dir string, seq uint64) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, segmentName(seq)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o644)
+func (w *wal) createSegment(seq uint64) (segmentFile, error) {
+	f, err := createSegmentFile(w.dir, seq)
 	if err != nil {
-		return nil, fmt.Errorf("creating log segment: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		_ = f.Close()
 		return nil, err
 	}
-	return f, nil
+	if w.aio != nil {
+		seg, err := openDirect(f, w.aio)
+		if err == nil {
+			return seg, nil
+		}
+		w.bufferedFromNowOn(err)
+		_ = w.closeAIO()
+	}
+	return &bufferedSegment{file: f}, nil
+}
+
+// openDirect is openDirectSegment; tests make it fail as file systems without O_DIRECT do.
+var openDirect = openDirectSegment
+
+// bufferedFromNowOn says why segments are written through the page cache under SyncAlways.
+func (w *wal) bufferedFromNowOn(reason error) {
+	w.log.Info("Log writes are durable through fdatasync: direct I/O is not available", "dir", w.dir, "reason", reason.Error())
+}
+
+func (w *wal) closeAIO() error {
+	if w.aio == nil {
+		return nil
+	}
+	err := w.aio.close()
+	w.aio = nil
+	return err
 }
 
 // append frames body into the buffer and returns its ticket.
@@ -126,7 +170,12 @@ func (w *wal) append(body []byte) (uint64, error) {
 	w.appended++
 	ticket, full := w.appended, len(w.buf) > bufferLimit
 	w.mu.Unlock()
-	if full && w.policy != SyncAlways {
+	if w.policy == SyncAlways {
+		select {
+		case w.kick <- struct{}{}:
+		default: // the flusher has been woken already and will take this record
+		}
+	} else if full {
 		return ticket, w.flush(false)
 	}
 	return ticket, nil
@@ -139,7 +188,7 @@ func (w *wal) errLocked() error {
 	return errors.New("log is closed")
 }
 
-// commit returns once ticket is as durable as the policy promises before an answer: fsynced
+// commit returns once ticket is as durable as the policy promises before an answer: on disk
 // for SyncAlways, buffered for the others.
 func (w *wal) commit(ticket uint64) error {
 	if w.policy != SyncAlways {
@@ -149,7 +198,7 @@ func (w *wal) commit(ticket uint64) error {
 	}
 	w.mu.Lock()
 	for w.synced < ticket && w.err == nil {
-		if w.flushing {
+		if w.flushing || w.flusher {
 			w.cond.Wait()
 			continue
 		}
@@ -160,7 +209,7 @@ func (w *wal) commit(ticket uint64) error {
 	return err
 }
 
-// flush writes the buffer and, with sync, fsyncs the segment.
+// flush writes the buffer and, with sync, makes it durable.
 func (w *wal) flush(sync bool) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -184,16 +233,10 @@ func (w *wal) flushLocked(sync bool) {
 	w.buf = w.spare[:0]
 	w.mu.Unlock()
 
-	var err error
-	if len(buf) > 0 {
-		_, err = f.Write(buf)
-	}
-	if err == nil && sync {
-		start := time.Now()
-		err = syncData(f)
-		if w.observe != nil {
-			w.observe(time.Since(start))
-		}
+	start := time.Now()
+	err := f.write(buf, sync)
+	if sync && w.observe != nil {
+		w.observe(time.Since(start))
 	}
 
 	w.mu.Lock()
@@ -210,9 +253,14 @@ func (w *wal) flushLocked(sync bool) {
 	w.cond.Broadcast()
 }
 
-// run flushes on a timer for the policies that do not flush per write, until ctx ends.
+// run flushes until ctx ends: on a timer for the policies that do not flush per write, and under
+// SyncAlways as soon as records wait and no flush is running. One goroutine doing every flush,
+// rather than one of the waiting writers, starts the next flush the moment the last one returns:
+// a writer that had to lead would first be woken, behind the writers the last flush released.
+// It made `always` about 9% faster (docs/performance.md).
 func (w *wal) run(ctx context.Context) {
 	if w.policy == SyncAlways {
+		w.runFlusher(ctx)
 		return
 	}
 	ticker := time.NewTicker(flushInterval)
@@ -223,6 +271,28 @@ func (w *wal) run(ctx context.Context) {
 			return
 		case <-ticker.C:
 			_ = w.flush(w.policy == SyncEverySecond)
+		}
+	}
+}
+
+func (w *wal) runFlusher(ctx context.Context) {
+	w.mu.Lock()
+	w.flusher = true
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.flusher = false
+		w.cond.Broadcast() // waiting writers flush for themselves from now on
+		w.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+			if err := w.flush(true); err != nil {
+				return
+			}
 		}
 	}
 }
@@ -242,13 +312,13 @@ func (w *wal) rotate() (uint64, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	next, err := createSegment(w.dir, w.segment+1)
+	next, err := w.createSegment(w.segment + 1)
 	if err != nil {
 		return 0, err
 	}
-	if err := w.file.Close(); err != nil {
-		_ = next.Close()
-		return 0, fmt.Errorf("closing log segment: %w", err)
+	if err := w.file.close(); err != nil {
+		_ = next.close()
+		return 0, err
 	}
 	w.file, w.segment = next, w.segment+1
 	return w.segment, nil
@@ -270,16 +340,19 @@ func (w *wal) removeBefore(seq uint64) error {
 	return syncDir(w.dir)
 }
 
-// close flushes and fsyncs what is buffered and closes the segment.
+// close makes what is buffered durable and closes the segment.
 func (w *wal) close() error {
 	err := w.flush(true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	for w.flushing {
+		w.cond.Wait()
+	}
 	if w.closed {
 		return err
 	}
 	w.closed = true
-	return errors.Join(err, w.file.Close())
+	return errors.Join(err, w.file.close(), w.closeAIO())
 }
 
 // syncDir makes renames, creations and removals in dir durable.

@@ -34,8 +34,9 @@ type Options struct {
 	Log                  *slog.Logger
 	// Clock decides which filters expired; nil means time.Now.
 	Clock func() time.Time
-	// SyncObserver, if set, hears how long each fsync of the log took (metrics). It is called on
-	// the writer's path, after the fsync and outside the log's lock, so it must be quick.
+	// SyncObserver, if set, hears how long each durable flush of the log took (metrics): an
+	// fdatasync, or under SyncAlways a direct write. It is called on the writer's path, after
+	// the flush and outside the log's lock, so it must be quick.
 	SyncObserver func(time.Duration)
 }
 
@@ -168,7 +169,7 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	rep.Expired += len(store.PurgeExpired())
 	store.Range(func(*filter.Filter) bool { rep.Filters++; return true })
 
-	if p.wal, err = openWAL(p.opts.Dir, max(next, 1), p.opts.Sync); err != nil {
+	if p.wal, err = openWAL(p.opts.Dir, max(next, 1), p.opts.Sync, p.opts.Log); err != nil {
 		return rep, err
 	}
 	p.wal.observe = p.opts.SyncObserver
@@ -194,7 +195,7 @@ func (p *Persister) replaySegment(store *filter.Store, seq uint64, rep *Recovery
 	if err != nil {
 		return err
 	}
-	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size()}
+	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size(), zerosEnd: true}
 	for {
 		b, err := rr.next()
 		if errors.Is(err, io.EOF) {

@@ -51,6 +51,9 @@ type recordReader struct {
 	offset int64 // of the next record
 	// remaining is the number of bytes left in the file, or -1 when unknown.
 	remaining int64
+	// zerosEnd makes zeros in place of a header a clean end: the space a log segment's file
+	// holds ahead of its records (see preallocChunk).
+	zerosEnd bool
 }
 
 // body is one record's body, read through its checksum. The caller decodes it and then calls
@@ -91,6 +94,8 @@ func (rr *recordReader) next() (*body, error) {
 	switch {
 	case n == 0 && errors.Is(err, io.EOF):
 		return nil, io.EOF
+	case rr.zerosEnd && isZero(header[:n]):
+		return nil, io.EOF
 	case err != nil:
 		return nil, fmt.Errorf("%w at offset %d: header torn after %d of %d bytes", ErrCorrupt, rr.offset, n, recordHeaderSize)
 	}
@@ -113,4 +118,13 @@ func (rr *recordReader) next() (*body, error) {
 		rr.remaining -= recordHeaderSize + int64(length)
 	}
 	return b, nil
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
