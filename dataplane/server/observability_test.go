@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/client"
@@ -517,4 +520,49 @@ func TestAccessLog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Every answer carries a request ID, the client's or a new one; a panic is answered with a 500,
+// logged with its stack and counted; http.ErrAbortHandler aborts the connection, as net/http
+// means it to, and leaves no request counted in flight.
+func TestRequestIDsAndPanics(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	srv, err := server.New(server.DefaultConfig(), slog.New(slog.NewJSONHandler(logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	server.AddRoute(srv, "/test/panic", func(echo.Context) error { panic("boom") })
+	server.AddRoute(srv, "/test/abort", func(echo.Context) error { panic(http.ErrAbortHandler) })
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	s := &testServer{url: hs.URL, http: hs.Client()}
+
+	first, second := s.send(t, http.MethodGet, "/healthz", ""), s.send(t, http.MethodGet, "/healthz", "")
+	a, b := first.header.Get(echo.HeaderXRequestID), second.header.Get(echo.HeaderXRequestID)
+	if a == "" || b == "" || a == b {
+		t.Errorf("request IDs %q and %q: want two different ones", a, b)
+	}
+
+	r := s.send(t, http.MethodGet, "/test/panic", "")
+	if msg := r.wantError(t, http.StatusInternalServerError, api.CodeInternal); msg != "internal error: boom" {
+		t.Errorf("panic answered %q", msg)
+	}
+	if r.header.Get(echo.HeaderXRequestID) == "" {
+		t.Error("the 500 has no request ID")
+	}
+	lines := logs.lines(t, "Recovered from panic")
+	if len(lines) != 1 || lines[0]["error"] != "boom" || !strings.Contains(fmt.Sprint(lines[0]["stack"]), "TestRequestIDsAndPanics") {
+		t.Errorf("log lines %v: want one naming the error, with the stack of the panicking handler", lines)
+	}
+
+	resp, err := hs.Client().Get(hs.URL + "/test/abort")
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Errorf("http.ErrAbortHandler answered %d, want the connection aborted", resp.StatusCode)
+	}
+
+	fs := scrape(t, s.http, s.url, "")
+	wantValue(t, fs, 1, "bloomery_http_requests_total", "route", "unmatched", "method", "GET", "code", "500")
+	wantValue(t, fs, 1, "bloomery_http_requests_in_flight") // the scrape
 }

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -10,35 +12,72 @@ import (
 	"github.com/bloomery/bloomery/dataplane/api"
 )
 
-// observe records every request in the metrics and, at debug level, in one access-log line.
-func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
-	return func(c echo.Context) error {
-		start := time.Now()
-		s.metrics.HTTP.Started()
-		// Deferred so that the in-flight gauge comes down even for a panic that the recovery
-		// middleware passes on (http.ErrAbortHandler).
-		defer func() {
+// instrument is the middleware every request goes through. It gives the request an ID (the
+// client's X-Request-Id, else one from newID) and answers with it; it answers a panic with a 500
+// and logs its stack, passing http.ErrAbortHandler on as net/http expects; and it records the
+// request in the metrics and, at debug level, in one access-log line, with the status sent, a
+// panic's 500 included. One middleware rather than echo's RequestID and Recover and ours: echo
+// applies global middleware anew for every request, and each layer costs a closure.
+func (s *Server) instrument(newID func() string) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
 			req, res := c.Request(), c.Response()
-			elapsed := time.Since(start)
-			route := c.Path()
-			if !s.routePaths[route] {
-				route = ""
+			id := req.Header.Get(echo.HeaderXRequestID)
+			if id == "" {
+				id = newID()
 			}
-			s.metrics.HTTP.Finished(route, req.Method, res.Status, elapsed)
-			if s.log.Enabled(req.Context(), slog.LevelDebug) {
-				s.log.LogAttrs(req.Context(), slog.LevelDebug, "Request",
-					slog.String("method", req.Method),
-					slog.String("route", route),
-					slog.String("path", req.URL.Path),
-					slog.Int("status", res.Status),
-					slog.Duration("duration", elapsed),
-					slog.String("requestId", res.Header().Get(echo.HeaderXRequestID)))
+			res.Header().Set(echo.HeaderXRequestID, id)
+			start := time.Now()
+			s.metrics.HTTP.Started()
+			// Deferred so that the in-flight gauge comes down even for http.ErrAbortHandler.
+			defer s.observe(c, id, start)
+			if err := s.recovering(next, c); err != nil {
+				c.Error(err) // answers now, so that the status recorded is the one sent
 			}
-		}()
-		if err := next(c); err != nil {
-			c.Error(err) // answers now, so that the status recorded is the one sent
+			return nil
 		}
-		return nil
+	}
+}
+
+// recovering calls next and turns a panic into a 500.
+func (s *Server) recovering(next echo.HandlerFunc, c echo.Context) (err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if r == http.ErrAbortHandler {
+			panic(r)
+		}
+		perr, ok := r.(error)
+		if !ok {
+			perr = fmt.Errorf("%v", r)
+		}
+		stack := make([]byte, 4<<10)
+		stack = stack[:runtime.Stack(stack, false)]
+		s.log.Error("Recovered from panic", "path", c.Request().URL.Path, "error", perr.Error(), "stack", string(stack))
+		err = &apiError{http.StatusInternalServerError, api.CodeInternal, "internal error: " + perr.Error()}
+	}()
+	return next(c)
+}
+
+// observe records a finished request.
+func (s *Server) observe(c echo.Context, id string, start time.Time) {
+	req, res := c.Request(), c.Response()
+	elapsed := time.Since(start)
+	route := c.Path()
+	if !s.routePaths[route] {
+		route = ""
+	}
+	s.metrics.HTTP.Finished(route, req.Method, res.Status, elapsed)
+	if s.log.Enabled(req.Context(), slog.LevelDebug) {
+		s.log.LogAttrs(req.Context(), slog.LevelDebug, "Request",
+			slog.String("method", req.Method),
+			slog.String("route", route),
+			slog.String("path", req.URL.Path),
+			slog.Int("status", res.Status),
+			slog.Duration("duration", elapsed),
+			slog.String("requestId", id))
 	}
 }
 

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
 	"golang.org/x/net/netutil"
 
 	"github.com/bloomery/bloomery/dataplane/api"
@@ -127,45 +126,38 @@ func (s *Server) routes() {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = jsonSerializer{}
-	e.Use(middleware.RequestIDWithConfig(middleware.RequestIDConfig{Generator: requestIDs()}))
-	// Outside the recovery of panics, so that it sees the 500 a panic is answered with.
-	e.Use(s.observe)
-	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{
-		LogErrorFunc: func(c echo.Context, err error, stack []byte) error {
-			s.log.Error("Recovered from panic", "path", c.Request().URL.Path, "error", err, "stack", string(stack))
-			return &apiError{http.StatusInternalServerError, api.CodeInternal, "internal error: " + err.Error()}
-		},
-	}))
+	e.Use(s.instrument(requestIDs()))
 
 	e.GET("/healthz", s.healthz)
 	e.GET("/readyz", s.readyz)
 	e.GET("/metrics", s.scrapeMetrics)
 	v1 := e.Group(api.BasePath)
 	v1.GET("/ping", s.ping)
-	// Route middleware rather than a group's: echo answers every path under a group that has
-	// middleware itself, which would turn 405s into 404s.
+	// Handlers wrapped once, here, rather than given as route middleware: echo answers every
+	// path under a group that has middleware itself, which would turn 405s into 404s, and
+	// applies route middleware anew for every request.
 	ready := s.afterRecovery
 	filters := v1.Group("/bloomfilter")
-	filters.GET("/list", s.listFilters, ready)
-	filters.PUT("/:name", s.createFilter, ready)
-	filters.GET("/:name", s.getFilter, ready)
-	filters.DELETE("/:name", s.deleteFilter, ready)
-	filters.POST("/:name/check", s.check, ready)
-	filters.POST("/:name/multi-check", s.multiCheck, ready)
-	filters.POST("/:name/check-and-set", s.checkAndSet, ready)
-	filters.POST("/:name/multi-check-and-set", s.multiCheckAndSet, ready)
-	filters.POST("/:name/set", s.set, ready)
-	filters.POST("/:name/multi-set", s.multiSet, ready)
-	filters.GET("/:name/dump", s.dump, ready)
-	filters.POST("/:name/merge", s.merge, ready)
+	filters.GET("/list", ready(s.listFilters))
+	filters.PUT("/:name", ready(s.createFilter))
+	filters.GET("/:name", ready(s.getFilter))
+	filters.DELETE("/:name", ready(s.deleteFilter))
+	filters.POST("/:name/check", ready(s.check))
+	filters.POST("/:name/multi-check", ready(s.multiCheck))
+	filters.POST("/:name/check-and-set", ready(s.checkAndSet))
+	filters.POST("/:name/multi-check-and-set", ready(s.multiCheckAndSet))
+	filters.POST("/:name/set", ready(s.set))
+	filters.POST("/:name/multi-set", ready(s.multiSet))
+	filters.GET("/:name/dump", ready(s.dump))
+	filters.POST("/:name/merge", ready(s.merge))
 
 	// What the operator and peer pods call. Membership is served during recovery too, so that
 	// a pod learns its peers while it loads its files.
 	internal := e.Group(api.InternalBasePath)
 	internal.GET("/membership", s.getMembership)
 	internal.PUT("/membership", s.putMembership)
-	internal.POST("/apply", s.applyOps, ready)
-	internal.GET("/inventory", s.inventory, ready)
+	internal.POST("/apply", ready(s.applyOps))
+	internal.GET("/inventory", ready(s.inventory))
 	if s.docsPage != nil {
 		v1.GET("/docs", s.docsRedirect)
 		v1.GET("/docs/", s.docs)
@@ -261,6 +253,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) (err error) {
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
 	background.Go(func() { s.purgeExpired(bgCtx) })
+	background.Go(func() { tuneGC(bgCtx) })
 	background.Go(func() { s.node.Run(bgCtx) })
 	defer s.node.Close()
 	if p != nil {
