@@ -22,6 +22,8 @@
 #                     check check-and-set mcas100 mcas1000 create)
 #      SERVERS        subset of servers (default: "reference in-memory persistent")
 #      PERSIST_ARGS   extra flags of the persistent data plane, e.g. "--log-sync always"
+#      ROUNDS         run every scenario this many times, in turn (default 1), and end with each
+#                     ratio's median: one neighbour's burst of CPU then moves one sample only
 set -euo pipefail
 
 usage() {
@@ -180,42 +182,60 @@ result=bench/results/$(date +%Y%m%d-%H%M%S)-compare.txt
 	echo
 } | tee "$result"
 
-declare -A rps
+declare -A rps ratios
+rounds=${ROUNDS:-1}
 printf '%-15s %-11s %12s %12s %9s %9s %8s\n' scenario server 'requests/s' 'keys/s' 'p50 ms' 'p99 ms' ratio | tee -a "$result"
 failed=""
-for sc in "${scenarios[@]}"; do
-	filter=bench keys=1 args=()
-	case $sc in
-	check) script=bench/check.lua ;;
-	check-and-set) script=bench/check-and-set.lua ;;
-	mcas100) script=bench/multi-check-and-set.lua keys=100 args=(-- 100) ;;
-	mcas1000) script=bench/multi-check-and-set.lua keys=1000 args=(-- 1000) filter=bench1e8 ;;
-	create) script=bench/create.lua ;;
-	*) die "unknown scenario $sc (check check-and-set mcas100 mcas1000 create)" ;;
-	esac
-	for s in "${servers[@]}"; do
-		out="$work/$sc-$s.wrk"
-		BENCH_FILTER=$filter "${wrk_pin[@]}" wrk --latency -t "$threads" -c "$connections" -d "$duration" \
-			-s "$script" "http://127.0.0.1:${port[$s]}" "${args[@]}" >"$out"
-		{
-			echo "--- $sc / $s"
-			cat "$out"
-		} >>"$result.wrk"
-		if grep -qE 'Non-2xx or 3xx responses|Socket errors' "$out"; then
-			failed+=" $sc/$s"
-		fi
-		r=$(awk '/^Requests\/sec:/ {print $2}' "$out")
-		p50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$out")")
-		p99=$(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")
-		rps[$sc/$s]=$r
-		ratio=""
-		if [[ $s != reference && -n ${rps[$sc/reference]:-} ]]; then
-			ratio=$(awk -v a="$r" -v b="${rps[$sc/reference]}" 'BEGIN {printf "%.2f", a / b}')
-		fi
-		printf '%-15s %-11s %12.0f %12.0f %9s %9s %8s\n' "$sc" "$s" "$r" \
-			"$(awk -v a="$r" -v k="$keys" 'BEGIN {print a * k}')" "$p50" "$p99" "$ratio" | tee -a "$result"
+for ((round = 1; round <= rounds; round++)); do
+	for sc in "${scenarios[@]}"; do
+		filter=bench keys=1 args=()
+		case $sc in
+		check) script=bench/check.lua ;;
+		check-and-set) script=bench/check-and-set.lua ;;
+		mcas100) script=bench/multi-check-and-set.lua keys=100 args=(-- 100) ;;
+		mcas1000) script=bench/multi-check-and-set.lua keys=1000 args=(-- 1000) filter=bench1e8 ;;
+		create) script=bench/create.lua ;;
+		*) die "unknown scenario $sc (check check-and-set mcas100 mcas1000 create)" ;;
+		esac
+		for s in "${servers[@]}"; do
+			out="$work/$sc-$s.wrk"
+			BENCH_FILTER=$filter "${wrk_pin[@]}" wrk --latency -t "$threads" -c "$connections" -d "$duration" \
+				-s "$script" "http://127.0.0.1:${port[$s]}" "${args[@]}" >"$out"
+			{
+				echo "--- $sc / $s"
+				cat "$out"
+			} >>"$result.wrk"
+			if grep -qE 'Non-2xx or 3xx responses|Socket errors' "$out"; then
+				failed+=" $sc/$s"
+			fi
+			r=$(awk '/^Requests\/sec:/ {print $2}' "$out")
+			p50=$(to_ms "$(awk '$1 == "50%" {print $2}' "$out")")
+			p99=$(to_ms "$(awk '$1 == "99%" {print $2}' "$out")")
+			rps[$sc/$s]=$r
+			ratio=""
+			if [[ $s != reference && -n ${rps[$sc/reference]:-} ]]; then
+				ratio=$(awk -v a="$r" -v b="${rps[$sc/reference]}" 'BEGIN {printf "%.2f", a / b}')
+				ratios[$sc/$s]+=" $ratio"
+			fi
+			printf '%-15s %-11s %12.0f %12.0f %9s %9s %8s\n' "$sc" "$s" "$r" \
+				"$(awk -v a="$r" -v k="$keys" 'BEGIN {print a * k}')" "$p50" "$p99" "$ratio" | tee -a "$result"
+		done
 	done
 done
+if ((rounds > 1)); then
+	{
+		echo
+		printf '%-15s %-11s %12s   %s\n' scenario server 'median ratio' "ratios of the $rounds rounds"
+		for sc in "${scenarios[@]}"; do
+			for s in "${servers[@]}"; do
+				[[ -n ${ratios[$sc/$s]:-} ]] || continue
+				median=$(tr ' ' '\n' <<<"${ratios[$sc/$s]}" | grep . | sort -g |
+					awk '{v[NR] = $1} END {printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
+				printf '%-15s %-11s %12s  %s\n' "$sc" "$s" "$median" "${ratios[$sc/$s]}"
+			done
+		done
+	} | tee -a "$result"
+fi
 {
 	echo
 	echo "ratio = requests/s of the data plane / requests/s of the reference in the same scenario"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Check-and-set throughput with persistence off and under each log sync policy, side by side in
-# one run, so that the ratios are comparable on a noisy machine.
+# one run, so that the ratios are comparable on a noisy machine. The modes take turns, ROUNDS
+# times (default 3), and each mode's median is compared: a neighbour's burst of CPU during one
+# run then moves one sample, not the result.
 #
 #   bench/persistence.sh [DURATION] [THREADS] [CONNECTIONS]
 set -euo pipefail
@@ -8,18 +10,23 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 duration=${1:-10s}
 threads=${2:-4}
 connections=${3:-20}
+rounds=${ROUNDS:-3}
 
 make --no-print-directory build >&2
 export BLOOMERY_BIN=bin/bloomery
-declare -A rps
+declare -A runs
 modes=("--in-memory" "--log-sync no" "--log-sync everysec" "--log-sync always")
-for mode in "${modes[@]}"; do
-	out=$(BENCH_SERVER_ARGS=$mode bench/run.sh check-and-set "$duration" "$threads" "$connections" 2>/dev/null)
-	rps[$mode]=$(awk '/^Requests\/sec:/ {print $2; exit}' <<<"$out")
+for ((round = 1; round <= rounds; round++)); do
+	for mode in "${modes[@]}"; do
+		out=$(BENCH_SERVER_ARGS=$mode bench/run.sh check-and-set "$duration" "$threads" "$connections" 2>/dev/null)
+		runs[$mode]+=" $(awk '/^Requests\/sec:/ {print $2; exit}' <<<"$out")"
+	done
 done
 
-base=${rps[--in-memory]}
-printf '\n%-22s %14s %8s\n' "check-and-set" "requests/s" "ratio"
+median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
+base=$(median "${runs[--in-memory]}")
+printf '\n%-22s %14s %8s   %s\n' "check-and-set" "median req/s" "ratio" "runs (requests/s)"
 for mode in "${modes[@]}"; do
-	printf '%-22s %14s %8s\n' "$mode" "${rps[$mode]}" "$(awk -v a="${rps[$mode]}" -v b="$base" 'BEGIN {printf "%.2f", a / b}')"
+	m=$(median "${runs[$mode]}")
+	printf '%-22s %14.0f %8s  %s\n' "$mode" "$m" "$(awk -v a="$m" -v b="$base" 'BEGIN {printf "%.2f", a / b}')" "${runs[$mode]}"
 done

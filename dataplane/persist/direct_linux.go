@@ -127,21 +127,22 @@ type asyncIO struct {
 	event *os.File // the eventfd, in the network poller
 }
 
-// iocb and ioEvent are the kernel's struct iocb and struct io_event (linux/aio_abi.h). The two
-// 32-bit fields after data swap places on big-endian machines; both are zero here.
+// iocb and ioEvent are the kernel's struct iocb and struct io_event (linux/aio_abi.h); the
+// blank fields are those left zero here. Of the two 32-bit fields after the first, the order
+// differs on big-endian machines; both are zero.
 type iocb struct {
-	data      uint64
-	key       uint32
-	rwFlags   int32
-	opcode    uint16
-	reqprio   int16
-	fildes    uint32
-	buf       uint64
-	nbytes    uint64
-	offset    int64
-	reserved2 uint64
-	flags     uint32
-	resfd     uint32
+	_      uint64 // aio_data
+	_      uint32 // aio_key
+	_      int32  // aio_rw_flags
+	opcode uint16
+	_      int16 // aio_reqprio
+	fildes uint32
+	buf    uint64
+	nbytes uint64
+	offset int64
+	_      uint64 // aio_reserved2
+	flags  uint32
+	resfd  uint32
 }
 
 type ioEvent struct {

@@ -8,7 +8,7 @@ import (
 
 // preallocChunk is how far a segment's file is filled with zeros ahead of its records. Syncing a
 // write that grows a file must also commit the file system's journal, for the new size; over
-// space written before, only the data goes to the disk, which took about 40% less time on our
+// space written before, only the data goes to the disk, which took 25–40% less time on our
 // disks (docs/performance.md). A header of zeros ends a segment's records.
 const preallocChunk = 1 << 20
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"unsafe"
 )
 
 // TestAlwaysWritesDirectlyWhereItCan checks which segments SyncAlways picks: direct ones where the
@@ -68,4 +69,14 @@ func directIOWorks(dir string) bool {
 	}
 	_ = f.Close()
 	return true
+}
+
+// The kernel reads struct iocb as 64 bytes and writes struct io_event as 32.
+func TestAIOStructSizes(t *testing.T) {
+	if got := unsafe.Sizeof(iocb{}); got != 64 {
+		t.Errorf("iocb is %d bytes, want 64", got)
+	}
+	if got := unsafe.Sizeof(ioEvent{}); got != 32 {
+		t.Errorf("ioEvent is %d bytes, want 32", got)
+	}
 }

@@ -12,7 +12,7 @@ import (
 // heap is smaller than that. The bit arrays live outside the Go heap, so the heap holds a few MiB
 // of bookkeeping, and with Go's default (a pass whenever the heap has doubled) a loaded data plane
 // collected it 50 times a second, re-marking the same objects: 4% of its CPU, and check-and-set
-// took about 4% more CPU per request than with a larger goal (docs/performance.md). The price is
+// took about 5% more CPU per request than with a larger goal (docs/performance.md). The price is
 // up to this much memory more while requests come in.
 const gcHeadroom = 16 << 20
 

@@ -556,7 +556,11 @@ func TestRequestIDsAndPanics(t *testing.T) {
 		t.Errorf("log lines %v: want one naming the error, with the stack of the panicking handler", lines)
 	}
 
-	resp, err := hs.Client().Get(hs.URL + "/test/abort")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL+"/test/abort", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hs.Client().Do(req)
 	if err == nil {
 		_ = resp.Body.Close()
 		t.Errorf("http.ErrAbortHandler answered %d, want the connection aborted", resp.StatusCode)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -46,12 +47,12 @@ func (s *Server) recovering(next echo.HandlerFunc, c echo.Context) (err error) {
 		if r == nil {
 			return
 		}
-		if r == http.ErrAbortHandler {
-			panic(r)
-		}
 		perr, ok := r.(error)
 		if !ok {
 			perr = fmt.Errorf("%v", r)
+		}
+		if errors.Is(perr, http.ErrAbortHandler) {
+			panic(r)
 		}
 		stack := make([]byte, 4<<10)
 		stack = stack[:runtime.Stack(stack, false)]
