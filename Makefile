@@ -94,18 +94,24 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 5m).
 bench: ## Run the Go benchmarks of the data plane.
 	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
 
-# Load test over HTTP with wrk: make bench-http SCRIPT=bench/check.lua DURATION=30s
-SCRIPT ?= bench/check.lua
+# Load tests over HTTP with wrk. make bench-http: every scenario against the data plane (in
+# memory, persistent) and the reference echo server, side by side (ROUNDS=3 for medians);
+# make bench-http SCRIPT=bench/check.lua DURATION=30s: one script against the data plane alone.
+SCRIPT ?=
 DURATION ?= 10s
 THREADS ?= 4
 CONNECTIONS ?= 20
 
 .PHONY: bench-http
-bench-http: ## Load-test the data plane with wrk (SCRIPT, DURATION, THREADS, CONNECTIONS).
+bench-http: ## Data plane vs the reference echo server, side by side with wrk; with SCRIPT, that script alone (DURATION, THREADS, CONNECTIONS).
+ifeq ($(SCRIPT),)
+	bench/compare.sh $(DURATION) $(THREADS) $(CONNECTIONS)
+else
 	bench/run.sh $(SCRIPT) $(DURATION) $(THREADS) $(CONNECTIONS)
+endif
 
 .PHONY: bench-compare
-bench-compare: ## Data plane (in memory, persistent) vs the reference echo server, side by side with wrk.
+bench-compare: ## Same as bench-http without SCRIPT: every scenario, side by side with the reference.
 	bench/compare.sh $(DURATION) $(THREADS) $(CONNECTIONS)
 
 # benchstat-ready engine benchmarks: make bench-engine COUNT=10 > new.txt; benchstat old.txt new.txt
