@@ -14,9 +14,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -443,11 +445,20 @@ func TestHelmInstallUpgradeUninstall(t *testing.T) {
 		}
 		return string(out)
 	}
+	// Helm waits for its CRDs to be established, but the API server's discovery, which the
+	// client's REST mapper reads, can lag behind: until it lists the kind, ask again.
 	bloomCluster := func() error {
 		u := &unstructured.Unstructured{}
 		u.SetAPIVersion("bloomery.io/v1alpha1")
 		u.SetKind("BloomCluster")
-		return c.Get(t.Context(), client.ObjectKey{Namespace: releaseNamespace, Name: "bloomery"}, u)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := c.Get(t.Context(), client.ObjectKey{Namespace: releaseNamespace, Name: "bloomery"}, u)
+			if !meta.IsNoMatchError(err) || time.Now().After(deadline) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	}
 
 	notes := helmCmd("install", "bloomery", chartDir, "--create-namespace", "--set", "bloomCluster.enabled=true")
