@@ -19,7 +19,7 @@ const gcHeadroom = 16 << 20
 // gcRetune is how often the live heap is looked at again.
 const gcRetune = 5 * time.Second
 
-// tuneGC keeps the collector's goal at least gcHeadroom above the live heap, until ctx ends. A
+// tuneGC keeps the collector's goal about gcHeadroom above the live heap, until ctx ends. A
 // GOGC set in the environment is left alone.
 func tuneGC(ctx context.Context) {
 	if os.Getenv("GOGC") != "" {
