@@ -252,14 +252,27 @@ func TestKilledPodLosesNothingAndCatchesUp(t *testing.T) {
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond) // writes before the kill...
+	// Acknowledged writes before the kill, and as many again while the pod is down.
+	ackedAtLeast := func(n int, when string) int {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			got := len(acked)
+			mu.Unlock()
+			if got >= n {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: only %d writes acknowledged, want %d", when, got, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	before := ackedAtLeast(100, "before the kill")
 	victim.dp.stop(t, syscall.SIGKILL)
-	time.Sleep(700 * time.Millisecond) // ...and while the pod is down
+	ackedAtLeast(before+100, "while the pod is down")
 	close(stop)
 	writers.Wait()
-	if len(acked) < 100 {
-		t.Fatalf("only %d writes were acknowledged", len(acked))
-	}
 
 	for _, p := range survivors {
 		p.eventuallyHolds(t, "events", acked)

@@ -41,11 +41,7 @@ servers=(${SERVERS:-reference in-memory persistent})
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() {
-	printf 'bench/compare.sh: %s\n' "$*" >&2
-	exit 1
-}
+source bench/lib.sh
 
 for tool in wrk curl; do
 	command -v "$tool" >/dev/null || die "$tool not found (Debian: apt-get install wrk curl; bench/run.sh installs them)"
@@ -229,9 +225,7 @@ if ((rounds > 1)); then
 		for sc in "${scenarios[@]}"; do
 			for s in "${servers[@]}"; do
 				[[ -n ${ratios[$sc/$s]:-} ]] || continue
-				median=$(tr ' ' '\n' <<<"${ratios[$sc/$s]}" | grep . | sort -g |
-					awk '{v[NR] = $1} END {printf "%.2f", (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}')
-				printf '%-15s %-11s %12s  %s\n' "$sc" "$s" "$median" "${ratios[$sc/$s]}"
+				printf '%-15s %-11s %12.2f  %s\n' "$sc" "$s" "$(median "${ratios[$sc/$s]}")" "${ratios[$sc/$s]}"
 			done
 		done
 	} | tee -a "$result"

@@ -20,10 +20,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
-die() {
-	printf 'bench/memory.sh: %s\n' "$*" >&2
-	exit 1
-}
+source bench/lib.sh
 command -v curl >/dev/null || die "curl not found"
 if [[ -n ${BLOOMERY_BIN:-} ]]; then
 	bin=$BLOOMERY_BIN

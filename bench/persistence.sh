@@ -7,6 +7,7 @@
 #   bench/persistence.sh [DURATION] [THREADS] [CONNECTIONS]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source bench/lib.sh
 duration=${1:-10s}
 threads=${2:-4}
 connections=${3:-20}
@@ -23,7 +24,6 @@ for ((round = 1; round <= rounds; round++)); do
 	done
 done
 
-median() { tr ' ' '\n' <<<"$1" | grep . | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'; }
 base=$(median "${runs[--in-memory]}")
 printf '\n%-22s %14s %8s   %s\n' "check-and-set" "median req/s" "ratio" "runs (requests/s)"
 for mode in "${modes[@]}"; do

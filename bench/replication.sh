@@ -18,11 +18,7 @@ threads=${2:-4}
 connections=${3:-20}
 catchup_mib=${CATCHUP_MIB:-1024}
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() {
-	printf 'bench/replication.sh: %s\n' "$*" >&2
-	exit 1
-}
+source bench/lib.sh
 command -v wrk >/dev/null && command -v curl >/dev/null || die "needs wrk and curl (apt-get install wrk curl)"
 if [[ -n ${BLOOMERY_BIN:-} ]]; then
 	bin=$BLOOMERY_BIN

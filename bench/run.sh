@@ -38,11 +38,7 @@ script_args=("$@")
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$repo"
 
-log() { printf '==> %s\n' "$*" >&2; }
-die() {
-	printf 'bench/run.sh: %s\n' "$*" >&2
-	exit 1
-}
+source bench/lib.sh
 
 script=""
 for candidate in "$script_arg" "bench/$script_arg" "bench/$script_arg.lua"; do
