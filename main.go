@@ -10,42 +10,22 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
-	"github.com/bloomery/bloomery/controllers"
-	"github.com/bloomery/bloomery/dataplane/server"
+	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/internal/cli"
+	"github.com/bloomery/bloomery/operator"
 )
 
 // version is set at build time: go build -ldflags "-X main.version=v0.1.0".
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
-}
-
-// run executes the command line and returns the process's exit status.
-func run(args []string, stdout, stderr io.Writer) int {
 	root := newRootCommand()
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	err := root.Execute()
-	if err == nil {
-		return 0
-	}
-	msg := "Error: " + err.Error() + "\n"
-	usage, isUsage := errors.AsType[*server.UsageError](err)
-	if isUsage && usage.Hint != "" {
-		msg += usage.Hint + "\n"
-	}
-	_, _ = io.WriteString(stderr, msg) // nowhere left to report a failure to
-	if isUsage {
-		return 2
-	}
-	return 1
+	root.SetArgs(os.Args[1:])
+	os.Exit(cli.Report(root.Execute(), os.Stderr))
 }
 
 func newRootCommand() *cobra.Command {
@@ -62,30 +42,25 @@ func newRootCommand() *cobra.Command {
 			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 				err = fmt.Errorf("%w; did you mean %q?", err, s[0])
 			}
-			return server.NewUsageError(cmd, err)
+			return cli.NewUsageError(cmd, err)
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return server.NewUsageError(cmd, errors.New("missing command"))
+			return cli.NewUsageError(cmd, errors.New("missing command"))
 		},
-		// run prints errors once, with the hint; cobra's usage dump would bury them.
+		// cli.Report prints errors once, with the hint; cobra's usage dump would bury them.
 		SilenceErrors:              true,
 		SilenceUsage:               true,
 		SuggestionsMinimumDistance: 2,
 	}
-	root.SetFlagErrorFunc(server.NewUsageError)
-	server.SetVersion(root, version)
+	root.SetFlagErrorFunc(cli.NewUsageError)
+	cli.SetVersion(root, version)
 	root.AddCommand(
-		server.NewCommand(version),
-		controllers.NewCommand(version),
+		run.NewCommand(version),
+		operator.NewCommand(version),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",
-			Args: func(cmd *cobra.Command, args []string) error {
-				if len(args) > 0 {
-					return server.NewUsageError(cmd, fmt.Errorf("unexpected argument %q", args[0]))
-				}
-				return nil
-			},
+			Args:  cli.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				_, err := fmt.Fprintf(cmd.OutOrStdout(), "bloomery %s\n", version)
 				return err

@@ -19,7 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
-	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // The builders below are pure functions of the BloomCluster: one per child object. They fill in
@@ -152,11 +152,11 @@ func logSyncValue(p bloomeryv1alpha1.LogSyncPolicy) string {
 func consistencyValue(c bloomeryv1alpha1.Consistency) string {
 	switch c {
 	case bloomeryv1alpha1.ConsistencyOne:
-		return string(api.ConsistencyOne)
+		return string(wire.ConsistencyOne)
 	case bloomeryv1alpha1.ConsistencyAll:
-		return string(api.ConsistencyAll)
+		return string(wire.ConsistencyAll)
 	default:
-		return string(api.ConsistencyQuorum)
+		return string(wire.ConsistencyQuorum)
 	}
 }
 

@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
-	"github.com/bloomery/bloomery/dataplane/server"
+	"github.com/bloomery/bloomery/dataplane/config"
 )
 
 // These tests cover the pure builders. What the API server does with the objects (defaults,
@@ -20,7 +20,7 @@ import (
 
 // loadGeneratedConfig writes config.yaml as the pod sees it and reads it with the data plane's own
 // loader, so that a key the data plane does not know fails here and not in a crash-looping pod.
-func loadGeneratedConfig(t *testing.T, c *bloomeryv1alpha1.BloomCluster) (server.Config, string) {
+func loadGeneratedConfig(t *testing.T, c *bloomeryv1alpha1.BloomCluster) (config.Config, string) {
 	t.Helper()
 	text, err := dataPlaneConfig(c)
 	if err != nil {
@@ -30,7 +30,7 @@ func loadGeneratedConfig(t *testing.T, c *bloomeryv1alpha1.BloomCluster) (server
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := server.LoadConfig(path)
+	cfg, err := config.Load(path)
 	if err != nil {
 		t.Fatalf("the data plane refuses the generated config: %v\n%s", err, text)
 	}
@@ -61,7 +61,7 @@ func TestDataPlaneConfigIsReadByTheDataPlane(t *testing.T) {
 	if cfg.LogSync != "always" {
 		t.Errorf("logSync = %q, want always", cfg.LogSync)
 	}
-	want := []server.TriggerPersistenceCriterion{{Period: time.Minute, UpdatesMoreThan: 1}, {Period: 15 * time.Minute, UpdatesMoreThan: 1000}}
+	want := []config.TriggerPersistenceCriterion{{Period: time.Minute, UpdatesMoreThan: 1}, {Period: 15 * time.Minute, UpdatesMoreThan: 1000}}
 	if len(cfg.TriggerPersistenceCriteria) != 2 || cfg.TriggerPersistenceCriteria[0] != want[0] || cfg.TriggerPersistenceCriteria[1] != want[1] {
 		t.Errorf("triggerPersistenceCriteria = %+v, want %+v", cfg.TriggerPersistenceCriteria, want)
 	}

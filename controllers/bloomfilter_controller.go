@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
-	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // filterFinalizer removes the filter from the pods before its BloomFilter goes away.
@@ -41,7 +41,7 @@ type BloomFilterReconciler struct {
 	Recorder  recorder.EventRecorder
 	// Resync is the period of the passes that keep status true between events.
 	Resync time.Duration
-	// PodParallelism bounds the concurrent calls of one pass to the pods.
+	// PodParallelism bounds the concurrent calls of one pass to the pods; 0 means 8.
 	PodParallelism int
 	// MaxConcurrentReconciles is how many BloomFilters are reconciled at once.
 	MaxConcurrentReconciles int
@@ -140,7 +140,7 @@ func shapeOf(spec bloomeryv1alpha1.BloomFilterSpec) (FilterShape, error) {
 // podObservation is what one pass learnt of one pod.
 type podObservation struct {
 	status  bloomeryv1alpha1.PodFilterStatus
-	filter  api.Filter
+	filter  wire.Filter
 	created bool
 	// Exactly one of these holds for a pod without the filter: it is starting (no IP yet, or
 	// not Ready while it recovers), it does not answer, or it holds another shape.
@@ -152,7 +152,7 @@ type podObservation struct {
 func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape) []podObservation {
 	observed := make([]podObservation, len(pods))
 	var g errgroup.Group
-	g.SetLimit(max(r.PodParallelism, 1))
+	g.SetLimit(podParallelism(r.PodParallelism))
 	for i := range pods {
 		g.Go(func() error {
 			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape)
@@ -387,7 +387,7 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	var mu sync.Mutex
 	var failed []string
 	var g errgroup.Group
-	g.SetLimit(max(r.PodParallelism, 1))
+	g.SetLimit(podParallelism(r.PodParallelism))
 	for i := range pods {
 		addr, ok := podAddress(&pods[i])
 		if !ok {

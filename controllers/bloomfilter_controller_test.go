@@ -19,7 +19,8 @@ import (
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/client"
-	"github.com/bloomery/bloomery/dataplane/server"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/run"
 )
 
 // fakePod is a data-plane pod for envtest: a Pod object whose status the test sets, and a real
@@ -36,14 +37,14 @@ type fakePod struct {
 // dataDir is given; then it snapshots every 100 ms after any write.
 func startDataPlaneServer(t testing.TB, port int, dataDir string) (int, context.CancelFunc, chan error) {
 	t.Helper()
-	cfg := server.DefaultConfig()
+	cfg := config.Default()
 	cfg.InMemory = dataDir == ""
 	cfg.DataDir = dataDir
-	cfg.TriggerPersistenceCriteria = []server.TriggerPersistenceCriterion{{Period: 100 * time.Millisecond, UpdatesMoreThan: 0}}
+	cfg.TriggerPersistenceCriteria = []config.TriggerPersistenceCriterion{{Period: 100 * time.Millisecond, UpdatesMoreThan: 0}}
 	// Shutdown waits up to 5 s for a connection dialed but not yet used (net/http treats it as
 	// active): the operator's keep-alive dials make that likely.
 	cfg.GracefulShutdownTimeout = 10 * time.Second
-	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

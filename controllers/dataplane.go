@@ -11,8 +11,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // Pod is a data-plane pod as the operator addresses it: by IP, so no cluster domain is assumed.
@@ -37,7 +37,7 @@ type FilterShape struct {
 }
 
 // Matches reports whether a filter on a pod has this shape.
-func (s FilterShape) Matches(f api.Filter) bool {
+func (s FilterShape) Matches(f wire.Filter) bool {
 	if f.ExpectedInsertions != s.Capacity || f.FPP != s.FPP || f.Scalable != s.Scalable {
 		return false
 	}
@@ -55,17 +55,17 @@ var ErrStaleEpoch = errors.New("the pod holds a membership of a higher epoch")
 type DataPlane interface {
 	// CreateFilter creates the filter unless the pod holds one of that name; it returns what the
 	// pod holds afterwards and whether it created it.
-	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (api.Filter, bool, error)
+	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.Filter, bool, error)
 	// GetFilter returns the pod's filter, or ErrFilterNotFound.
-	GetFilter(ctx context.Context, pod Pod, name string) (api.Filter, error)
+	GetFilter(ctx context.Context, pod Pod, name string) (wire.Filter, error)
 	// DeleteFilter removes the filter from the pod; absent is success.
 	DeleteFilter(ctx context.Context, pod Pod, name string) error
 	// GetMembership returns the membership the pod holds: epoch 0 and no members if it was
 	// never told.
-	GetMembership(ctx context.Context, pod Pod) (api.Membership, error)
+	GetMembership(ctx context.Context, pod Pod) (wire.Membership, error)
 	// SetMembership tells the pod its membership; an error wrapping ErrStaleEpoch means the pod
 	// holds a higher epoch and kept it.
-	SetMembership(ctx context.Context, pod Pod, m api.Membership) error
+	SetMembership(ctx context.Context, pod Pod, m wire.Membership) error
 }
 
 // DefaultPodTimeout bounds each call to a pod when nothing else does (the operator's
@@ -103,7 +103,7 @@ func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.C
 }
 
 // CreateFilter implements DataPlane.
-func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (api.Filter, bool, error) {
+func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.Filter, bool, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	opts := client.CreateOptions{
@@ -122,7 +122,7 @@ func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, 
 }
 
 // GetFilter implements DataPlane.
-func (d *HTTPDataPlane) GetFilter(ctx context.Context, pod Pod, name string) (api.Filter, error) {
+func (d *HTTPDataPlane) GetFilter(ctx context.Context, pod Pod, name string) (wire.Filter, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	f, err := d.client(pod).Get(ctx, name)
@@ -140,14 +140,14 @@ func (d *HTTPDataPlane) DeleteFilter(ctx context.Context, pod Pod, name string) 
 }
 
 // GetMembership implements DataPlane.
-func (d *HTTPDataPlane) GetMembership(ctx context.Context, pod Pod) (api.Membership, error) {
+func (d *HTTPDataPlane) GetMembership(ctx context.Context, pod Pod) (wire.Membership, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	return d.client(pod).Membership(ctx)
 }
 
 // SetMembership implements DataPlane.
-func (d *HTTPDataPlane) SetMembership(ctx context.Context, pod Pod, m api.Membership) error {
+func (d *HTTPDataPlane) SetMembership(ctx context.Context, pod Pod, m wire.Membership) error {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	err := d.client(pod).SetMembership(ctx, m)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
@@ -86,4 +87,10 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// DataPlanePodSelector selects the pods of every BloomCluster: the operator's cache holds only
+// those.
+func DataPlanePodSelector() labels.Selector {
+	return labels.SelectorFromSet(labels.Set{labelName: appName})
 }

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
-	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // The operator tells every pod of a cluster who its peers are: the membership, numbered by an
@@ -151,9 +151,9 @@ type pushOutcome struct {
 // pushMembership reads every member's membership and sends the recorded one to those that
 // differ, with bounded parallelism. outcomes[i] is targets[i]'s.
 func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomeryv1alpha1.BloomCluster, targets []memberPod) []pushOutcome {
-	members := make([]api.Member, len(c.Status.Members))
+	members := make([]wire.Member, len(c.Status.Members))
 	for i, m := range c.Status.Members {
-		members[i] = api.Member{Name: m.Pod, URL: m.URL}
+		members[i] = wire.Member{Name: m.Pod, URL: m.URL}
 	}
 	epoch := uint64(c.Status.MembershipEpoch)
 	outcomes := make([]pushOutcome, len(targets))
@@ -161,7 +161,7 @@ func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomery
 	g.SetLimit(r.podParallelism())
 	for i, t := range targets {
 		g.Go(func() error {
-			outcomes[i] = r.pushTo(ctx, t.addr, api.Membership{Epoch: epoch, Self: t.addr.Name, Members: members})
+			outcomes[i] = r.pushTo(ctx, t.addr, wire.Membership{Epoch: epoch, Self: t.addr.Name, Members: members})
 			return nil
 		})
 	}
@@ -170,7 +170,7 @@ func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomery
 }
 
 // pushTo brings one pod to want. A pod that already holds it costs a GET and no write.
-func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want api.Membership) pushOutcome {
+func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want wire.Membership) pushOutcome {
 	logger := log.FromContext(ctx).V(1).WithValues("pod", pod.Name, "epoch", want.Epoch)
 	held, err := r.DataPlane.GetMembership(ctx, pod)
 	if err != nil {
@@ -201,13 +201,16 @@ func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want api.M
 }
 
 // sameMembership compares what defines a membership besides its epoch.
-func sameMembership(a, b api.Membership) bool {
+func sameMembership(a, b wire.Membership) bool {
 	return a.Self == b.Self && slices.Equal(a.Members, b.Members)
 }
 
-func (r *BloomClusterReconciler) podParallelism() int {
-	if r.PodParallelism > 0 {
-		return r.PodParallelism
+func (r *BloomClusterReconciler) podParallelism() int { return podParallelism(r.PodParallelism) }
+
+// podParallelism is a reconciler's PodParallelism, defaultPodParallelism when unset.
+func podParallelism(n int) int {
+	if n > 0 {
+		return n
 	}
 	return defaultPodParallelism
 }

@@ -16,7 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
-	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // countingDataPlane counts the memberships the operator sends, so a test can tell a steady state
@@ -26,7 +26,7 @@ type countingDataPlane struct {
 	sets atomic.Int64
 }
 
-func (d *countingDataPlane) SetMembership(ctx context.Context, pod Pod, m api.Membership) error {
+func (d *countingDataPlane) SetMembership(ctx context.Context, pod Pod, m wire.Membership) error {
 	d.sets.Add(1)
 	return d.DataPlane.SetMembership(ctx, pod, m)
 }
@@ -64,16 +64,16 @@ func getCluster(t *testing.T, ns, name string) *bloomeryv1alpha1.BloomCluster {
 // data plane holds that membership, with its own name as Self; it returns the epoch.
 func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint64 {
 	t.Helper()
-	want := make([]api.Member, len(members))
+	want := make([]wire.Member, len(members))
 	for i, p := range members {
-		want[i] = api.Member{Name: p.name, URL: fmt.Sprintf("http://127.0.0.1:%d", p.port)}
+		want[i] = wire.Member{Name: p.name, URL: fmt.Sprintf("http://127.0.0.1:%d", p.port)}
 	}
 	var epoch uint64
 	eventually(t, 20*time.Second, fmt.Sprintf("membership %v on every member", want), func() (bool, string) {
 		c := getCluster(t, ns, cluster)
-		recorded := make([]api.Member, len(c.Status.Members))
+		recorded := make([]wire.Member, len(c.Status.Members))
 		for i, m := range c.Status.Members {
-			recorded[i] = api.Member{Name: m.Pod, URL: m.URL}
+			recorded[i] = wire.Member{Name: m.Pod, URL: m.URL}
 		}
 		if !slices.Equal(recorded, want) {
 			return false, fmt.Sprintf("status.members %v at epoch %d", recorded, c.Status.MembershipEpoch)

@@ -21,7 +21,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/api"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // Client calls one data-plane server.
@@ -42,8 +42,8 @@ func WithHTTPClient(hc *http.Client) Option {
 
 // WithConsistency asks every filter request for a consistency level: how many pods of a cluster
 // must hold a write before it is answered, or answer a read (see docs/replication.md).
-func WithConsistency(level api.Consistency) Option {
-	return func(c *Client) { c.query = "?" + api.ConsistencyParam + "=" + url.QueryEscape(string(level)) }
+func WithConsistency(level wire.Consistency) Option {
+	return func(c *Client) { c.query = "?" + wire.ConsistencyParam + "=" + url.QueryEscape(string(level)) }
 }
 
 // defaultHTTPClient is shared by every Client built without WithHTTPClient, so that all of them
@@ -107,7 +107,7 @@ type CreateOptions struct {
 type Error struct {
 	// Status is the HTTP status code.
 	Status int
-	// Code is the API's error code (api.CodeBadParameter, api.CodeFilterNotFound, ...); 0 when
+	// Code is the API's error code (wire.CodeBadParameter, wire.CodeFilterNotFound, ...); 0 when
 	// the body was not the API's error body, as when a proxy answered instead of the server.
 	Code int
 	// Message is the server's message, or the start of the body when it was not an error body.
@@ -129,23 +129,23 @@ func hasCode(err error, code int) bool {
 
 // IsBadParameter reports whether the server refused the request's parameters (code 1, HTTP 400):
 // a missing or mistyped field, a value out of range, an invalid filter name.
-func IsBadParameter(err error) bool { return hasCode(err, api.CodeBadParameter) }
+func IsBadParameter(err error) bool { return hasCode(err, wire.CodeBadParameter) }
 
 // IsNotFound reports whether the filter does not exist or has expired (code 2, HTTP 404).
-func IsNotFound(err error) bool { return hasCode(err, api.CodeFilterNotFound) }
+func IsNotFound(err error) bool { return hasCode(err, wire.CodeFilterNotFound) }
 
 // IsBodyTooLarge reports whether the request body exceeded the server's maxHttpRequestLength
 // (code 3, HTTP 413).
-func IsBodyTooLarge(err error) bool { return hasCode(err, api.CodeBodyTooLarge) }
+func IsBodyTooLarge(err error) bool { return hasCode(err, wire.CodeBodyTooLarge) }
 
 // IsInsufficientSpace reports whether the server's total memory limit refused the filter or its
 // growth (code 4, HTTP 507).
-func IsInsufficientSpace(err error) bool { return hasCode(err, api.CodeInsufficientSpace) }
+func IsInsufficientSpace(err error) bool { return hasCode(err, wire.CodeInsufficientSpace) }
 
 // Ping checks that the server is alive.
 func (c *Client) Ping(ctx context.Context) error {
 	var answer []byte
-	if _, err := c.do(ctx, http.MethodGet, api.BasePath+"/ping", nil, &answer); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, wire.BasePath+"/ping", nil, &answer); err != nil {
 		return err
 	}
 	if string(answer) != "pong" {
@@ -156,24 +156,24 @@ func (c *Client) Ping(ctx context.Context) error {
 
 // Create creates the filter name. If a filter of that name exists and opts.Overwrite is false,
 // it answers the existing filter and created=false; otherwise the new one and created=true.
-func (c *Client) Create(ctx context.Context, name string, opts CreateOptions) (f api.Filter, created bool, err error) {
+func (c *Client) Create(ctx context.Context, name string, opts CreateOptions) (f wire.Filter, created bool, err error) {
 	status, err := c.do(ctx, http.MethodPut, filterPath(name), opts, &f)
 	if err != nil {
-		return api.Filter{}, false, err
+		return wire.Filter{}, false, err
 	}
 	return f, status == http.StatusCreated, nil
 }
 
 // Get describes the filter name; an absent or expired filter is an error for which IsNotFound
 // is true.
-func (c *Client) Get(ctx context.Context, name string) (api.Filter, error) {
+func (c *Client) Get(ctx context.Context, name string) (wire.Filter, error) {
 	if name == "list" {
 		// GET .../list is the listing of names, not a filter; no filter can have that name.
-		return api.Filter{}, errors.New(`"list" is not a valid filter name`)
+		return wire.Filter{}, errors.New(`"list" is not a valid filter name`)
 	}
-	var f api.Filter
+	var f wire.Filter
 	if _, err := c.do(ctx, http.MethodGet, filterPath(name), nil, &f); err != nil {
-		return api.Filter{}, err
+		return wire.Filter{}, err
 	}
 	return f, nil
 }
@@ -181,7 +181,7 @@ func (c *Client) Get(ctx context.Context, name string) (api.Filter, error) {
 // List answers the names of the live filters, sorted.
 func (c *Client) List(ctx context.Context) ([]string, error) {
 	var names []string
-	if _, err := c.do(ctx, http.MethodGet, api.BasePath+"/bloomfilter/list", nil, &names); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, wire.BasePath+"/bloomfilter/list", nil, &names); err != nil {
 		return nil, err
 	}
 	return names, nil
@@ -259,7 +259,7 @@ func nonNil(values []string) []string {
 }
 
 func filterPath(name string) string {
-	return api.BasePath + "/bloomfilter/" + url.PathEscape(name)
+	return wire.BasePath + "/bloomfilter/" + url.PathEscape(name)
 }
 
 // maxErrorBody bounds how much of an error answer is read: error bodies are short, and a
@@ -278,7 +278,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		reqBody = bytes.NewReader(b)
 	}
 	target := c.base + path
-	if c.query != "" && strings.HasPrefix(path, api.BasePath+"/bloomfilter/") {
+	if c.query != "" && strings.HasPrefix(path, wire.BasePath+"/bloomfilter/") {
 		target += c.query
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
@@ -319,7 +319,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 func decodeError(resp *http.Response) error {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	e := &Error{Status: resp.StatusCode}
-	var body api.ErrorBody
+	var body wire.ErrorBody
 	switch {
 	case err != nil:
 		e.Message = fmt.Sprintf("%s (reading the body: %v)", http.StatusText(resp.StatusCode), err)
@@ -342,22 +342,22 @@ func abbreviate(b []byte) string {
 }
 
 // Membership answers the pod's current membership (epoch 0 and no members if it was never told).
-func (c *Client) Membership(ctx context.Context) (api.Membership, error) {
-	var m api.Membership
-	_, err := c.do(ctx, http.MethodGet, api.MembershipPath, nil, &m)
+func (c *Client) Membership(ctx context.Context) (wire.Membership, error) {
+	var m wire.Membership
+	_, err := c.do(ctx, http.MethodGet, wire.MembershipPath, nil, &m)
 	return m, err
 }
 
 // SetMembership tells the pod its membership. A membership older than the pod's (lower epoch) is
 // refused with an error for which IsStaleEpoch is true.
-func (c *Client) SetMembership(ctx context.Context, m api.Membership) error {
-	_, err := c.do(ctx, http.MethodPut, api.MembershipPath, m, nil)
+func (c *Client) SetMembership(ctx context.Context, m wire.Membership) error {
+	_, err := c.do(ctx, http.MethodPut, wire.MembershipPath, m, nil)
 	return err
 }
 
 // IsStaleEpoch reports whether the pod refused a membership older than its own (code 8, HTTP 409).
-func IsStaleEpoch(err error) bool { return hasCode(err, api.CodeStaleEpoch) }
+func IsStaleEpoch(err error) bool { return hasCode(err, wire.CodeStaleEpoch) }
 
 // IsReplicationFailed reports whether a write was applied but not acknowledged by as many pods as
 // its consistency asks (code 9, HTTP 503).
-func IsReplicationFailed(err error) bool { return hasCode(err, api.CodeReplication) }
+func IsReplicationFailed(err error) bool { return hasCode(err, wire.CodeReplication) }

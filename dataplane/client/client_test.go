@@ -16,9 +16,10 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/bloomery/bloomery/dataplane/api"
 	"github.com/bloomery/bloomery/dataplane/client"
-	"github.com/bloomery/bloomery/dataplane/server"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // dataPlane runs the real data-plane handler on a loopback listener. requests records the
@@ -44,13 +45,13 @@ func (d *dataPlane) lastRequest(t *testing.T) recorded {
 	return d.requests[len(d.requests)-1]
 }
 
-func startDataPlane(t *testing.T, configure func(*server.Config)) (*dataPlane, *client.Client) {
+func startDataPlane(t *testing.T, configure func(*config.Config)) (*dataPlane, *client.Client) {
 	t.Helper()
-	cfg := server.DefaultConfig()
+	cfg := config.Default()
 	if configure != nil {
 		configure(&cfg)
 	}
-	srv, err := server.New(cfg, slog.New(slog.DiscardHandler))
+	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -110,7 +111,7 @@ func TestPingRefusesAnotherAnswer(t *testing.T) {
 }
 
 func TestCreate(t *testing.T) {
-	d, c := startDataPlane(t, func(cfg *server.Config) {
+	d, c := startDataPlane(t, func(cfg *config.Config) {
 		cfg.DefaultExpectedInsertions = 5000
 		cfg.DefaultFPP = 0.01
 	})
@@ -224,7 +225,7 @@ func TestGetListDelete(t *testing.T) {
 		t.Fatalf("Delete(b) when absent: %v, want success", err)
 	}
 	_, err = c.Get(ctx, "b")
-	e := apiError(t, err, http.StatusNotFound, api.CodeFilterNotFound)
+	e := apiError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 	if !client.IsNotFound(err) || client.IsBadParameter(err) {
 		t.Errorf("IsNotFound(%v) = false or IsBadParameter = true", err)
 	}
@@ -309,7 +310,7 @@ func TestValueMethodsOnMissingFilter(t *testing.T) {
 	for name, call := range calls {
 		t.Run(name, func(t *testing.T) {
 			err := call()
-			apiError(t, err, http.StatusNotFound, api.CodeFilterNotFound)
+			apiError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 			if !client.IsNotFound(err) {
 				t.Errorf("IsNotFound(%v) = false", err)
 			}
@@ -318,14 +319,14 @@ func TestValueMethodsOnMissingFilter(t *testing.T) {
 }
 
 func TestErrorDecoding(t *testing.T) {
-	_, c := startDataPlane(t, func(cfg *server.Config) {
+	_, c := startDataPlane(t, func(cfg *config.Config) {
 		cfg.MaxHTTPRequestLength = 1024
 		cfg.MaxTotalBytes = 64 << 10
 	})
 	ctx := t.Context()
 
 	_, _, err := c.Create(ctx, "f", client.CreateOptions{FPP: new(1.5)})
-	e := apiError(t, err, http.StatusBadRequest, api.CodeBadParameter)
+	e := apiError(t, err, http.StatusBadRequest, wire.CodeBadParameter)
 	if want := `invalid parameter: "fpp". expected: > 0 && < 1, actual: 1.5`; e.Message != want {
 		t.Errorf("message = %q, want %q", e.Message, want)
 	}
@@ -339,24 +340,24 @@ func TestErrorDecoding(t *testing.T) {
 
 	// Names are escaped: a slash stays in the name instead of reaching another route.
 	_, err = c.Check(ctx, "a/check", "v")
-	e = apiError(t, err, http.StatusBadRequest, api.CodeBadParameter)
+	e = apiError(t, err, http.StatusBadRequest, wire.CodeBadParameter)
 	if !strings.Contains(e.Message, "a/check") && !strings.Contains(e.Message, "a%2Fcheck") {
 		t.Errorf("message %q should name the invalid filter", e.Message)
 	}
 	_, err = c.Get(ctx, "a b")
-	apiError(t, err, http.StatusBadRequest, api.CodeBadParameter)
+	apiError(t, err, http.StatusBadRequest, wire.CodeBadParameter)
 
 	if _, _, err := c.Create(ctx, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000))}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	err = c.MultiSet(ctx, "f", slices.Repeat([]string{"0123456789"}, 200))
-	apiError(t, err, http.StatusRequestEntityTooLarge, api.CodeBodyTooLarge)
+	apiError(t, err, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
 	if !client.IsBodyTooLarge(err) {
 		t.Errorf("IsBodyTooLarge(%v) = false", err)
 	}
 
 	_, _, err = c.Create(ctx, "big", client.CreateOptions{ExpectedInsertions: new(uint64(100_000))})
-	apiError(t, err, http.StatusInsufficientStorage, api.CodeInsufficientSpace)
+	apiError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
 	if !client.IsInsufficientSpace(err) {
 		t.Errorf("IsInsufficientSpace(%v) = false", err)
 	}

@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/bloomery/bloomery/dataplane/cluster"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/replication"
 )
 
 // namespace prefixes every metric of ours.
@@ -19,7 +19,7 @@ type Options struct {
 	// Store is read at every scrape for the filter metrics.
 	Store *filter.Store
 	// Cluster, if set, is read at every scrape for the replication metrics.
-	Cluster *cluster.Node
+	Cluster *replication.Node
 	// MaxLabelledFilters caps the filters that get series of their own, labelled with the filter's
 	// name; the others count only in the totals, so that a million filters cannot make a million
 	// series. 0 gives no per-filter series.
@@ -71,7 +71,7 @@ func New(opts Options) *Metrics {
 		}),
 	)
 	if opts.Cluster != nil {
-		reg.MustRegister(newReplication(opts.Cluster))
+		reg.MustRegister(newReplicationCollector(opts.Cluster))
 	}
 	m.handler = newHandler(reg, reg, true)
 	return m

@@ -3,23 +3,23 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/bloomery/bloomery/dataplane/cluster"
+	"github.com/bloomery/bloomery/dataplane/replication"
 )
 
-// replication reads the cluster node's counters at scrape time.
-type replication struct {
-	node *cluster.Node
+// replicationCollector reads the cluster node's counters at scrape time.
+type replicationCollector struct {
+	node *replication.Node
 
 	queued, replicated, failures, dropped, batches, forwarded, failovers, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
 }
 
-func newReplication(node *cluster.Node) *replication {
+func newReplicationCollector(node *replication.Node) *replicationCollector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "replication", name), help, labels, nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "replicationCollector", name), help, labels, nil)
 	}
-	return &replication{
+	return &replicationCollector{
 		node:        node,
-		queued:      desc("queued_writes", "Writes waiting to be sent to a peer: the replication lag.", "peer"),
+		queued:      desc("queued_writes", "Writes waiting to be sent to a peer: the replicationCollector lag.", "peer"),
 		replicated:  desc("writes_total", "Writes forwarded to the peers."),
 		failures:    desc("write_failures_total", "Writes answered 503 because fewer pods than their consistency level acknowledged them in time."),
 		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
@@ -36,14 +36,14 @@ func newReplication(node *cluster.Node) *replication {
 }
 
 // Describe implements prometheus.Collector.
-func (r *replication) Describe(ch chan<- *prometheus.Desc) {
+func (r *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers} {
 		ch <- d
 	}
 }
 
 // Collect implements prometheus.Collector.
-func (r *replication) Collect(ch chan<- prometheus.Metric) {
+func (r *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	st := r.node.Stats()
 	counter := func(d *prometheus.Desc, v int64) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))

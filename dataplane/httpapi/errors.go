@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// apiError is an answer with an error body: HTTP status, our code and a message for people.
+type apiError struct {
+	status  int
+	code    int
+	message string
+}
+
+func (e *apiError) Error() string { return e.message }
+
+func badRequest(message string) error {
+	return &apiError{http.StatusBadRequest, wire.CodeBadParameter, message}
+}
+
+func errBodyTooLarge(limit int64) error {
+	return &apiError{http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge,
+		fmt.Sprintf("request body larger than maxHttpRequestLength (%d bytes)", limit)}
+}
+
+// engineError maps the engine's errors to answers. A create that is too large is a bad
+// parameter (the request asked for it); a write that cannot grow the filter is out of space.
+func engineError(err error, creating bool) error {
+	switch {
+	case errors.Is(err, filter.ErrNotFound):
+		return &apiError{http.StatusNotFound, wire.CodeFilterNotFound, err.Error()}
+	case errors.Is(err, filter.ErrInvalidName):
+		return invalidParameter("name", err.Error())
+	case errors.Is(err, filter.ErrInvalidOptions):
+		return badRequest(err.Error())
+	case errors.Is(err, filter.ErrTooLarge) && creating:
+		return invalidParameter("expectedInsertions", err.Error())
+	case errors.Is(err, filter.ErrTooLarge), errors.Is(err, filter.ErrOutOfMemory):
+		return &apiError{http.StatusInsufficientStorage, wire.CodeInsufficientSpace, err.Error()}
+	}
+	return err
+}
+
+// handleError writes every error as {"error","code"}, including echo's own (unknown route,
+// wrong method) and panics caught by the recover middleware.
+func (s *Server) handleError(err error, c echo.Context) {
+	if c.Response().Committed {
+		return
+	}
+	ae, ok := errors.AsType[*apiError](err)
+	if !ok {
+		ae = s.unexpectedError(err, c)
+	}
+	// 503s are expected while the filters are recovered and mean nothing went wrong; the access
+	// log at debug level has them.
+	if ae.status >= 500 && ae.status != http.StatusServiceUnavailable {
+		s.Log.Error("Request failed", "method", c.Request().Method, "path", c.Request().URL.Path,
+			"status", ae.status, "error", ae.message, "requestId", c.Response().Header().Get(echo.HeaderXRequestID))
+	}
+	if err := c.JSON(ae.status, wire.ErrorBody{Error: ae.message, Code: ae.code}); err != nil {
+		s.Log.Debug("Could not write error response", "error", err)
+	}
+}
+
+func (s *Server) unexpectedError(err error, c echo.Context) *apiError {
+	if he, ok := errors.AsType[*echo.HTTPError](err); ok {
+		switch he.Code {
+		case http.StatusNotFound:
+			return &apiError{he.Code, wire.CodeNoSuchRoute, "no such endpoint: " + c.Request().Method + " " + c.Request().URL.Path}
+		case http.StatusMethodNotAllowed:
+			return &apiError{he.Code, wire.CodeNoSuchRoute, "method " + c.Request().Method + " not allowed on " + c.Request().URL.Path}
+		}
+		return &apiError{he.Code, wire.CodeInternal, fmt.Sprint(he.Message)}
+	}
+	return &apiError{http.StatusInternalServerError, wire.CodeInternal, "internal error: " + err.Error()}
+}

@@ -1,0 +1,211 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/labstack/echo/v4"
+)
+
+// The hot endpoints (check, check-and-set and their multi- forms) read {"value": "..."} or
+// {"values": [...]} and answer a boolean or an array of booleans. This file does that without
+// building a map of the body or reflecting over the answer. Anything but the plain well-formed case
+// (escapes, non-ASCII bytes, other fields, non-string elements, duplicated keys, ?pretty) goes to
+// the strict path in request.go, so every validation message stays what it was; the fast path only
+// accepts bodies for which the strict path would return exactly the same values.
+
+// bodyBuffers hold request bodies while they are decoded; values are copied out of them.
+var bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// maxPooledBody is the largest buffer returned to the pool, so that one huge request does not pin
+// its memory for good.
+const maxPooledBody = 1 << 20
+
+// readRaw reads the body of a request that declares its length, at most limit, into a pooled
+// buffer; releaseRaw gives the buffer back. ok is false when the request has no declared length or
+// when it is over the limit: the caller then takes the strict path, which reads or refuses it.
+func readRaw(c echo.Context, limit int64) (raw []byte, pooled *[]byte, ok bool, err error) {
+	req := c.Request()
+	n := req.ContentLength
+	if n < 0 || n > limit {
+		return nil, nil, false, nil
+	}
+	pooled = bodyBuffers.Get().(*[]byte)
+	if int64(cap(*pooled)) < n {
+		*pooled = make([]byte, n)
+	}
+	raw = (*pooled)[:n]
+	if _, err := io.ReadFull(req.Body, raw); err != nil {
+		releaseRaw(pooled, raw)
+		return nil, nil, true, badRequest("could not read the request body: " + err.Error())
+	}
+	return raw, pooled, true, nil
+}
+
+// releaseRaw returns a buffer of readRaw to the pool once nothing refers to raw any more.
+func releaseRaw(pooled *[]byte, raw []byte) {
+	if cap(raw) <= maxPooledBody {
+		*pooled = raw[:0]
+		bodyBuffers.Put(pooled)
+	}
+}
+
+func isSpace(b byte) bool { return b == ' ' || b == '\t' || b == '\n' || b == '\r' }
+
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) && isSpace(raw[i]) {
+		i++
+	}
+	return i
+}
+
+// plainString reads a JSON string at raw[i] made only of printable ASCII without escapes, and
+// returns the index of its closing quote.
+func plainString(raw []byte, i int) (end int, ok bool) {
+	if i >= len(raw) || raw[i] != '"' {
+		return 0, false
+	}
+	for j := i + 1; j < len(raw); j++ {
+		switch b := raw[j]; {
+		case b == '"':
+			return j, true
+		case b == '\\' || b < 0x20 || b >= 0x80:
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// objectField reads `{ "name" :` at the start of raw and returns the index after the colon.
+func objectField(raw []byte, name string) (int, bool) {
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return 0, false
+	}
+	i = skipSpace(raw, i+1)
+	end, ok := plainString(raw, i)
+	if !ok || string(raw[i+1:end]) != name {
+		return 0, false
+	}
+	i = skipSpace(raw, end+1)
+	if i >= len(raw) || raw[i] != ':' {
+		return 0, false
+	}
+	return skipSpace(raw, i+1), true
+}
+
+// closeObject reports whether raw[i:] is `}` and nothing but white space.
+func closeObject(raw []byte, i int) bool {
+	i = skipSpace(raw, i)
+	return i < len(raw) && raw[i] == '}' && skipSpace(raw, i+1) == len(raw)
+}
+
+// fastValue decodes {"value": "<plain string>"}.
+func fastValue(raw []byte) (string, bool) {
+	i, ok := objectField(raw, "value")
+	if !ok {
+		return "", false
+	}
+	end, ok := plainString(raw, i)
+	if !ok || !closeObject(raw, end+1) {
+		return "", false
+	}
+	return string(raw[i+1 : end]), true
+}
+
+// fastValues decodes {"values": ["<plain string>", ...]}. The strings share one copy of the body.
+func fastValues(raw []byte) ([]string, bool) {
+	i, ok := objectField(raw, "values")
+	if !ok || i >= len(raw) || raw[i] != '[' {
+		return nil, false
+	}
+	start := i
+	// First pass: validate and count, so that the values take one allocation.
+	n := 0
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == ']' {
+		i++
+	} else {
+		for {
+			end, ok := plainString(raw, i)
+			if !ok {
+				return nil, false
+			}
+			n++
+			i = skipSpace(raw, end+1)
+			if i >= len(raw) {
+				return nil, false
+			}
+			if raw[i] == ']' {
+				i++
+				break
+			}
+			if raw[i] != ',' {
+				return nil, false
+			}
+			i = skipSpace(raw, i+1)
+		}
+	}
+	if !closeObject(raw, i) {
+		return nil, false
+	}
+	all := string(raw[start:i])
+	values := make([]string, 0, n)
+	for j := 1; j < len(all); j++ {
+		if all[j] != '"' {
+			continue
+		}
+		end := j + 1
+		for all[end] != '"' {
+			end++
+		}
+		values = append(values, all[j+1:end])
+		j = end
+	}
+	return values, true
+}
+
+// jsonAnswers are the bodies c.JSON writes for a boolean; writeBool and writeBools write the same
+// bytes (the encoder's trailing newline included) and the same Content-Type.
+var jsonAnswers = [2][]byte{[]byte("false\n"), []byte("true\n")}
+
+// plainJSON reports whether c.JSON would write compact JSON: not in debug mode, no ?pretty.
+func plainJSON(c echo.Context) bool {
+	return c.Request().URL.RawQuery == "" && !c.Echo().Debug
+}
+
+func writeBool(c echo.Context, v bool) error {
+	if !plainJSON(c) {
+		return c.JSON(http.StatusOK, v)
+	}
+	i := 0
+	if v {
+		i = 1
+	}
+	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, jsonAnswers[i])
+}
+
+var answerBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+
+func writeBools(c echo.Context, v []bool) error {
+	if v == nil || !plainJSON(c) {
+		return c.JSON(http.StatusOK, v)
+	}
+	bp := answerBuffers.Get().(*[]byte)
+	out := append((*bp)[:0], '[')
+	for i, b := range v {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = strconv.AppendBool(out, b)
+	}
+	out = append(out, ']', '\n')
+	err := c.Blob(http.StatusOK, echo.MIMEApplicationJSON, out)
+	if cap(out) <= maxPooledBody {
+		*bp = out[:0]
+		answerBuffers.Put(bp)
+	}
+	return err
+}

@@ -1,0 +1,436 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.
+var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
+	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening"}
+
+// filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
+// validated.
+func filterName(c echo.Context, creating bool) (string, error) {
+	name, err := url.PathUnescape(c.Param("name"))
+	if err != nil {
+		return "", invalidParameter("name", fmt.Sprintf("%q is not a valid percent-encoded path segment", c.Param("name")))
+	}
+	if err := filter.ValidateName(name); err != nil {
+		return "", engineError(err, creating)
+	}
+	return name, nil
+}
+
+func (s *Server) createFilter(c echo.Context) error {
+	name, err := filterName(c, true)
+	if err != nil {
+		return err
+	}
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	// Creates of one name are serialized by its home pod, so that two pods cannot create two
+	// incarnations at once, the later replacing the earlier and the writes made to it.
+	if handled, err := s.forwardToHome(c); handled || err != nil {
+		return err
+	}
+	if !s.Node.Ready() {
+		// A filter created here before the pod caught up would be a new incarnation that
+		// replaces, on every pod, the one its peers already hold.
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "catching up from the peers; retry shortly"}
+	}
+	b, err := readBody(c, s.Config.MaxHTTPRequestLength)
+	if err != nil {
+		return err
+	}
+	opts, overwrite, err := s.createOptions(b)
+	if err != nil {
+		return err
+	}
+	f, created, err := s.Store.Create(name, opts, overwrite)
+	if err != nil {
+		return engineError(err, true)
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		s.Log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
+			"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
+		if s.Node.Replicating() {
+			opts := f.Options()
+			op := replication.Op{Kind: replication.OpCreate, Name: name, Generation: f.Generation(), Options: &opts}
+			if err := s.replicate(c, level, op); err != nil {
+				return err
+			}
+		}
+	}
+	return c.JSON(status, s.describe(f.Info()))
+}
+
+func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err error) {
+	if err = b.only(createFields...); err != nil {
+		return opts, false, err
+	}
+	_, hasAlias := b.field("validPeriod")
+	if _, hasField := b.field("validPeriodAfterCreate"); hasAlias && hasField {
+		return opts, false, invalidParameter("validPeriod", `it is another name of "validPeriodAfterCreate"; give one of them`)
+	}
+	afterCreate := "validPeriodAfterCreate"
+	if hasAlias {
+		afterCreate = "validPeriod"
+	}
+	const maxCapacity = 1 << 53 // far beyond any memory limit; keeps the float arithmetic exact
+	var growth uint64
+	// Fields are checked in a fixed order, so the first error named is predictable.
+	if opts.Capacity, err = b.uint("expectedInsertions", s.Config.DefaultExpectedInsertions, 1, maxCapacity); err != nil {
+		return opts, false, err
+	}
+	if opts.FPP, err = b.openUnitInterval("fpp", s.Config.DefaultFPP); err != nil {
+		return opts, false, err
+	}
+	if opts.ValidAfterCreate, err = b.seconds(afterCreate, s.Config.DefaultValidAfterCreate); err != nil {
+		return opts, false, err
+	}
+	if opts.ValidAfterAccess, err = b.seconds("validPeriodAfterAccess", 0); err != nil {
+		return opts, false, err
+	}
+	if opts.Scalable, err = b.bool("scalable", true); err != nil {
+		return opts, false, err
+	}
+	if growth, err = b.uint("growth", filter.DefaultGrowth, 1, 16); err != nil {
+		return opts, false, err
+	}
+	opts.Growth = uint(growth)
+	if opts.Tightening, err = b.openUnitInterval("tightening", filter.DefaultTightening); err != nil {
+		return opts, false, err
+	}
+	overwrite, err = b.bool("overwrite", false)
+	return opts, overwrite, err
+}
+
+func (s *Server) getFilter(c echo.Context) error {
+	f, err := s.lookup(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, s.describe(f.Info()))
+}
+
+func (s *Server) listFilters(c echo.Context) error {
+	names := s.Store.Names()
+	if names == nil {
+		names = []string{}
+	}
+	return c.JSON(http.StatusOK, names)
+}
+
+func (s *Server) deleteFilter(c echo.Context) error {
+	name, err := filterName(c, false)
+	if err != nil {
+		return err
+	}
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	deleted, generation, err := s.Store.Delete(name)
+	if err != nil {
+		return err
+	}
+	if deleted {
+		s.Log.Info("Deleted filter", "filter", name, "generation", generation)
+	}
+	if s.Node.Replicating() {
+		if err := s.replicate(c, level, replication.Op{Kind: replication.OpDelete, Name: name, Generation: generation}); err != nil {
+			return err
+		}
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+// lookup finds the filter named in the path, after the body has been validated.
+func (s *Server) lookup(c echo.Context) (*filter.Filter, error) {
+	name, err := filterName(c, false)
+	if err != nil {
+		return nil, err
+	}
+	f, err := s.Store.Get(name)
+	if err != nil {
+		return nil, engineError(err, false)
+	}
+	return f, nil
+}
+
+// single reads {"value": "..."} and the filter it is meant for.
+func (s *Server) single(c echo.Context) (*filter.Filter, string, error) {
+	value, err := s.singleValue(c)
+	if err != nil {
+		return nil, "", err
+	}
+	f, err := s.lookup(c)
+	return f, value, err
+}
+
+// decodeHot reads the body of a hot endpoint: fast decodes the plain well-formed case in place
+// (fastjson.go) and answers ok; anything else comes back as a body for the strict getters, whose
+// messages are the contract.
+func decodeHot[T any](c echo.Context, limit int64, fast func([]byte) (T, bool)) (v T, b body, ok bool, err error) {
+	raw, pooled, declared, err := readRaw(c, limit)
+	if err != nil {
+		return v, nil, false, err
+	}
+	if !declared {
+		b, err = readBody(c, limit)
+		return v, b, false, err
+	}
+	defer releaseRaw(pooled, raw) // fast and decodeBody copy what they keep
+	if v, ok = fast(raw); ok {
+		return v, nil, true, nil
+	}
+	b, err = decodeBody(raw)
+	return v, b, false, err
+}
+
+// singleValue decodes {"value": "..."}.
+func (s *Server) singleValue(c echo.Context) (string, error) {
+	value, b, ok, err := decodeHot(c, s.Config.MaxHTTPRequestLength, fastValue)
+	if ok || err != nil {
+		return value, err
+	}
+	if err := b.only("value"); err != nil {
+		return "", err
+	}
+	return b.string("value")
+}
+
+// batch reads {"values": [...]} and the filter it is meant for.
+type batch struct {
+	values     []string
+	isString   []bool
+	allStrings bool
+}
+
+func (s *Server) batch(c echo.Context) (*filter.Filter, batch, error) {
+	var bt batch
+	values, b, ok, err := decodeHot(c, s.Config.MaxHTTPRequestLength, fastValues)
+	switch {
+	case err != nil:
+		return nil, bt, err
+	case ok:
+		bt.values, bt.allStrings = values, true
+	default:
+		if err := b.only("values"); err != nil {
+			return nil, bt, err
+		}
+		if bt.values, bt.isString, bt.allStrings, err = b.strings("values"); err != nil {
+			return nil, bt, err
+		}
+	}
+	f, err := s.lookup(c)
+	return f, bt, err
+}
+
+// strings are the batch's string values; answers maps the answers for them back onto every
+// element, with false for the elements that are not strings.
+func (bt batch) strings() []string {
+	if bt.allStrings {
+		return bt.values
+	}
+	out := make([]string, 0, len(bt.values))
+	for i, v := range bt.values {
+		if bt.isString[i] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+func (bt batch) answers(forStrings []bool) []bool {
+	if bt.allStrings {
+		return forStrings
+	}
+	out := make([]bool, len(bt.values))
+	j := 0
+	for i := range out {
+		if bt.isString[i] && j < len(forStrings) {
+			out[i] = forStrings[j]
+			j++
+		}
+	}
+	return out
+}
+
+func (s *Server) check(c echo.Context) error {
+	level, err := consistency(c, wire.ConsistencyOne)
+	if err != nil {
+		return err
+	}
+	f, value, err := s.single(c)
+	if err != nil {
+		return err
+	}
+	present := f.Check(value)
+	if !present && level != wire.ConsistencyOne {
+		answers := []bool{false}
+		if err := s.checkPeers(c, level, f.Name(), []string{value}, answers); err != nil {
+			return err
+		}
+		present = answers[0]
+	}
+	return writeBool(c, present)
+}
+
+func (s *Server) multiCheck(c echo.Context) error {
+	level, err := consistency(c, wire.ConsistencyOne)
+	if err != nil {
+		return err
+	}
+	f, bt, err := s.batch(c)
+	if err != nil {
+		return err
+	}
+	values := bt.strings()
+	present := f.CheckMany(values)
+	if err := s.checkPeers(c, level, f.Name(), values, present); err != nil {
+		return err
+	}
+	return writeBools(c, bt.answers(present))
+}
+
+// The writes below apply locally, then replicate to the peers at the request's consistency.
+// Check-and-sets are served by the filter's home pod, so that of two concurrent ones of the same
+// new value on different pods exactly one answers false.
+
+func (s *Server) checkAndSet(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	if handled, err := s.forwardToHome(c); handled || err != nil {
+		return err
+	}
+	f, value, err := s.single(c)
+	if err != nil {
+		return err
+	}
+	present, err := f.CheckAndSet(value)
+	if err != nil {
+		return engineError(err, false)
+	}
+	if s.Node.Replicating() {
+		if err := s.replicateAdd(c, level, f, []string{value}); err != nil {
+			return err
+		}
+	}
+	return writeBool(c, present)
+}
+
+func (s *Server) multiCheckAndSet(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	if handled, err := s.forwardToHome(c); handled || err != nil {
+		return err
+	}
+	f, bt, err := s.batch(c)
+	if err != nil {
+		return err
+	}
+	keys := bt.strings()
+	present, err := f.CheckAndSetMany(keys)
+	if err != nil {
+		return engineError(err, false)
+	}
+	if err := s.replicateAdd(c, level, f, keys); err != nil {
+		return err
+	}
+	return writeBools(c, bt.answers(present))
+}
+
+func (s *Server) set(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	f, value, err := s.single(c)
+	if err != nil {
+		return err
+	}
+	if err := f.Add(value); err != nil {
+		return engineError(err, false)
+	}
+	if s.Node.Replicating() {
+		if err := s.replicateAdd(c, level, f, []string{value}); err != nil {
+			return err
+		}
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+func (s *Server) multiSet(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	f, bt, err := s.batch(c)
+	if err != nil {
+		return err
+	}
+	keys := bt.strings()
+	if err := f.AddMany(keys); err != nil {
+		return engineError(err, false)
+	}
+	if err := s.replicateAdd(c, level, f, keys); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusOK)
+}
+
+func (s *Server) ping(c echo.Context) error {
+	return c.String(http.StatusOK, "pong")
+}
+
+// describe writes a filter's info in the API's JSON shape.
+func (s *Server) describe(info filter.Info) wire.Filter {
+	o := info.Options
+	out := wire.Filter{
+		Name:               info.Name,
+		ExpectedInsertions: o.Capacity,
+		FPP:                o.FPP,
+		Created:            info.Created.UTC().Format(wire.TimeFormat),
+		Scalable:           o.Scalable,
+		Items:              info.Items,
+		Bits:               info.Bits,
+		Hashes:             info.Hashes,
+		Layers:             info.Layers,
+		SizeBytes:          info.SizeBytes,
+		FillRatio:          info.FillRatio,
+		EstimatedFPP:       info.EstimatedFPP,
+	}
+	if !info.Expiry.IsZero() {
+		out.Expiration = info.Expiry.UTC().Format(wire.TimeFormat)
+	}
+	if o.ValidAfterAccess > 0 {
+		out.ValidPeriodAfterAccess = int64(o.ValidAfterAccess / time.Second)
+	}
+	if o.Scalable {
+		out.Growth, out.Tightening = o.Growth, o.Tightening
+	}
+	if s.LastSnapshot != nil {
+		if at := s.LastSnapshot(); !at.IsZero() {
+			out.LastSnapshot = at.UTC().Format(wire.TimeFormat)
+		}
+	}
+	return out
+}

@@ -1,0 +1,238 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+// body is a request's JSON object, field by field. Fields are read with the typed getters, which
+// answer filter-service's messages: required parameter: "x", invalid parameter: "x". <why>.
+type body map[string]json.RawMessage
+
+// readBody reads at most limit bytes and decodes a JSON object. An empty body is an empty object,
+// so `curl -X PUT .../name` creates a filter with the defaults.
+func readBody(c echo.Context, limit int64) (body, error) {
+	raw, err := readLimited(c, limit)
+	if err != nil {
+		return nil, err
+	}
+	return decodeBody(raw)
+}
+
+// readLimited reads a whole body of at most limit bytes; a larger one is a 413.
+func readLimited(c echo.Context, limit int64) ([]byte, error) {
+	req := c.Request()
+	if req.ContentLength > limit {
+		return nil, errBodyTooLarge(limit)
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(c.Response(), req.Body, limit))
+	if err != nil {
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			return nil, errBodyTooLarge(limit)
+		}
+		return nil, badRequest(fmt.Sprintf("could not read the request body: %v", err))
+	}
+	return raw, nil
+}
+
+// decodeBody decodes a whole request body read by readBody or readRaw; it copies what it keeps.
+func decodeBody(raw []byte) (body, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return body{}, nil
+	}
+	if raw[0] != '{' {
+		return nil, badRequest("invalid JSON body: expected an object")
+	}
+	var b body
+	if err := json.Unmarshal(raw, &b); err != nil {
+		return nil, badRequest("invalid JSON body: " + err.Error())
+	}
+	return b, nil
+}
+
+// only refuses fields outside known, so that a misspelt field is an error and not a silent default.
+func (b body) only(known ...string) error {
+	for name := range b {
+		if !slices.Contains(known, name) {
+			return badRequest(fmt.Sprintf("unknown parameter: %q", name))
+		}
+	}
+	return nil
+}
+
+// field returns the raw value of name; null counts as absent.
+func (b body) field(name string) (json.RawMessage, bool) {
+	raw, ok := b[name]
+	if !ok || string(raw) == "null" {
+		return nil, false
+	}
+	return raw, true
+}
+
+func invalidParameter(name, detail string) error {
+	return badRequest(fmt.Sprintf("invalid parameter: %q. %s", name, detail))
+}
+
+func requiredParameter(name string) error {
+	return badRequest(fmt.Sprintf("required parameter: %q", name))
+}
+
+// wrongType names the expected type and shows what came instead.
+func wrongType(name, expected string, raw json.RawMessage) error {
+	return invalidParameter(name, fmt.Sprintf("expected: %s, actual: %s %s", expected, jsonKind(raw), abbreviate(raw)))
+}
+
+func jsonKind(raw json.RawMessage) string {
+	switch raw[0] {
+	case '"':
+		return "string"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	case 't', 'f':
+		return "boolean"
+	case 'n':
+		return "null"
+	}
+	return "number"
+}
+
+func abbreviate(raw json.RawMessage) string {
+	const limit = 40
+	if len(raw) <= limit {
+		return string(raw)
+	}
+	return string(raw[:limit]) + "…"
+}
+
+// string reads a required string field; wrong type answers filter-service's "expect string type".
+func (b body) string(name string) (string, error) {
+	raw, ok := b.field(name)
+	if !ok {
+		return "", requiredParameter(name)
+	}
+	if raw[0] != '"' {
+		return "", invalidParameter(name, "expect string type")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", invalidParameter(name, err.Error())
+	}
+	return s, nil
+}
+
+// strings reads a required array. Elements that are not strings come back with ok[i] false:
+// filter-service answers false for them and inserts nothing. allStrings spares the caller the
+// scatter in the common case.
+func (b body) strings(name string) (values []string, ok []bool, allStrings bool, err error) {
+	raw, present := b.field(name)
+	if !present {
+		return nil, nil, false, requiredParameter(name)
+	}
+	if raw[0] != '[' {
+		return nil, nil, false, invalidParameter(name, "expect Json array")
+	}
+	var elems []json.RawMessage
+	if err := json.Unmarshal(raw, &elems); err != nil {
+		return nil, nil, false, invalidParameter(name, err.Error())
+	}
+	values, ok, allStrings = make([]string, len(elems)), make([]bool, len(elems)), true
+	for i, elem := range elems {
+		if elem[0] != '"' {
+			allStrings = false
+			continue
+		}
+		if err := json.Unmarshal(elem, &values[i]); err != nil {
+			return nil, nil, false, invalidParameter(name, err.Error())
+		}
+		ok[i] = true
+	}
+	return values, ok, allStrings, nil
+}
+
+// uint reads an optional integer in [lo, hi]. Integral numbers written as
+// floats (1e6, 1000.0) are accepted; strings such as "1000" are not.
+func (b body) uint(name string, def, lo, hi uint64) (uint64, error) {
+	raw, ok := b.field(name)
+	if !ok {
+		return def, nil
+	}
+	if raw[0] == '"' || raw[0] == '{' || raw[0] == '[' || raw[0] == 't' || raw[0] == 'f' {
+		return 0, wrongType(name, "integer", raw)
+	}
+	n, err := strconv.ParseUint(string(raw), 10, 64)
+	if err != nil {
+		// Not a plain non-negative integer: an integral float (1e6), a negative number, a
+		// fraction, or a number beyond float64 (1e400, which ParseFloat calls out of range).
+		f, ferr := strconv.ParseFloat(string(raw), 64)
+		switch {
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange), ferr == nil && f != math.Trunc(f):
+			return 0, wrongType(name, "integer", raw)
+		case ferr != nil || f < 0 || f > float64(hi):
+			return 0, outOfRange(name, lo, hi, string(raw))
+		}
+		n = uint64(f)
+	}
+	if n < lo || n > hi {
+		return 0, outOfRange(name, lo, hi, string(raw))
+	}
+	return n, nil
+}
+
+func outOfRange(name string, lo, hi uint64, actual string) error {
+	expected := fmt.Sprintf(">= %d && <= %d", lo, hi)
+	if lo == 1 {
+		expected = fmt.Sprintf("> 0 && <= %d", hi)
+	}
+	return invalidParameter(name, fmt.Sprintf("expected: %s, actual: %s", expected, actual))
+}
+
+// openUnitInterval reads an optional number in (0, 1), the range of fpp and tightening.
+func (b body) openUnitInterval(name string, def float64) (float64, error) {
+	raw, ok := b.field(name)
+	if !ok {
+		return def, nil
+	}
+	if jsonKind(raw) != "number" {
+		return 0, wrongType(name, "number", raw)
+	}
+	f, err := strconv.ParseFloat(string(raw), 64)
+	if err != nil || !(f > 0 && f < 1) {
+		return 0, invalidParameter(name, "expected: > 0 && < 1, actual: "+string(raw))
+	}
+	return f, nil
+}
+
+// bool reads an optional boolean.
+func (b body) bool(name string, def bool) (bool, error) {
+	raw, ok := b.field(name)
+	if !ok {
+		return def, nil
+	}
+	switch string(raw) {
+	case "true":
+		return true, nil
+	case "false":
+		return false, nil
+	}
+	return false, wrongType(name, "boolean", raw)
+}
+
+// seconds reads an optional period in whole seconds; 0 means none.
+func (b body) seconds(name string, def time.Duration) (time.Duration, error) {
+	const maxSeconds = math.MaxInt64 / uint64(time.Second)
+	n, err := b.uint(name, uint64(def/time.Second), 0, maxSeconds)
+	return time.Duration(n) * time.Second, err
+}

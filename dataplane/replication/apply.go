@@ -1,0 +1,98 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+// ErrBadOp refuses an op that could not have come from a peer.
+var ErrBadOp = errors.New("invalid replicated write")
+
+// Apply applies a batch of a peer's writes, in order, and says per write whether this pod now
+// holds its effect (durably, as far as its log's sync policy goes). Consecutive adds to the same
+// incarnation are applied as one, so that a batch costs one log commit per filter rather than
+// one per write.
+func (n *Node) Apply(ops []Op) ([]bool, error) {
+	for i, op := range ops {
+		if err := checkOp(op); err != nil {
+			return nil, fmt.Errorf("ops[%d]: %w", i, err)
+		}
+	}
+	applied := make([]bool, len(ops))
+	for i := 0; i < len(ops); {
+		op := ops[i]
+		switch op.Kind {
+		case OpCreate:
+			_, err := n.opts.Store.CreateReplica(op.Name, *op.Options, time.Unix(0, op.Generation))
+			applied[i] = n.logFailure(op, err)
+			i++
+		case OpDelete:
+			_, err := n.opts.Store.DeleteReplica(op.Name, op.Generation)
+			applied[i] = n.logFailure(op, err)
+			i++
+		case OpAdd:
+			j := i + 1
+			for j < len(ops) && ops[j].Kind == OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation {
+				j++
+			}
+			ok := n.applyAdds(ops[i:j])
+			for k := i; k < j; k++ {
+				applied[k] = ok
+			}
+			i = j
+		}
+	}
+	return applied, nil
+}
+
+// applyAdds adds the keys of a run of adds to the same incarnation.
+func (n *Node) applyAdds(run []Op) bool {
+	op := run[0]
+	f, ok := n.opts.Store.Lookup(op.Name)
+	switch {
+	case !ok || f.Generation() < op.Generation:
+		return false // missed the create: repair will bring the filter
+	case f.Generation() > op.Generation:
+		return true // the filter was replaced: the write's incarnation is gone everywhere
+	}
+	keys := op.Keys
+	if len(run) > 1 {
+		keys = make([]string, 0, len(run)*len(op.Keys))
+		for _, o := range run {
+			keys = append(keys, o.Keys...)
+		}
+	}
+	return n.logFailure(op, f.AddMany(keys))
+}
+
+func (n *Node) logFailure(op Op, err error) bool {
+	if err != nil {
+		n.opts.Log.Warn("Could not apply a peer's write", "op", op.Kind, "filter", op.Name, "generation", op.Generation, "error", err.Error())
+	}
+	return err == nil
+}
+
+func checkOp(op Op) error {
+	if err := filter.ValidateName(op.Name); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadOp, err)
+	}
+	if op.Generation <= 0 {
+		return fmt.Errorf("%w: generation must be > 0, got %d", ErrBadOp, op.Generation)
+	}
+	switch op.Kind {
+	case OpCreate:
+		if op.Options == nil {
+			return fmt.Errorf("%w: create of %q without options", ErrBadOp, op.Name)
+		}
+		if err := op.Options.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadOp, err)
+		}
+	case OpDelete, OpAdd:
+	default:
+		return fmt.Errorf("%w: unknown op %q", ErrBadOp, op.Kind)
+	}
+	return nil
+}

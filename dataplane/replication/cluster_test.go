@@ -1,0 +1,255 @@
+package replication
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+func members(names ...string) []wire.Member {
+	out := make([]wire.Member, len(names))
+	for i, n := range names {
+		out[i] = wire.Member{Name: n, URL: "http://" + n + ":8080"}
+	}
+	return out
+}
+
+func TestMembershipEpochOnlyGrows(t *testing.T) {
+	ms := NewMembership()
+	if known, _ := ms.Known(); known || ms.Size() != 1 {
+		t.Fatalf("a new membership: known=%t size=%d, want a cluster of one", known, ms.Size())
+	}
+	_, changed := ms.Known()
+	if err := ms.Set(wire.Membership{Epoch: 2, Self: "a", Members: members("a", "b", "c")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a change did not wake the waiters")
+	}
+	if ms.Size() != 3 || len(ms.Peers()) != 2 {
+		t.Fatalf("size %d, peers %v", ms.Size(), ms.Peers())
+	}
+	if err := ms.Set(wire.Membership{Epoch: 1, Self: "a", Members: members("a")}); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("an older epoch: %v, want ErrStaleEpoch", err)
+	}
+	if err := ms.Set(wire.Membership{Epoch: 2, Self: "a", Members: members("c", "b", "a")}); err != nil {
+		t.Fatalf("the same epoch again: %v", err)
+	}
+	if err := ms.Set(wire.Membership{Epoch: 2, Self: "a", Members: members("a", "b")}); !errors.Is(err, ErrStaleEpoch) {
+		t.Fatalf("the same epoch for another set: %v, want ErrStaleEpoch", err)
+	}
+	if got := ms.Get(); got.Epoch != 2 || len(got.Members) != 3 {
+		t.Fatalf("Get = %+v", got)
+	}
+}
+
+func TestMembershipValidation(t *testing.T) {
+	for _, tc := range []struct {
+		m    wire.Membership
+		want string
+	}{
+		{wire.Membership{Epoch: 0, Self: "a", Members: members("a")}, `epoch: must be greater than 0`},
+		{wire.Membership{Epoch: 1, Self: "x", Members: members("a", "b")}, `self: "x" is not one of the members`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: members("a", "a")}, `members[1].name: "a" appears twice`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "10.0.0.1:8080"}}}, `members[0].url: "10.0.0.1:8080" is not an http(s) URL with a host`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{URL: "http://a"}}}, `members[0].name: must not be empty`},
+	} {
+		if err := Validate(tc.m); err == nil || err.Error() != tc.want {
+			t.Errorf("Validate(%+v) = %v, want %q", tc.m, err, tc.want)
+		}
+	}
+}
+
+// Every pod computes the same home order; removing a member moves only the filters it was home
+// of; homes spread evenly.
+func TestRendezvousOrder(t *testing.T) {
+	all := members("pod-0", "pod-1", "pod-2", "pod-3")
+	homes := map[string]int{}
+	moved := 0
+	const filters = 4000
+	for i := range filters {
+		name := fmt.Sprintf("filter-%d", i)
+		order := rendezvous(name, all)
+		reversed := rendezvous(name, []wire.Member{all[3], all[2], all[1], all[0]})
+		for j := range order {
+			if order[j] != reversed[j] {
+				t.Fatalf("the order of %s depends on the order of the members", name)
+			}
+		}
+		homes[order[0].Name]++
+		without := rendezvous(name, all[:3])
+		if order[0].Name != "pod-3" && without[0] != order[0] {
+			moved++
+		}
+		if order[0].Name == "pod-3" && without[0] != order[1] {
+			t.Fatalf("%s: without its home, the next in order must take over", name)
+		}
+	}
+	if moved != 0 {
+		t.Errorf("removing pod-3 moved %d filters homed elsewhere", moved)
+	}
+	for name, n := range homes {
+		if n < filters/4*8/10 || n > filters/4*12/10 {
+			t.Errorf("%s is home of %d of %d filters, want about %d", name, n, filters, filters/4)
+		}
+	}
+}
+
+func TestConsistencyCount(t *testing.T) {
+	for _, tc := range []struct {
+		level wire.Consistency
+		n     int
+		want  int
+	}{
+		{wire.ConsistencyOne, 3, 1}, {wire.ConsistencyQuorum, 1, 1}, {wire.ConsistencyQuorum, 2, 2},
+		{wire.ConsistencyQuorum, 3, 2}, {wire.ConsistencyQuorum, 4, 3}, {wire.ConsistencyQuorum, 5, 3}, {wire.ConsistencyAll, 5, 5},
+	} {
+		if got := tc.level.Count(tc.n); got != tc.want {
+			t.Errorf("%s of %d = %d, want %d", tc.level, tc.n, got, tc.want)
+		}
+	}
+	if _, err := Consistency("most", wire.ConsistencyQuorum); err == nil || !strings.Contains(err.Error(), `"most"`) {
+		t.Errorf("an unknown level: %v", err)
+	}
+	if got, _ := Consistency("", wire.ConsistencyAll); got != wire.ConsistencyAll {
+		t.Errorf("no level = %s, want the default", got)
+	}
+}
+
+func TestApplyFollowsGenerations(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	n := NewNode(Options{Store: store})
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
+	gen := time.Now().UnixNano()
+	applied, err := n.Apply([]Op{
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"early"}}, // before its create: missed
+		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"a"}},
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"b", "c"}},
+		{Kind: OpAdd, Name: "f", Generation: gen - 1, Keys: []string{"older"}}, // an incarnation replaced since
+		{Kind: OpCreate, Name: "g", Generation: gen, Options: &opts},
+		{Kind: OpDelete, Name: "g", Generation: gen},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, true, true, true, true, true}; fmt.Sprint(applied) != fmt.Sprint(want) {
+		t.Fatalf("applied = %v, want %v", applied, want)
+	}
+	f, err := store.Get("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"a", "b", "c"} {
+		if !f.Check(k) {
+			t.Errorf("f lacks %q", k)
+		}
+	}
+	if f.Check("older") || f.Generation() != gen {
+		t.Errorf("a write to an older incarnation reached the filter")
+	}
+	if _, err := store.Get("g"); err == nil {
+		t.Error("g survived its replicated delete")
+	}
+	if _, err := n.Apply([]Op{{Kind: "merge", Name: "f", Generation: gen}}); !errors.Is(err, ErrBadOp) {
+		t.Errorf("an unknown op: %v, want ErrBadOp", err)
+	}
+	if _, err := n.Apply([]Op{{Kind: OpCreate, Name: "h", Generation: gen}}); !errors.Is(err, ErrBadOp) {
+		t.Errorf("a create without options: %v, want ErrBadOp", err)
+	}
+}
+
+func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "pod-1"})
+	err := n.SetMembership(wire.Membership{Epoch: 1, Self: "pod-0", Members: members("pod-0", "pod-1")})
+	if err == nil || !strings.Contains(err.Error(), `this pod is "pod-1", not "pod-0"`) {
+		t.Fatalf("a membership for another pod: %v", err)
+	}
+	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "pod-1", Members: members("pod-0", "pod-1")}); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+}
+
+// peerServer is a fake peer answering every request with handle.
+func peerServer(t *testing.T, handle http.HandlerFunc) wire.Member {
+	t.Helper()
+	hs := httptest.NewServer(handle)
+	t.Cleanup(hs.Close)
+	return wire.Member{Name: "peer", URL: hs.URL}
+}
+
+// A home that did the write but could not replicate it answered for it: trying the next pod would
+// make a second write. A home that did not serve the request is skipped.
+func TestForwardKeepsAHomesReplicationFailure(t *testing.T) {
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil)})
+	defer n.Close()
+	answer := func(code int) wire.Member {
+		return peerServer(t, func(w http.ResponseWriter, _ *http.Request) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: "x", Code: code})
+		})
+	}
+	a, err := n.Forward(t.Context(), answer(wire.CodeReplication), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`))
+	if err != nil || a.Status != http.StatusServiceUnavailable {
+		t.Fatalf("a home's replication failure: %+v, %v; want its answer", a, err)
+	}
+	if _, err := n.Forward(t.Context(), answer(wire.CodeUnavailable), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`)); err == nil {
+		t.Fatal("an unavailable home: no error, want one so that the next pod serves")
+	}
+}
+
+// Batches stay within the peer's limit however the keys encode.
+func TestBatchesStayWithinTheirBudget(t *testing.T) {
+	const budget = 64 << 10
+	var mu sync.Mutex
+	var sizes []int
+	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		ops, err := DecodeOps(raw)
+		if err != nil || r.Header.Get("Content-Type") != OpsContentType {
+			t.Errorf("a batch does not decode: %v (%s)", err, r.Header.Get("Content-Type"))
+		}
+		req := applyRequest{Ops: ops}
+		mu.Lock()
+		sizes = append(sizes, len(raw))
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(applyResponse{Applied: make([]bool, len(req.Ops))})
+	})
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), MaxBatchBytes: budget, PodName: "self"})
+	defer n.Close()
+	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {
+		t.Fatal(err)
+	}
+	// Every byte of these keys encodes as six.
+	key := strings.Repeat("<>&\x01", 256)
+	var wg sync.WaitGroup
+	for range 200 {
+		wg.Go(func() {
+			_ = n.Replicate(t.Context(), Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{key, key}}, wire.ConsistencyAll)
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sizes) < 2 {
+		t.Fatalf("%d batches for 200 writes of 12 KiB each, want several", len(sizes))
+	}
+	for _, size := range sizes {
+		if size > budget {
+			t.Errorf("a batch of %d bytes, over the budget of %d", size, budget)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package replication
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+// The writes a pod sends its peers travel in a compact binary form: keys are copied as they are,
+// where JSON would escape them and its decoder would reflect over every field, which cost a peer
+// a fifth of its CPU. A batch is:
+//
+//	magic        4 bytes, "BOP1" (the format's version is its last byte)
+//	count        uvarint: the number of ops
+//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add), name (uvarint length and
+//	             bytes), generation (int64, little endian), then for a create the options
+//	             (capacity uint64, fpp float64 bits, scalable byte, growth uint64, tightening
+//	             float64 bits, valid after create and after access int64 nanoseconds), and for an
+//	             add the keys (uvarint count, then each key as uvarint length and bytes)
+
+// OpsContentType is the media type of a batch of ops.
+const OpsContentType = "application/x-bloomery-ops"
+
+var opsMagic = [4]byte{'B', 'O', 'P', '1'}
+
+const (
+	wireCreate = 1
+	wireDelete = 2
+	wireAdd    = 3
+)
+
+// ErrMalformedOps refuses a batch that does not decode.
+var ErrMalformedOps = errors.New("malformed batch of writes")
+
+// AppendOps encodes ops onto dst.
+func AppendOps(dst []byte, ops []Op) []byte {
+	dst = append(dst, opsMagic[:]...)
+	dst = binary.AppendUvarint(dst, uint64(len(ops)))
+	for _, op := range ops {
+		switch op.Kind {
+		case OpCreate:
+			dst = append(dst, wireCreate)
+		case OpDelete:
+			dst = append(dst, wireDelete)
+		default:
+			dst = append(dst, wireAdd)
+		}
+		dst = appendString(dst, op.Name)
+		dst = binary.LittleEndian.AppendUint64(dst, uint64(op.Generation))
+		switch op.Kind {
+		case OpCreate:
+			o := op.Options
+			if o == nil {
+				o = &filter.Options{}
+			}
+			dst = binary.LittleEndian.AppendUint64(dst, o.Capacity)
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(o.FPP))
+			if o.Scalable {
+				dst = append(dst, 1)
+			} else {
+				dst = append(dst, 0)
+			}
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(o.Growth))
+			dst = binary.LittleEndian.AppendUint64(dst, math.Float64bits(o.Tightening))
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(o.ValidAfterCreate))
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(o.ValidAfterAccess))
+		case OpAdd:
+			dst = binary.AppendUvarint(dst, uint64(len(op.Keys)))
+			for _, k := range op.Keys {
+				dst = appendString(dst, k)
+			}
+		}
+	}
+	return dst
+}
+
+func appendString(dst []byte, s string) []byte {
+	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
+}
+
+// opsDecoder reads a batch; every length is checked against the bytes left before anything is
+// allocated for it, and the first error sticks.
+type opsDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *opsDecoder) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrMalformedOps, fmt.Sprintf(format, args...))
+	}
+}
+
+func (d *opsDecoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("%s: not a varint", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *opsDecoder) u64(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 8 {
+		d.fail("%s: %d bytes left, want 8", what, len(d.b))
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *opsDecoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) < 1 {
+		d.fail("%s: no byte left", what)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *opsDecoder) string(what string) string {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return ""
+	}
+	if n > uint64(len(d.b)) {
+		d.fail("%s: %d bytes declared, %d left", what, n, len(d.b))
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+// DecodeOps decodes a batch encoded by AppendOps. It checks the encoding only; Apply checks
+// what the ops say.
+func DecodeOps(b []byte) ([]Op, error) {
+	if len(b) < len(opsMagic) || [4]byte(b[:4]) != opsMagic {
+		return nil, fmt.Errorf("%w: does not start with %q", ErrMalformedOps, opsMagic[:])
+	}
+	d := &opsDecoder{b: b[4:]}
+	count := d.uvarint("count")
+	// Every op takes at least 10 bytes (kind, name length, generation).
+	if d.err == nil && count > uint64(len(d.b))/10 {
+		d.fail("%d ops declared in %d bytes", count, len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	ops := make([]Op, 0, count)
+	for i := uint64(0); i < count && d.err == nil; i++ {
+		ops = append(ops, d.op(i))
+	}
+	if d.err == nil && len(d.b) > 0 {
+		d.fail("%d bytes after the last op", len(d.b))
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return ops, nil
+}
+
+func (d *opsDecoder) op(i uint64) Op {
+	var op Op
+	kind := d.byte("kind")
+	op.Name = d.string("name")
+	op.Generation = int64(d.u64("generation"))
+	switch kind {
+	case wireCreate:
+		op.Kind = OpCreate
+		o := &filter.Options{}
+		o.Capacity = d.u64("capacity")
+		o.FPP = math.Float64frombits(d.u64("fpp"))
+		o.Scalable = d.byte("scalable") == 1
+		o.Growth = uint(d.u64("growth"))
+		o.Tightening = math.Float64frombits(d.u64("tightening"))
+		o.ValidAfterCreate = time.Duration(d.u64("validAfterCreate"))
+		o.ValidAfterAccess = time.Duration(d.u64("validAfterAccess"))
+		op.Options = o
+	case wireDelete:
+		op.Kind = OpDelete
+	case wireAdd:
+		op.Kind = OpAdd
+		n := d.uvarint("key count")
+		// Every key takes at least its one-byte length.
+		if d.err == nil && n > uint64(len(d.b)) {
+			d.fail("op %d: %d keys declared in %d bytes", i, n, len(d.b))
+		}
+		if d.err == nil {
+			op.Keys = make([]string, n)
+			for j := range op.Keys {
+				op.Keys[j] = d.string("key")
+			}
+		}
+	default:
+		d.fail("op %d: unknown kind %d", i, kind)
+	}
+	return op
+}

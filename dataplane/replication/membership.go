@@ -1,0 +1,172 @@
+package replication
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// ErrStaleEpoch refuses a membership older than the one held.
+var ErrStaleEpoch = errors.New("stale membership epoch")
+
+// Membership is what a pod was last told about its cluster. Until it is told, it is a cluster of
+// one: itself, with no peers, behaving exactly as a single server.
+type Membership struct {
+	mu      sync.RWMutex
+	current wire.Membership
+	peers   []wire.Member
+	// changed is closed and replaced at every change, so that waiters wake up.
+	changed chan struct{}
+}
+
+// NewMembership is the membership of a pod that has not been told any.
+func NewMembership() *Membership { return &Membership{changed: make(chan struct{})} }
+
+// Validate checks a membership on its own: an epoch above 0 (0 means never told), Self among
+// the members, names unique, URLs absolute.
+func Validate(m wire.Membership) error {
+	if m.Epoch == 0 {
+		return errors.New("epoch: must be greater than 0")
+	}
+	seen := make(map[string]bool, len(m.Members))
+	self := false
+	for i, member := range m.Members {
+		if member.Name == "" {
+			return fmt.Errorf("members[%d].name: must not be empty", i)
+		}
+		if seen[member.Name] {
+			return fmt.Errorf("members[%d].name: %q appears twice", i, member.Name)
+		}
+		seen[member.Name] = true
+		u, err := url.Parse(member.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("members[%d].url: %q is not an http(s) URL with a host", i, member.URL)
+		}
+		self = self || member.Name == m.Self
+	}
+	if len(m.Members) > 0 && !self {
+		return fmt.Errorf("self: %q is not one of the members", m.Self)
+	}
+	return nil
+}
+
+// Set replaces the membership unless its epoch is lower than the one held. The same epoch is
+// accepted again (the operator repeats a push it is unsure of).
+func (ms *Membership) Set(m wire.Membership) error {
+	if err := Validate(m); err != nil {
+		return err
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if m.Epoch < ms.current.Epoch {
+		return fmt.Errorf("%w: this pod holds epoch %d, got %d", ErrStaleEpoch, ms.current.Epoch, m.Epoch)
+	}
+	if m.Epoch == ms.current.Epoch && (m.Self != ms.current.Self || !slices.Equal(sorted(m.Members), sorted(ms.current.Members))) {
+		return fmt.Errorf("%w: epoch %d already names another membership; a change needs a higher epoch", ErrStaleEpoch, m.Epoch)
+	}
+	m.Members = slices.Clone(m.Members)
+	ms.current = m
+	ms.peers = ms.peers[:0:0]
+	for _, member := range m.Members {
+		if member.Name != m.Self {
+			ms.peers = append(ms.peers, member)
+		}
+	}
+	close(ms.changed)
+	ms.changed = make(chan struct{})
+	return nil
+}
+
+func sorted(members []wire.Member) []wire.Member {
+	return slices.SortedFunc(slices.Values(members), func(a, b wire.Member) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// Get answers the current membership.
+func (ms *Membership) Get() wire.Membership {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	m := ms.current
+	m.Members = slices.Clone(m.Members)
+	if m.Members == nil {
+		m.Members = []wire.Member{}
+	}
+	return m
+}
+
+// Peers are the members other than this pod.
+func (ms *Membership) Peers() []wire.Member {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return ms.peers
+}
+
+// Known reports whether the pod was ever told its membership, and a channel closed at the next
+// change.
+func (ms *Membership) Known() (bool, <-chan struct{}) {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return ms.current.Epoch > 0, ms.changed
+}
+
+// Size is the number of pods in the cluster, this one included.
+func (ms *Membership) Size() int {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return len(ms.peers) + 1
+}
+
+// HomeOrder lists the members in the rendezvous order of a filter name: the first is the
+// filter's home, the next takes over when it is down. An empty list means no membership.
+func (ms *Membership) HomeOrder(name string) (order []wire.Member, self string) {
+	ms.mu.RLock()
+	members, self := ms.current.Members, ms.current.Self
+	ms.mu.RUnlock()
+	return rendezvous(name, members), self
+}
+
+// rendezvous orders members by the highest random weight of (name, member): every pod computes
+// the same order from the same members, and removing a member only moves the filters it was home
+// of.
+func rendezvous(name string, members []wire.Member) []wire.Member {
+	type weighted struct {
+		m wire.Member
+		w uint64
+	}
+	ws := make([]weighted, len(members))
+	for i, m := range members {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(name))
+		_, _ = h.Write([]byte{0})
+		_, _ = h.Write([]byte(m.Name))
+		ws[i] = weighted{m, mix(h.Sum64())}
+	}
+	slices.SortFunc(ws, func(a, b weighted) int {
+		if a.w != b.w {
+			if a.w > b.w {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.m.Name, b.m.Name)
+	})
+	out := make([]wire.Member, len(ws))
+	for i, w := range ws {
+		out[i] = w.m
+	}
+	return out
+}
+
+// mix is a 64-bit finalizer (splitmix64's): FNV's low bits alone spread short names poorly.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}

@@ -1,0 +1,251 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// ErrReplication means a write was applied here but fewer pods than its consistency level asked
+// for acknowledged it in time. Nothing is rolled back: adds are monotone, and peers that missed
+// the write are repaired by anti-entropy.
+var ErrReplication = errors.New("replication incomplete")
+
+// Options configure a Node.
+type Options struct {
+	Store *filter.Store
+	Log   *slog.Logger
+	// WriteConsistency is the default of writes that do not ask for one.
+	WriteConsistency wire.Consistency
+	// Timeout bounds how long a write waits for its peers, and every call to a peer.
+	Timeout time.Duration
+	// AwaitMembership keeps the pod unready until it was told its membership and caught up
+	// (the operator sets it; a pod run by hand is ready alone).
+	AwaitMembership bool
+	// AntiEntropyInterval is the period of the anti-entropy pass; 0 turns it off.
+	AntiEntropyInterval time.Duration
+	// AntiEntropyBytesPerSecond caps the rate at which anti-entropy pulls dumps.
+	AntiEntropyBytesPerSecond int64
+	// MaxDumpBytes bounds a dump read from a peer before it is allocated.
+	MaxDumpBytes int64
+	// MaxBatchBytes bounds the writes sent to a peer in one request, as encoded; peers accept
+	// batches of up to ApplyBodyLimit(MaxBatchBytes).
+	MaxBatchBytes int64
+	// PodName, when known, is this pod's name: a membership whose Self names another pod is
+	// refused (a pod IP reused before the operator noticed must not take another's identity).
+	PodName string
+	// Durable makes bits merged from peers survive a crash (a snapshot); nil when in memory.
+	Durable func() error
+}
+
+// Node is this pod's part of the cluster.
+type Node struct {
+	opts    Options
+	members *Membership
+	http    *http.Client
+	stats   Stats
+
+	mu      sync.Mutex
+	senders map[wire.Member]*sender
+	// active are the senders of the current peers, read on every write without a lock.
+	active atomic.Pointer[[]*sender]
+	ctx    context.Context // of the senders
+	cancel context.CancelFunc
+
+	// caughtUp is false from the first membership until the catch-up from the peers is done (and,
+	// with AwaitMembership, before the first membership): the pod may then lack filters its
+	// peers hold, so it must neither report ready nor create a filter, which would replace
+	// theirs.
+	caughtUp atomic.Bool
+}
+
+// NewNode returns a node with no membership: a cluster of one.
+func NewNode(opts Options) *Node {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 2 * time.Second
+	}
+	if opts.MaxDumpBytes <= 0 {
+		opts.MaxDumpBytes = 1 << 40
+	}
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = 4 << 20
+	}
+	if opts.AntiEntropyBytesPerSecond <= 0 {
+		opts.AntiEntropyBytesPerSecond = 64 << 20
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		opts:    opts,
+		members: NewMembership(),
+		http: &http.Client{Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}},
+		senders: make(map[wire.Member]*sender),
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+	n.caughtUp.Store(!opts.AwaitMembership)
+	return n
+}
+
+// ApplyBodyLimit is the largest batch of writes a pod accepts from a peer whose batches are
+// bounded by maxBatchBytes: a batch may exceed the bound by one op, which encodes a client's
+// request of at most maxBatchBytes in at most six times its size.
+func ApplyBodyLimit(maxBatchBytes int64) int64 { return 8 * maxBatchBytes }
+
+// Stats are the node's counters.
+func (n *Node) Stats() *Stats { return &n.stats }
+
+// Membership answers what the pod was last told.
+func (n *Node) Membership() wire.Membership { return n.members.Get() }
+
+// SetMembership installs a membership (see Membership.Set) and starts and stops the senders to
+// peers accordingly.
+func (n *Node) SetMembership(m wire.Membership) error {
+	before := n.members.Get()
+	if n.opts.PodName != "" && m.Self != n.opts.PodName {
+		return fmt.Errorf("self: this pod is %q, not %q", n.opts.PodName, m.Self)
+	}
+	// The first membership makes the pod one of several: until Run has caught up from the peers
+	// just learned of, it may lack their filters.
+	first, wasCaughtUp := before.Epoch == 0, n.caughtUp.Load()
+	if first {
+		n.caughtUp.Store(false)
+	}
+	if err := n.members.Set(m); err != nil {
+		if first {
+			n.caughtUp.Store(wasCaughtUp)
+		}
+		return err
+	}
+	n.syncSenders()
+	if before.Epoch != m.Epoch {
+		names := make([]string, len(m.Members))
+		for i, member := range m.Members {
+			names[i] = member.Name + "=" + member.URL
+		}
+		n.opts.Log.Info("Membership changed", "epoch", m.Epoch, "previousEpoch", before.Epoch, "self", m.Self, "members", strings.Join(names, ","))
+	}
+	return nil
+}
+
+// syncSenders keeps one sender per current peer.
+func (n *Node) syncSenders() {
+	peers := n.members.Peers()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	keep := make(map[wire.Member]bool, len(peers))
+	for _, p := range peers {
+		keep[p] = true
+		if _, ok := n.senders[p]; !ok {
+			s := newSender(n, p)
+			n.senders[p] = s
+			go s.run(n.ctx)
+		}
+	}
+	for m, s := range n.senders {
+		if !keep[m] {
+			s.stop()
+			delete(n.senders, m)
+		}
+	}
+	active := make([]*sender, 0, len(peers))
+	for _, p := range peers {
+		active = append(active, n.senders[p])
+	}
+	n.active.Store(&active)
+}
+
+func (n *Node) currentSenders() []*sender {
+	if active := n.active.Load(); active != nil {
+		return *active
+	}
+	return nil
+}
+
+// Known reports whether the pod was told its membership.
+func (n *Node) Known() (bool, <-chan struct{}) { return n.members.Known() }
+
+// Replicating reports whether the pod has peers to replicate to.
+func (n *Node) Replicating() bool { return len(n.currentSenders()) > 0 }
+
+// Close stops the senders; writes still waiting on them fail.
+func (n *Node) Close() { n.cancel() }
+
+// Ready reports whether the pod may take traffic as far as the cluster is concerned: it holds
+// what its peers held when it learned of them.
+func (n *Node) Ready() bool { return n.caughtUp.Load() }
+
+// Consistency reads a request's level: the query parameter, or def when absent.
+func Consistency(param string, def wire.Consistency) (wire.Consistency, error) {
+	switch c := wire.Consistency(param); c {
+	case "":
+		return def, nil
+	case wire.ConsistencyOne, wire.ConsistencyQuorum, wire.ConsistencyAll:
+		return c, nil
+	}
+	return "", fmt.Errorf("must be one of one, quorum, all; got %q", param)
+}
+
+// WriteConsistency is the default level of writes.
+func (n *Node) WriteConsistency() wire.Consistency { return n.opts.WriteConsistency }
+
+// Replicate forwards op, already applied here, to every peer, and waits until as many pods as
+// level asks (this one included) hold it. Peers beyond that count get it too, without waiting.
+func (n *Node) Replicate(ctx context.Context, op Op, level wire.Consistency) error {
+	senders := n.currentSenders()
+	if len(senders) == 0 {
+		return nil
+	}
+	n.stats.ReplicatedOps.Add(1)
+	need := level.Count(len(senders)+1) - 1
+	acks := make(chan error, len(senders))
+	for _, s := range senders {
+		s.enqueue(op, acks)
+	}
+	if need <= 0 {
+		return nil
+	}
+	timer := time.NewTimer(n.opts.Timeout)
+	defer timer.Stop()
+	acked, failed := 0, 0
+	var failures []string
+	for acked < need {
+		select {
+		case err := <-acks:
+			if err == nil {
+				acked++
+				continue
+			}
+			failed++
+			failures = append(failures, err.Error())
+			if len(senders)-failed >= need {
+				continue
+			}
+		case <-timer.C:
+			failures = append(failures, fmt.Sprintf("no answer within %s", n.opts.Timeout))
+		case <-ctx.Done():
+			failures = append(failures, ctx.Err().Error())
+		}
+		n.stats.ReplicationFailures.Add(1)
+		return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
+			ErrReplication, level, need+1, len(senders)+1, acked+1, strings.Join(failures, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,287 @@
+package replication
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// Inventory lists what this pod holds: a digest of every live filter and the tombstones.
+func (n *Node) Inventory() Inventory {
+	now := time.Now()
+	inv := Inventory{Filters: []filter.Digest{}, Tombstones: n.opts.Store.Tombstones()}
+	n.opts.Store.Range(func(f *filter.Filter) bool {
+		if !f.Expired(now) {
+			inv.Filters = append(inv.Filters, f.Digest())
+		}
+		return true
+	})
+	return inv
+}
+
+// RepairReport says what one repair from one peer changed here.
+type RepairReport struct {
+	Peer        string
+	Filters     int   // filters the peer holds
+	Differences int   // filters missing, older or different here, and tombstones new here
+	Merged      int   // dumps that changed something
+	Bytes       int64 // bytes of the layers they changed
+	Pulled      int64 // bytes of the dumps pulled
+}
+
+// Repair makes this pod hold at least what peer holds: the peer's tombstones delete what they
+// cover here, and every filter whose digest differs is pulled as a dump and OR-merged. With a
+// rate (bytes per second) above 0, it paces the dumps it pulls. A filter that fails is skipped
+// and reported in the error; the others are still repaired, and the report counts what was.
+func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (RepairReport, error) {
+	rep := RepairReport{Peer: peer.Name}
+	var inv Inventory
+	if err := n.getJSON(ctx, peer, inventoryPath, &inv); err != nil {
+		return rep, err
+	}
+	rep.Filters = len(inv.Filters)
+	store := n.opts.Store
+	var errs []error
+	for _, t := range inv.Tombstones {
+		if deleted, err := store.DeleteReplica(t.Name, t.Generation); err != nil {
+			errs = append(errs, fmt.Errorf("applying %s's tombstone of %q: %w", peer.Name, t.Name, err))
+		} else if deleted {
+			rep.Differences++
+		}
+	}
+	for _, d := range inv.Filters {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		if local, ok := store.Lookup(d.Name); ok && sameDigest(local.Digest(), d) {
+			continue
+		}
+		rep.Differences++
+		if err := n.repairFilter(ctx, peer, d.Name, rate, &rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.stats.Differences.Add(int64(rep.Differences))
+	return rep, errors.Join(errs...)
+}
+
+// repairFilter pulls one filter's dump from peer and merges it.
+func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, rate int64, rep *RepairReport) error {
+	start := time.Now()
+	st, err := n.pullDump(ctx, peer, name)
+	if err != nil {
+		return err
+	}
+	rep.Pulled += stateBytes(st)
+	res, err := n.opts.Store.Merge(st)
+	if err != nil {
+		return fmt.Errorf("merging %s's dump of %q: %w", peer.Name, name, err)
+	}
+	if res.LayersChanged > 0 || res.Installed {
+		rep.Merged++
+		rep.Bytes += int64(res.BytesChanged)
+		n.stats.Merges.Add(1)
+		n.stats.MergedBytes.Add(int64(res.BytesChanged))
+	}
+	if rate > 0 {
+		return pace(ctx, st, rate, time.Since(start))
+	}
+	return nil
+}
+
+func sameDigest(a, b filter.Digest) bool {
+	return a.Generation == b.Generation && slices.Equal(a.Layers, b.Layers)
+}
+
+func stateBytes(st filter.State) int64 {
+	var size int64
+	for _, l := range st.Layers {
+		size += int64(len(l.Words)) * 8
+	}
+	return size
+}
+
+// pace waits until a dump of st's size has taken at least size/rate.
+func pace(ctx context.Context, st filter.State, rate int64, took time.Duration) error {
+	wait := time.Duration(float64(stateBytes(st))/float64(rate)*float64(time.Second)) - took
+	if wait <= 0 {
+		return nil
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// pullDump reads one filter's dump from peer. A dump of a large filter takes as long as it
+// takes, but a peer that stops sending for the replication timeout is given up on.
+func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string) (filter.State, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stalled := time.AfterFunc(n.opts.Timeout, cancel)
+	defer stalled.Stop()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peer.URL+wire.BasePath+"/bloomfilter/"+url.PathEscape(name)+"/dump", nil)
+	if err != nil {
+		return filter.State{}, err
+	}
+	req.Header.Set(ForwardedHeader, "1")
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
+	}
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return filter.State{}, fmt.Errorf("dump of %q from %s: %s: %s", name, peer.Name, resp.Status, readError(resp.Body))
+	}
+	limit := n.opts.MaxDumpBytes
+	if resp.ContentLength >= 0 {
+		limit = min(limit, resp.ContentLength)
+	}
+	st, err := persist.ReadDump(progress{resp.Body, func() { stalled.Reset(n.opts.Timeout) }}, limit)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("%w: nothing received for %s", err, n.opts.Timeout)
+		}
+		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
+	}
+	if st.Name != name {
+		return filter.State{}, fmt.Errorf("dump of %q from %s holds filter %q", name, peer.Name, st.Name)
+	}
+	return st, nil
+}
+
+// progress calls onRead after every read that returned bytes.
+type progress struct {
+	r      io.Reader
+	onRead func()
+}
+
+func (p progress) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.onRead()
+	}
+	return n, err
+}
+
+func (n *Node) getJSON(ctx context.Context, peer wire.Member, path string, out any) error {
+	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peer.URL+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set(ForwardedHeader, "1")
+	resp, err := n.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", peer.Name, err)
+	}
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: GET %s: %s: %s", peer.Name, path, resp.Status, readError(resp.Body))
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s: GET %s: decoding: %w", peer.Name, path, err)
+	}
+	return nil
+}
+
+// catchUp repairs from every peer that answers, without pacing, then makes the merged bits
+// durable. Peers that do not answer are skipped: they are down or starting, and what they alone
+// hold reaches this pod through anti-entropy once they are back.
+func (n *Node) catchUp(ctx context.Context) {
+	start := time.Now()
+	var merged, reached int
+	var bytes, pulled int64
+	for _, peer := range n.members.Peers() {
+		rep, err := n.Repair(ctx, peer, 0)
+		merged += rep.Merged
+		bytes += rep.Bytes
+		pulled += rep.Pulled
+		if err != nil {
+			n.opts.Log.Warn("Catch-up from a peer was incomplete; anti-entropy repairs the rest", "peer", peer.Name,
+				"merged", rep.Merged, "error", err.Error())
+			continue
+		}
+		reached++
+	}
+	n.makeDurable(merged)
+	n.opts.Log.Info("Caught up", "peers", len(n.members.Peers()), "reached", reached, "merged", merged, "bytesChanged", bytes, "bytesPulled", pulled, "duration", time.Since(start).String())
+}
+
+func (n *Node) makeDurable(merged int) {
+	if merged == 0 || n.opts.Durable == nil {
+		return
+	}
+	if err := n.opts.Durable(); err != nil {
+		n.opts.Log.Error("Could not make merged filters durable; a restart catches up again", "error", err.Error())
+	}
+}
+
+// Run waits for the first membership, catches up, becomes ready, then runs anti-entropy every
+// interval until ctx ends. Call it once the filters were recovered from disk.
+func (n *Node) Run(ctx context.Context) {
+	for {
+		known, changed := n.members.Known()
+		if known {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+	n.catchUp(ctx)
+	n.caughtUp.Store(true)
+	if n.opts.AntiEntropyInterval <= 0 {
+		return
+	}
+	ticker := time.NewTicker(n.opts.AntiEntropyInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			n.antiEntropy(ctx)
+		}
+	}
+}
+
+// antiEntropy repairs from one peer chosen at random. Every pod pulls on its own timer, so a
+// write one pod missed is found from whichever side holds it.
+func (n *Node) antiEntropy(ctx context.Context) {
+	peers := n.members.Peers()
+	if len(peers) == 0 {
+		return
+	}
+	peer := peers[rand.IntN(len(peers))]
+	rep, err := n.Repair(ctx, peer, n.opts.AntiEntropyBytesPerSecond)
+	n.stats.AntiEntropyPasses.Add(1)
+	n.makeDurable(rep.Merged)
+	if err != nil {
+		n.opts.Log.Warn("Anti-entropy pass was incomplete", "peer", peer.Name, "merged", rep.Merged, "error", err.Error())
+		return
+	}
+	if rep.Differences > 0 {
+		n.opts.Log.Info("Anti-entropy repaired differences", "peer", rep.Peer, "filters", rep.Filters,
+			"differences", rep.Differences, "merged", rep.Merged, "bytesChanged", rep.Bytes, "bytesPulled", rep.Pulled)
+	}
+}

@@ -1,0 +1,191 @@
+package replication
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+const (
+	// queueLength bounds the writes waiting for one peer. A peer that falls this far behind is
+	// down or far too slow: further writes skip it (failing their wait on it) and anti-entropy
+	// repairs it, rather than memory growing without bound.
+	queueLength = 1 << 14
+	// maxBatchOps bounds one request to a peer; so does Options.MaxBatchBytes.
+	maxBatchOps = 1024
+)
+
+// encodedSize bounds an op's size in JSON, the larger of the two encodings a pod accepts: a key's
+// bytes may each take six (\u00XX), and the fields around them less than 200.
+func encodedSize(op Op) int64 {
+	size := int64(200 + 6*len(op.Name))
+	for _, k := range op.Keys {
+		size += int64(3 + 6*len(k))
+	}
+	return size
+}
+
+// pending is a write waiting for one peer; its outcome goes to ack.
+type pending struct {
+	op  Op
+	ack chan<- error
+}
+
+// sender sends the writes for one peer, in order, batched: one request in flight at a time, and
+// every write queued meanwhile goes in the next. Order matters: a filter's create reaches the
+// peer before the adds to it.
+type sender struct {
+	node   *Node
+	peer   wire.Member
+	queue  chan pending
+	quit   chan struct{}
+	queued atomic.Int64
+}
+
+func newSender(n *Node, peer wire.Member) *sender {
+	return &sender{node: n, peer: peer, queue: make(chan pending, queueLength), quit: make(chan struct{})}
+}
+
+func (s *sender) stop() { close(s.quit) }
+
+// enqueue never blocks the writer: a full queue fails this peer's part of the write at once.
+func (s *sender) enqueue(op Op, ack chan<- error) {
+	select {
+	case <-s.quit:
+		ack <- fmt.Errorf("%s left the cluster", s.peer.Name)
+		return
+	default:
+	}
+	select {
+	case s.queue <- pending{op, ack}:
+		s.queued.Add(1)
+	default:
+		s.node.stats.DroppedOps.Add(1)
+		ack <- fmt.Errorf("%s: %d writes already queued for it", s.peer.Name, queueLength)
+	}
+}
+
+func (s *sender) run(ctx context.Context) {
+	batch := make([]pending, 0, maxBatchOps)
+	// carried is the write that did not fit in the last batch; it opens the next.
+	var carried *pending
+	for {
+		batch = batch[:0]
+		if carried != nil {
+			batch, carried = append(batch, *carried), nil
+		} else {
+			select {
+			case <-ctx.Done():
+				s.drain(ctx.Err())
+				return
+			case <-s.quit:
+				s.drain(fmt.Errorf("%s left the cluster", s.peer.Name))
+				return
+			case p := <-s.queue:
+				batch = append(batch, p)
+			}
+		}
+		// The first write goes even if it alone is over the budget: the peer's limit for
+		// batches is above any write a client's request can make.
+		size := encodedSize(batch[0].op)
+	fill:
+		for len(batch) < maxBatchOps {
+			select {
+			case p := <-s.queue:
+				next := encodedSize(p.op)
+				if size+next > s.node.opts.MaxBatchBytes {
+					carried = &p
+					break fill
+				}
+				batch, size = append(batch, p), size+next
+			default:
+				break fill
+			}
+		}
+		s.queued.Add(-int64(len(batch)))
+		s.send(ctx, batch)
+	}
+}
+
+// drain fails whatever is still queued.
+func (s *sender) drain(err error) {
+	for {
+		select {
+		case p := <-s.queue:
+			s.queued.Add(-1)
+			p.ack <- fmt.Errorf("%s: %w", s.peer.Name, err)
+		default:
+			return
+		}
+	}
+}
+
+func (s *sender) send(ctx context.Context, batch []pending) {
+	req := applyRequest{Ops: make([]Op, len(batch))}
+	for i, p := range batch {
+		req.Ops[i] = p.op
+	}
+	applied, err := s.post(ctx, req)
+	for i, p := range batch {
+		switch {
+		case err != nil:
+			p.ack <- err
+		case !applied[i]:
+			p.ack <- fmt.Errorf("%s lacks filter %q (generation %d); anti-entropy will repair it", s.peer.Name, p.op.Name, p.op.Generation)
+		default:
+			p.ack <- nil
+		}
+	}
+}
+
+func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
+	// A buffer of its own per batch: the transport may still read a body after Do has returned
+	// (when the peer answers before reading it all).
+	raw := AppendOps(nil, body.Ops)
+	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(raw))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
+	}
+	req.Header.Set("Content-Type", OpsContentType)
+	req.Header.Set(ForwardedHeader, "1")
+	resp, err := s.node.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
+	}
+	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s answered %s: %s", s.peer.Name, resp.Status, readError(resp.Body))
+	}
+	var out applyResponse
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("%s: decoding its answer: %w", s.peer.Name, err)
+	}
+	if len(out.Applied) != len(body.Ops) {
+		return nil, fmt.Errorf("%s answered %d results for %d writes", s.peer.Name, len(out.Applied), len(body.Ops))
+	}
+	s.node.stats.SentBatches.Add(1)
+	return out.Applied, nil
+}
+
+// drain reads what is left of a body, so that closing it puts the connection back in the pool.
+func drain(body io.Reader) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+}
+
+// readError reads an error answer's message.
+func readError(body io.Reader) string {
+	raw, _ := io.ReadAll(io.LimitReader(body, 4<<10))
+	var e wire.ErrorBody
+	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return string(bytes.TrimSpace(raw))
+}

@@ -1,0 +1,209 @@
+// Package run is `bloomery dataplane`: its flags, the logger, the listener and its socket
+// options, pprof, GC tuning, and the process's life around the HTTP API.
+package run
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/internal/cli"
+)
+
+// NewCommand is `bloomery dataplane`: it loads the configuration, applies the flags over it, and
+// serves the API until SIGTERM or SIGINT.
+func NewCommand(version string) *cobra.Command {
+	var opts dataPlaneFlags
+	cmd := &cobra.Command{
+		Use:   "dataplane",
+		Short: "Run the data plane: the bloom filter HTTP API",
+		Long: "Run the data plane: the bloom filter HTTP API, compatible with leancloud/filter-service.\n\n" +
+			"The configuration file takes filter-service's keys (defaultExpectedInsertions,\n" +
+			"maxHttpConnections, triggerPersistenceCriteria, ...) plus maxFilterBytes, maxTotalBytes,\n" +
+			"logSync, logLevel, logFormat, shutdownDrainDelayMillis and metricsMaxLabelledFilters. Flags win\n" +
+			"over the file.\n\n" +
+			"Besides the API under /v1 it serves /metrics (Prometheus), /healthz and /readyz (503 while it\n" +
+			"recovers its filters and once a shutdown begins). It stops gracefully on SIGTERM or SIGINT.",
+		Args: cli.NoArgs,
+		// An error after the flags parsed is about the configuration or the run, which the usage
+		// text would only bury.
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := opts.config(cmd.Flags(), cli.IsTerminal(cmd.ErrOrStderr()))
+			if err != nil {
+				return &cli.UsageError{Err: err}
+			}
+			if opts.pprofPort < 0 || opts.pprofPort > 65535 {
+				return cli.NewUsageError(cmd, fmt.Errorf("--pprof: port %d is not in 1..65535", opts.pprofPort))
+			}
+			return runDataPlane(cmd.Context(), cfg, version, cmd.ErrOrStderr(), opts.pprofPort)
+		},
+	}
+	cmd.SetFlagErrorFunc(cli.NewUsageError)
+	opts.register(cmd.Flags())
+	cli.SetVersion(cmd, version)
+	return cmd
+}
+
+type dataPlaneFlags struct {
+	port       int
+	address    string
+	configFile string
+	docs       bool
+	dataDir    string
+	logSync    string
+	logLevel   string
+	logFormat  string
+	inMemory   bool
+	pprofPort  int
+}
+
+func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
+	def := config.Default()
+	fs.SortFlags = false
+	fs.IntVarP(&o.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
+	fs.StringVar(&o.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
+	fs.StringVarP(&o.configFile, "config", "c", "", "YAML configuration `FILE`")
+	fs.BoolVarP(&o.docs, "docs", "d", def.DocsEnabled, "serve the API documentation: a page at /v1/docs/ that lists and calls every endpoint, and its OpenAPI document")
+	fs.StringVar(&o.dataDir, "data-dir", "", "`DIR` to keep the data in; overrides persistentStorageDirectory (default \""+def.DataDir+"\")")
+	fs.BoolVar(&o.inMemory, "in-memory", false, "keep filters in memory only: no data directory, snapshots or log (for tests and benchmarks)")
+	fs.StringVar(&o.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+def.LogSync+"\")")
+	fs.StringVar(&o.logLevel, "log-level", "", "`LEVEL` of the logs: debug (which logs every request), info, warn or error; overrides logLevel (default \""+def.LogLevel+"\")")
+	fs.StringVar(&o.logFormat, "log-format", "", "`FORMAT` of the logs, json or text; overrides logFormat (default: text on a terminal, else json)")
+	fs.IntVar(&o.pprofPort, "pprof", 0, "serve Go's profiler (net/http/pprof, /debug/pprof/) on 127.0.0.1:`PORT`, apart from the API; 0, the default, serves none")
+}
+
+// config is the file's configuration (or the defaults) with the flags the user set applied over
+// it. terminal says whether the logs go to a terminal, where text reads better than JSON.
+func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config, error) {
+	cfg := config.Default()
+	var fileKeys map[string]*yaml.Node
+	if fs.Changed("config") {
+		var err error
+		if cfg, fileKeys, err = config.LoadWithKeys(o.configFile); err != nil {
+			return cfg, err
+		}
+	}
+	// The file has no port, address or docs keys, so these flags always decide; a flag default
+	// is DefaultConfig's value.
+	cfg.Port = o.port
+	cfg.Address = o.address
+	cfg.DocsEnabled = o.docs
+	if fs.Changed("data-dir") {
+		cfg.DataDir = o.dataDir
+	}
+	cfg.InMemory = o.inMemory
+	// The pod's name, from the downward API in the operator's StatefulSet.
+	cfg.PodName = os.Getenv("POD_NAME")
+	if fs.Changed("log-sync") {
+		cfg.LogSync = o.logSync
+	}
+	if fs.Changed("log-level") {
+		if err := config.CheckLogLevel(o.logLevel); err != nil {
+			return cfg, fmt.Errorf("--log-level: %w", err)
+		}
+		cfg.LogLevel = o.logLevel
+	}
+	switch {
+	case fs.Changed("log-format"):
+		if err := config.CheckLogFormat(o.logFormat); err != nil {
+			return cfg, fmt.Errorf("--log-format: %w", err)
+		}
+		cfg.LogFormat = o.logFormat
+	case terminal && fileKeys["logFormat"] == nil:
+		cfg.LogFormat = "text"
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("invalid configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// runDataPlane serves until ctx is cancelled or a signal asks to stop, and returns nil after a
+// clean shutdown.
+func runDataPlane(ctx context.Context, cfg config.Config, version string, logOutput io.Writer, pprofPort int) error {
+	log := newDataPlaneLogger(cfg, logOutput)
+	// The standard library's own messages (net/http's included) go through it too.
+	slog.SetDefault(log)
+
+	ctx, stopSignals := signal.NotifyContext(ctx, syscall.SIGTERM, os.Interrupt)
+	defer stopSignals()
+	// Once shutdown starts, a second signal gets the default action and ends the process at once,
+	// in case the graceful shutdown hangs.
+	context.AfterFunc(ctx, stopSignals)
+
+	log.Info("Starting data plane", "version", version, "config", cfg)
+	if o := cfg.ChannelOptions; (o.SoRcvBuf > 0 && o.SoRcvBuf < 64<<10) || (o.SoSndBuf > 0 && o.SoSndBuf < 64<<10) {
+		log.Warn("Small socket buffers limit throughput; consider removing SO_RCVBUF and SO_SNDBUF so that the kernel sizes them",
+			"SO_RCVBUF", o.SoRcvBuf, "SO_SNDBUF", o.SoSndBuf)
+	}
+	srv, err := New(cfg, log)
+	if err != nil {
+		return fmt.Errorf("start data plane: %w", err)
+	}
+	ln, err := listenAPI(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if pprofPort != 0 {
+		stop, err := servePprof(ctx, pprofPort, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	if err := srv.Run(ctx, ln); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+func newDataPlaneLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo // unreachable after Validate
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// listenAPI opens the API's TCP listener with the configured socket options.
+func listenAPI(ctx context.Context, cfg config.Config) (net.Listener, error) {
+	lc := net.ListenConfig{Control: socketControl(cfg.ChannelOptions)}
+	ln, err := lc.Listen(ctx, "tcp", net.JoinHostPort(cfg.Address, strconv.Itoa(cfg.Port)))
+	if err != nil {
+		return nil, err // "listen tcp :8080: bind: address already in use"
+	}
+	if !cfg.ChannelOptions.TCPNoDelay {
+		ln = nagleListener{ln}
+	}
+	return ln, nil
+}
+
+// nagleListener turns Nagle's algorithm back on for every accepted connection: Go sets
+// TCP_NODELAY on all TCP connections, and the configuration asked for TCP_NODELAY: false.
+type nagleListener struct{ net.Listener }
+
+func (l nagleListener) Accept() (net.Conn, error) {
+	conn, err := l.Listener.Accept()
+	if tcp, ok := conn.(*net.TCPConn); ok && err == nil {
+		// A failure here (the peer already gone) leaves a connection that still works, or one that
+		// fails on its first read; neither is a reason to fail Accept, which would stop the server.
+		_ = tcp.SetNoDelay(false)
+	}
+	return conn, err
+}

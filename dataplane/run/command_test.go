@@ -1,0 +1,60 @@
+package run
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/spf13/pflag"
+)
+
+// parseFlags parses args as `bloomery dataplane` would and builds the configuration.
+func parseFlags(t *testing.T, terminal bool, args ...string) (config.Config, error) {
+	t.Helper()
+	var o dataPlaneFlags
+	fs := pflag.NewFlagSet("dataplane", pflag.ContinueOnError)
+	o.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("parsing %v: %v", args, err)
+	}
+	return o.config(fs, terminal)
+}
+
+// Logs are JSON for collectors and text for people at a terminal, unless the file or a flag says.
+func TestLogFlags(t *testing.T) {
+	jsonFile := filepath.Join(t.TempDir(), "json.yaml")
+	if err := os.WriteFile(jsonFile, []byte("logFormat: json\nlogLevel: warn\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name          string
+		terminal      bool
+		args          []string
+		level, format string
+	}{
+		{"defaults, piped", false, nil, "info", "json"},
+		{"defaults, at a terminal", true, nil, "info", "text"},
+		{"the file decides at a terminal too", true, []string{"-c", jsonFile}, "warn", "json"},
+		{"flags win over the file", true, []string{"-c", jsonFile, "--log-level", "debug", "--log-format", "text"}, "debug", "text"},
+		{"json asked for at a terminal", true, []string{"--log-format", "json"}, "info", "json"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, err := parseFlags(t, tt.terminal, tt.args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.LogLevel != tt.level || cfg.LogFormat != tt.format {
+				t.Errorf("level %q, format %q; want %q and %q", cfg.LogLevel, cfg.LogFormat, tt.level, tt.format)
+			}
+		})
+	}
+	for flag, value := range map[string]string{"--log-level": "trace", "--log-format": "xml"} {
+		_, err := parseFlags(t, false, flag, value)
+		if err == nil || !strings.HasPrefix(err.Error(), flag+": must be one of") {
+			t.Errorf("%s %s: error %v, want one naming the flag", flag, value, err)
+		}
+	}
+}

@@ -1,0 +1,124 @@
+package run
+
+import (
+	"log/slog"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/metrics"
+	"github.com/bloomery/bloomery/dataplane/persist"
+	"github.com/bloomery/bloomery/dataplane/httpapi"
+)
+
+// DataPlane is one data-plane process assembled: the engine, the replication node, the metrics
+// and the HTTP API over them, and (once Run opens it) the data directory.
+type DataPlane struct {
+	cfg     config.Config
+	log     *slog.Logger
+	store   *filter.Store
+	node    *replication.Node
+	metrics *metrics.Metrics
+	api     *httpapi.Server
+
+	// persister is set once the data directory is open; nil when in memory.
+	persister atomic.Pointer[persist.Persister]
+	// beforeRecovery, if set, runs when recovery starts; tests hold recovery open with it.
+	beforeRecovery func()
+}
+
+// New assembles a data plane from a validated configuration. Nothing touches the disk before Run.
+func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
+	d := &DataPlane{
+		cfg:   cfg,
+		log:   log,
+		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes}, nil),
+	}
+	d.node = replication.NewNode(replication.Options{
+		Store:               d.store,
+		Log:                 log,
+		WriteConsistency:    wire.Consistency(cfg.WriteConsistency),
+		Timeout:             cfg.ReplicationTimeout,
+		AwaitMembership:     cfg.AwaitMembership,
+		AntiEntropyInterval: cfg.AntiEntropyInterval,
+		MaxDumpBytes:        maxDumpBytes(cfg),
+		MaxBatchBytes:       cfg.MaxHTTPRequestLength,
+		PodName:             cfg.PodName,
+		Durable:             d.durable,
+	})
+	d.metrics = metrics.New(metrics.Options{
+		Store:              d.store,
+		Cluster:            d.node,
+		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
+		Ready:              func() bool { return d.api.Ready() },
+	})
+	var err error
+	d.api, err = httpapi.New(httpapi.Options{
+		Config:       cfg,
+		Log:          log,
+		Store:        d.store,
+		Node:         d.node,
+		Metrics:      d.metrics,
+		LastSnapshot: d.lastSnapshot,
+		Durable:      d.durable,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Handler serves the whole API; tests mount it on httptest servers.
+func (d *DataPlane) Handler() http.Handler { return d.api.Handler() }
+
+// durable makes the store's current state survive a crash with a snapshot; bits merged from a
+// dump are not in the log.
+func (d *DataPlane) durable() error {
+	if p := d.persister.Load(); p != nil {
+		return p.Snapshot()
+	}
+	return nil
+}
+
+// lastSnapshot is when the last snapshot completed; zero before the first and in memory.
+func (d *DataPlane) lastSnapshot() time.Time {
+	if p := d.persister.Load(); p != nil {
+		if at := p.Stats().LastSnapshotUnix.Load(); at > 0 {
+			return time.Unix(at, 0)
+		}
+	}
+	return time.Time{}
+}
+
+// persistOptions is the part of the configuration the persister takes.
+func persistOptions(c config.Config, log *slog.Logger, syncObserver func(time.Duration)) persist.Options {
+	criteria := make([]persist.Criterion, len(c.TriggerPersistenceCriteria))
+	for i, tc := range c.TriggerPersistenceCriteria {
+		criteria[i] = persist.Criterion{Period: tc.Period, UpdatesMoreThan: tc.UpdatesMoreThan}
+	}
+	return persist.Options{
+		Dir:                  c.DataDir,
+		Sync:                 persist.SyncPolicy(c.LogSync),
+		AllowCorruptSnapshot: c.AllowRecoverFromCorruptedPersistentFile,
+		Criteria:             criteria,
+		Log:                  log,
+		SyncObserver:         syncObserver,
+	}
+}
+
+// maxDumpBytes bounds a dump read from a peer: the per-filter memory limit, else the total one,
+// plus room for the record's head.
+func maxDumpBytes(cfg config.Config) int64 {
+	limit := cfg.MaxFilterBytes
+	if limit == 0 || (cfg.MaxTotalBytes > 0 && cfg.MaxTotalBytes < limit) {
+		limit = cfg.MaxTotalBytes
+	}
+	if limit == 0 || limit > 1<<40 {
+		return 1 << 40
+	}
+	return int64(limit) + 64<<10
+}

@@ -1,0 +1,194 @@
+package run
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/net/netutil"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
+	"github.com/bloomery/bloomery/dataplane/httpapi"
+)
+
+// Run serves on ln until ctx is cancelled, then shuts down gracefully and takes a final snapshot.
+// It returns nil after a clean shutdown. With cfg.InMemory nothing touches the disk.
+//
+// The order matters to whoever watches the pod:
+//  1. lock the data directory (a second process on it fails here, before it listens);
+//  2. serve HTTP at once: /healthz, /v1/ping and /metrics answer, /readyz and the filter API
+//     answer 503 (code 7) while the filters are recovered;
+//  3. recover, then /readyz turns 200 and the filter API serves;
+//  4. on cancellation /readyz turns 503 first, the API serves on for cfg.ShutdownDrainDelay so
+//     that load balancers notice, then the server stops accepting connections and waits up to
+//     cfg.GracefulShutdownTimeout for the requests in flight;
+//  5. with HTTP down, a final snapshot.
+func (d *DataPlane) Run(ctx context.Context, ln net.Listener) (err error) {
+	var p *persist.Persister
+	if d.cfg.InMemory {
+		d.log.Warn("Persistence is off: filters live in memory only and are lost when the process ends")
+	} else {
+		if p, err = persist.Open(persistOptions(d.cfg, d.log, d.metrics.Persistence.ObserveSync)); err != nil {
+			_ = ln.Close()
+			return err
+		}
+		defer func() { err = errors.Join(err, p.Close()) }()
+		d.metrics.Persistence.Attach(p.Stats())
+		d.persister.Store(p)
+		d.api.SetPhase(httpapi.Recovering)
+	}
+
+	hs := d.startHTTP(ln)
+	if p != nil {
+		if err := d.recoverFilters(p); err != nil {
+			hs.close()
+			return err
+		}
+	}
+	if ctx.Err() == nil {
+		d.api.SetPhase(httpapi.Serving)
+		d.log.Info("Ready")
+	}
+
+	// Background work runs until HTTP is down, and no longer: the final snapshot must not race
+	// with a periodic one, nor with a purge.
+	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
+	var background sync.WaitGroup
+	background.Go(func() { d.purgeExpired(bgCtx) })
+	background.Go(func() { tuneGC(bgCtx) })
+	background.Go(func() { d.node.Run(bgCtx) })
+	defer d.node.Close()
+	if p != nil {
+		background.Go(func() { p.Run(bgCtx) })
+	}
+
+	var serveErr error
+	select {
+	case err := <-hs.done: // the listener failed: nothing left to drain
+		serveErr = fmt.Errorf("serving HTTP: %w", err)
+	case <-ctx.Done():
+		d.drain()
+		serveErr = hs.shutdown(ctx, d.cfg.GracefulShutdownTimeout)
+	}
+	stopBackground()
+	background.Wait()
+	if p == nil {
+		return serveErr
+	}
+	// The HTTP server is down: no request changes the filters while the last snapshot runs.
+	if err := p.Snapshot(); err != nil {
+		return errors.Join(serveErr, fmt.Errorf("final snapshot: %w", err))
+	}
+	return serveErr
+}
+
+// recoverFilters loads the data directory into the store.
+func (d *DataPlane) recoverFilters(p *persist.Persister) error {
+	if d.beforeRecovery != nil {
+		d.beforeRecovery()
+	}
+	rep, err := p.Recover(d.store)
+	if err != nil {
+		return fmt.Errorf("recovering from %s: %w", d.cfg.DataDir, err)
+	}
+	d.metrics.Persistence.Recovered(rep)
+	return nil
+}
+
+// drain turns /readyz to 503 and waits for cfg.ShutdownDrainDelay while the API still serves.
+func (d *DataPlane) drain() {
+	d.api.SetPhase(httpapi.Draining)
+	if d.cfg.ShutdownDrainDelay <= 0 {
+		return
+	}
+	d.log.Info("Draining: /readyz answers 503 before the server stops accepting connections",
+		"delay", d.cfg.ShutdownDrainDelay.String())
+	// Not interruptible on purpose: a second SIGTERM or SIGINT kills the process (see runDataPlane).
+	time.Sleep(d.cfg.ShutdownDrainDelay)
+}
+
+// httpServer is the HTTP server running on a listener.
+type httpServer struct {
+	srv  *http.Server
+	done chan error // receives why Serve returned, once
+	log  *slog.Logger
+}
+
+// startHTTP serves the API on ln in a goroutine; shutdown stops it.
+func (d *DataPlane) startHTTP(ln net.Listener) *httpServer {
+	if d.cfg.MaxHTTPConnections > 0 {
+		ln = netutil.LimitListener(ln, d.cfg.MaxHTTPConnections)
+	}
+	hs := &httpServer{
+		srv: &http.Server{
+			Handler: d.api.Handler(),
+			// The API answers from memory; a request that takes longer than the timeout to arrive
+			// or to be answered is a stuck client, and its connection is better closed.
+			ReadHeaderTimeout: d.cfg.RequestTimeout,
+			ReadTimeout:       d.cfg.RequestTimeout,
+			WriteTimeout:      d.cfg.RequestTimeout,
+			IdleTimeout:       d.cfg.IdleTimeout,
+			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
+			ConnState:         d.metrics.HTTP.ConnState,
+		},
+		done: make(chan error, 1),
+		log:  d.log,
+	}
+	go func() { hs.done <- hs.srv.Serve(ln) }()
+	d.log.Info("Listening", "address", ln.Addr().String())
+	return hs
+}
+
+// close stops serving at once, cutting off the requests in flight.
+func (hs *httpServer) close() {
+	_ = hs.srv.Close() // it can only fail to close the listener, which Serve then reports
+	if err := <-hs.done; !errors.Is(err, http.ErrServerClosed) {
+		hs.log.Warn("HTTP server failed", "error", err.Error())
+	}
+}
+
+// shutdown stops accepting connections and waits up to timeout for the requests in flight.
+func (hs *httpServer) shutdown(ctx context.Context, timeout time.Duration) error {
+	hs.log.Info("Shutting down", "timeout", timeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if err := hs.srv.Shutdown(shutdownCtx); err != nil {
+		hs.close() // whatever did not finish in time is cut off
+		return fmt.Errorf("graceful shutdown: %w", err)
+	}
+	if err := <-hs.done; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serving HTTP: %w", err)
+	}
+	hs.log.Info("Stopped")
+	return nil
+}
+
+// purgeExpired removes expired filters every PurgeInterval. Requests already answer 404 for
+// them; purging gives their memory back. Tombstones, kept for days, are swept once a minute:
+// the sweep holds the lock that creates and deletes take.
+func (d *DataPlane) purgeExpired(ctx context.Context) {
+	ticker := time.NewTicker(d.cfg.PurgeInterval)
+	defer ticker.Stop()
+	tombstones := time.NewTicker(time.Minute)
+	defer tombstones.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			for _, name := range d.store.PurgeExpired() {
+				d.log.Info("Purged expired filter", "filter", name)
+			}
+		case <-tombstones.C:
+			if n := d.store.PurgeTombstones(); n > 0 {
+				d.log.Info("Forgot tombstones of deleted filters past their retention", "tombstones", n, "retention", filter.TombstoneRetention.String())
+			}
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package run_test
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+func TestMembershipEndpoint(t *testing.T) {
+	s := newTestServer(t, nil)
+	var m wire.Membership
+	s.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
+	if m.Epoch != 0 || len(m.Members) != 0 {
+		t.Fatalf("a pod never told: %+v, want epoch 0 and no members", m)
+	}
+	push := `{"epoch":3,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"},{"name":"b","url":"http://127.0.0.1:2"}]}`
+	s.send(t, http.MethodPut, wire.MembershipPath, push).wantJSON(t, http.StatusOK, &m)
+	if m.Epoch != 3 || m.Self != "a" || len(m.Members) != 2 {
+		t.Fatalf("after a push: %+v", m)
+	}
+	older := `{"epoch":2,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`
+	msg := s.send(t, http.MethodPut, wire.MembershipPath, older).wantError(t, http.StatusConflict, wire.CodeStaleEpoch)
+	if !strings.Contains(msg, "holds epoch 3, got 2") {
+		t.Errorf("stale epoch message: %q", msg)
+	}
+	if err := s.client.SetMembership(t.Context(), wire.Membership{Epoch: 1}); !client.IsStaleEpoch(err) {
+		t.Errorf("the client's SetMembership of an older epoch: %v, want IsStaleEpoch", err)
+	}
+	for body, want := range map[string]string{
+		`{"epoch":4,"self":"c","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`: `self: "c" is not one of the members`,
+		`{"epoch":"4"}`:                      "invalid JSON body",
+		`{"epoch":4,"members":[],"extra":1}`: `unknown field "extra"`,
+		`{"epoch":4,"self":"a","members":[{"name":"a","url":"ftp://x"}]}`: `is not an http(s) URL`,
+	} {
+		if msg := s.send(t, http.MethodPut, wire.MembershipPath, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+			t.Errorf("PUT %s: %q, want it to contain %q", body, msg, want)
+		}
+	}
+}
+
+func TestConsistencyParameterIsValidated(t *testing.T) {
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{})
+	for _, path := range []string{"/v1/bloomfilter/f/check-and-set", "/v1/bloomfilter/f/check", "/v1/bloomfilter/f/set"} {
+		msg := s.send(t, http.MethodPost, path+"?consistency=most", `{"value":"x"}`).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		if !strings.Contains(msg, `"consistency"`) || !strings.Contains(msg, `"most"`) {
+			t.Errorf("%s: %q", path, msg)
+		}
+	}
+	if present := multiCheck(t, s, "f", []string{"x"}); present[0] {
+		t.Error("a write refused for its consistency parameter was applied")
+	}
+	// A pod without peers serves every level alone.
+	cl := client.New(s.url, client.WithConsistency(wire.ConsistencyAll))
+	if present, err := cl.CheckAndSet(t.Context(), "f", "y"); err != nil || present {
+		t.Fatalf("check-and-set with consistency=all on a pod alone = %v, %v", present, err)
+	}
+}
+
+func TestApplyRefusesMalformedOps(t *testing.T) {
+	s := newTestServer(t, nil)
+	for body, want := range map[string]string{
+		`{"ops":[{"op":"explode","name":"f","generation":1}]}`:          `unknown op "explode"`,
+		`{"ops":[{"op":"create","name":"f","generation":1}]}`:           "without options",
+		`{"ops":[{"op":"add","name":"no/slash","generation":1}]}`:       "invalid filter name",
+		`{"ops":[{"op":"add","name":"f","generation":0,"keys":["a"]}]}`: "generation must be > 0",
+		`{"ops":"nope"}`: "invalid JSON body",
+	} {
+		if msg := s.send(t, http.MethodPost, "/internal/v1/apply", body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+			t.Errorf("apply %s: %q, want it to contain %q", body, msg, want)
+		}
+	}
+}
+
+func TestDumpAndMerge(t *testing.T) {
+	src, dst := newTestServer(t, nil), newTestServer(t, nil)
+	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
+	create(t, src, "f", opts)
+	create(t, dst, "f", opts)
+	values := make([]string, 3000) // enough to grow the source to several layers
+	for i := range values {
+		values[i] = "v" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + time.Duration(i).String()
+	}
+	if err := src.client.MultiSet(t.Context(), "f", values); err != nil {
+		t.Fatal(err)
+	}
+	dump := src.send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "")
+	if dump.status != http.StatusOK || dump.header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("dump: %d %s", dump.status, dump.header.Get("Content-Type"))
+	}
+	var merged wire.Filter
+	dst.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.body)).wantJSON(t, http.StatusOK, &merged)
+	if merged.Layers != get(t, src, "f").Layers {
+		t.Errorf("after the merge the filter has %d layers, the source %d", merged.Layers, get(t, src, "f").Layers)
+	}
+	for i, ok := range multiCheck(t, dst, "f", values) {
+		if !ok {
+			t.Fatalf("after the merge %q is absent", values[i])
+		}
+	}
+
+	create(t, dst, "other", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.001)})
+	if msg := dst.send(t, http.MethodPost, "/v1/bloomfilter/other/merge", string(dump.body)).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "another shape") {
+		t.Errorf("merge of another shape: %q", msg)
+	}
+	corrupt := bytes.Clone(dump.body)
+	corrupt[len(corrupt)-1] ^= 0x80
+	if msg := dst.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(corrupt)).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "invalid dump") {
+		t.Errorf("merge of a corrupt dump: %q", msg)
+	}
+	dst.send(t, http.MethodPost, "/v1/bloomfilter/absent/merge", string(dump.body)).wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+	small := newTestServer(t, func(c *config.Config) { c.MaxHTTPRequestLength = 100 })
+	create(t, small, "f", opts)
+	small.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.body)).wantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
+
+	// The dump is the format persist reads.
+	st, err := persist.ReadDump(bytes.NewReader(dump.body), int64(len(dump.body)))
+	if err != nil || st.Name != "f" || len(st.Layers) != merged.Layers {
+		t.Fatalf("ReadDump: %v, %+v", err, st.Options)
+	}
+	if err := filter.NewStore(filter.Limits{}, nil).Restore(st); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A pod configured to await its membership is not ready until told, then ready at once when it
+// has no peers.
+func TestReadinessAwaitsMembership(t *testing.T) {
+	srv := newServer(t, func(c *config.Config) { c.InMemory, c.AwaitMembership = true, true })
+	ts, stop := startRun(t, srv)
+	t.Cleanup(func() { _ = stop() })
+	eventually(t, 10*time.Second, time.Millisecond, "the API to serve", func() bool {
+		return ts.send(t, http.MethodGet, "/v1/bloomfilter/list", "").status == http.StatusOK
+	})
+	msg := ts.send(t, http.MethodGet, "/readyz", "").wantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	if !strings.Contains(msg, "waiting for the operator") {
+		t.Errorf("/readyz before the membership: %q", msg)
+	}
+	if err := ts.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "solo", Members: []wire.Member{{Name: "solo", URL: ts.url}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntilReady(t, ts)
+}
+
+// A pod that has just learned of its peers and not yet caught up from them refuses creates: a
+// filter it created would be a new incarnation replacing, on every pod, the one they hold.
+func TestCreateWaitsForCatchUp(t *testing.T) {
+	s := newTestServer(t, nil) // no Run, so no catch-up: the pod stays behind its peers
+	if err := s.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{
+		{Name: "a", URL: s.url}, {Name: "b", URL: "http://127.0.0.1:1"},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	msg := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{}`).wantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	if !strings.Contains(msg, "catching up") {
+		t.Errorf("create while catching up: %q", msg)
+	}
+	if names, err := s.client.List(t.Context()); err != nil || len(names) != 0 {
+		t.Errorf("after a refused create the pod lists %v, %v", names, err)
+	}
+}
+
+// Peers send writes in the binary batch format; a malformed batch is refused whole.
+func TestApplyBinaryBatches(t *testing.T) {
+	s := newTestServer(t, nil)
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
+	gen := time.Now().UnixNano()
+	batch := replication.AppendOps(nil, []replication.Op{
+		{Kind: replication.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
+	})
+	post := func(body []byte) response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/internal/v1/apply", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", replication.OpsContentType)
+		resp, err := s.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		return response{resp.StatusCode, resp.Header, raw}
+	}
+	var out struct{ Applied []bool }
+	post(batch).wantJSON(t, http.StatusOK, &out)
+	if len(out.Applied) != 2 || !out.Applied[0] || !out.Applied[1] {
+		t.Fatalf("applied = %v, want both", out.Applied)
+	}
+	if present := multiCheck(t, s, "f", []string{"a", "b", "c"}); !present[0] || !present[1] || present[2] {
+		t.Fatalf("after the batch: %v", present)
+	}
+	msg := post(batch[:len(batch)-1]).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	if !strings.Contains(msg, "malformed batch") {
+		t.Errorf("a truncated batch: %q", msg)
+	}
+}

@@ -1,0 +1,1245 @@
+package run_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// testServer is the real data-plane handler on a loopback listener, with a typed client for the
+// calls whose bodies are well-formed and raw HTTP for the rest.
+type testServer struct {
+	url    string
+	http   *http.Client
+	client *client.Client
+
+	// How the last request's body arrived, as the server saw it.
+	mu                   sync.Mutex
+	lastContentLength    int64
+	lastTransferEncoding []string
+}
+
+func newTestServer(t *testing.T, configure func(*config.Config)) *testServer {
+	t.Helper()
+	srv := newServer(t, configure)
+	ts := &testServer{}
+	handler := srv.Handler()
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ts.mu.Lock()
+		ts.lastContentLength, ts.lastTransferEncoding = r.ContentLength, r.TransferEncoding
+		ts.mu.Unlock()
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	ts.url, ts.http, ts.client = hs.URL, hs.Client(), client.New(hs.URL)
+	return ts
+}
+
+func newServer(t *testing.T, configure func(*config.Config)) *run.DataPlane {
+	t.Helper()
+	cfg := config.Default()
+	if configure != nil {
+		configure(&cfg)
+	}
+	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	return srv
+}
+
+// runServer serves with (*Server).Run, the production path, which also runs the background
+// purge of expired filters that a bare Handler does not.
+func runServer(t *testing.T, configure func(*config.Config)) *testServer {
+	t.Helper()
+	srv := newServer(t, func(cfg *config.Config) {
+		cfg.DataDir = t.TempDir()
+		if configure != nil {
+			configure(cfg)
+		}
+	})
+	ts, stop := startRun(t, srv)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	waitUntilReady(t, ts)
+	return ts
+}
+
+// startRun runs srv on a loopback listener; stop cancels Run and returns what it returned. It
+// does not wait for readiness: the server answers HTTP while it recovers.
+func startRun(t *testing.T, srv *run.DataPlane) (ts *testServer, stop func() error) {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ln) }()
+	var once sync.Once
+	var runErr error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			runErr = <-done
+		})
+		return runErr
+	}
+	url := "http://" + ln.Addr().String()
+	return &testServer{url: url, http: &http.Client{}, client: client.New(url)}, stop
+}
+
+// waitUntilReady waits for /readyz to answer 200: the filter API answers 503 while the server
+// recovers, and tests start once it is ready, as a Service would send it traffic.
+func waitUntilReady(t *testing.T, ts *testServer) {
+	t.Helper()
+	eventually(t, 30*time.Second, time.Millisecond, "readiness", func() bool {
+		return ts.send(t, http.MethodGet, "/readyz", "").status == http.StatusOK
+	})
+}
+
+type response struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// send sends body with a Content-Length; an empty body is sent as no body at all.
+func (s *testServer) send(t *testing.T, method, path, body string) response {
+	t.Helper()
+	var r io.Reader
+	if body != "" {
+		r = strings.NewReader(body)
+	}
+	return s.sendReader(t, method, path, r)
+}
+
+// sendChunked sends body with chunked transfer encoding: a reader of unknown length.
+func (s *testServer) sendChunked(t *testing.T, method, path, body string) response {
+	t.Helper()
+	return s.sendReader(t, method, path, io.MultiReader(strings.NewReader(body)))
+}
+
+func (s *testServer) sendReader(t *testing.T, method, path string, body io.Reader) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, s.url+path, body)
+	if err != nil {
+		t.Fatalf("building %s %s: %v", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
+	}
+	return response{resp.StatusCode, resp.Header, raw}
+}
+
+// wantError asserts the status and the error body's exact shape, {"error": "...", "code": n},
+// served as JSON, and returns the message.
+func (r response) wantError(t *testing.T, status, code int) string {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d (body %s), want %d", r.status, r.body, status)
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		t.Errorf("Content-Type = %q, want application/json", ct)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(r.body, &fields); err != nil {
+		t.Fatalf("error body %s is not a JSON object: %v", r.body, err)
+	}
+	if len(fields) != 2 || fields["error"] == nil || fields["code"] == nil {
+		t.Fatalf("error body %s, want exactly the fields error and code", r.body)
+	}
+	var eb wire.ErrorBody
+	if err := json.Unmarshal(r.body, &eb); err != nil {
+		t.Fatalf("error body %s: %v", r.body, err)
+	}
+	if eb.Code != code || eb.Error == "" {
+		t.Fatalf("error body %s, want code %d and a message", r.body, code)
+	}
+	return eb.Error
+}
+
+// wantJSON asserts a 2xx status and decodes the body into out.
+func (r response) wantJSON(t *testing.T, status int, out any) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status = %d (body %s), want %d", r.status, r.body, status)
+	}
+	if err := json.Unmarshal(r.body, out); err != nil {
+		t.Fatalf("body %s: %v", r.body, err)
+	}
+}
+
+// wantAPIError asserts that err is the client's *Error with that status and code, and returns a
+// copy of it.
+func wantAPIError(t *testing.T, err error, status, code int) client.Error {
+	t.Helper()
+	e, ok := errors.AsType[*client.Error](err)
+	if !ok {
+		t.Fatalf("error = %v, want a *client.Error with status %d", err, status)
+	}
+	if e.Status != status || e.Code != code {
+		t.Fatalf("error = %v, want status %d and code %d", e, status, code)
+	}
+	return *e
+}
+
+func create(t *testing.T, s *testServer, name string, opts client.CreateOptions) wire.Filter {
+	t.Helper()
+	f, created, err := s.client.Create(t.Context(), name, opts)
+	if err != nil || !created {
+		t.Fatalf("Create(%s) = created %v, %v; want created", name, created, err)
+	}
+	return f
+}
+
+func get(t *testing.T, s *testServer, name string) wire.Filter {
+	t.Helper()
+	f, err := s.client.Get(t.Context(), name)
+	if err != nil {
+		t.Fatalf("Get(%s): %v", name, err)
+	}
+	return f
+}
+
+func multiCheck(t *testing.T, s *testServer, name string, values []string) []bool {
+	t.Helper()
+	got, err := s.client.MultiCheck(t.Context(), name, values)
+	if err != nil {
+		t.Fatalf("MultiCheck(%s): %v", name, err)
+	}
+	return got
+}
+
+// eventually polls cond every interval until it holds, or fails the test after timeout.
+func eventually(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not happen within %s", what, timeout)
+		}
+		time.Sleep(interval)
+	}
+}
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	r := s.send(t, http.MethodGet, "/v1/ping", "")
+	if r.status != http.StatusOK || string(r.body) != "pong" {
+		t.Fatalf("GET /v1/ping = %d %q, want 200 pong", r.status, r.body)
+	}
+	if err := s.client.Ping(t.Context()); err != nil {
+		t.Fatalf("client Ping: %v", err)
+	}
+}
+
+// A create of an existing filter answers it unchanged with 200, unless overwrite is true.
+func TestCreateExistingFilter(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+
+	r := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000,"fpp":0.001}`)
+	var first wire.Filter
+	r.wantJSON(t, http.StatusCreated, &first)
+	if err := s.client.MultiSet(ctx, "f", []string{"a", "b"}); err != nil {
+		t.Fatalf("MultiSet: %v", err)
+	}
+
+	for _, body := range []string{`{"expectedInsertions":5000}`, `{"expectedInsertions":5000,"overwrite":false}`, ``} {
+		var again wire.Filter
+		s.send(t, http.MethodPut, "/v1/bloomfilter/f", body).wantJSON(t, http.StatusOK, &again)
+		if again.ExpectedInsertions != 1000 || again.FPP != 0.001 || again.Created != first.Created || again.Items != 2 {
+			t.Errorf("PUT %s on an existing filter answered %+v, want the existing filter (1000, 0.001, %s, 2 items)",
+				body, again, first.Created)
+		}
+	}
+	if got := multiCheck(t, s, "f", []string{"a", "b"}); !slices.Equal(got, []bool{true, true}) {
+		t.Errorf("values after repeated creates = %v, want both still present", got)
+	}
+
+	var replaced wire.Filter
+	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"overwrite":true}`).
+		wantJSON(t, http.StatusCreated, &replaced)
+	if replaced.ExpectedInsertions != 5000 || replaced.FPP != config.Default().DefaultFPP || replaced.Items != 0 {
+		t.Errorf("overwrite answered %+v, want a new empty filter of 5000 with the default fpp", replaced)
+	}
+	if got := multiCheck(t, s, "f", []string{"a", "b"}); !slices.Equal(got, []bool{false, false}) {
+		t.Errorf("values after overwrite = %v, want both gone", got)
+	}
+	if got := get(t, s, "f"); got.ExpectedInsertions != 5000 || got.Items != 0 {
+		t.Errorf("GET after overwrite = %+v, want the new filter", got)
+	}
+}
+
+var timeFormat = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
+
+// parseTime checks the wire format of created and expiration: UTC with milliseconds.
+func parseTime(t *testing.T, field, s string) time.Time {
+	t.Helper()
+	if !timeFormat.MatchString(s) {
+		t.Fatalf("%s = %q, want the form 2006-01-02T15:04:05.000Z", field, s)
+	}
+	ts, err := time.Parse("2006-01-02T15:04:05.000Z", s)
+	if err != nil {
+		t.Fatalf("%s = %q: %v", field, s, err)
+	}
+	return ts
+}
+
+func TestFilterJSON(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+
+	before := time.Now().UTC().Truncate(time.Millisecond)
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01),
+		ValidPeriodAfterCreate: new(int64(3600))})
+	after := time.Now().UTC()
+	for i := range 10 {
+		if err := s.client.Set(ctx, "f", fmt.Sprint("value-", i)); err != nil {
+			t.Fatalf("Set: %v", err)
+		}
+	}
+
+	r := s.send(t, http.MethodGet, "/v1/bloomfilter/f", "")
+	var raw map[string]any
+	r.wantJSON(t, http.StatusOK, &raw)
+	if _, ok := raw["validPeriodAfterAccess"]; ok {
+		t.Errorf("GET %s has validPeriodAfterAccess, want it absent without sliding expiry", r.body)
+	}
+	var f wire.Filter
+	r.wantJSON(t, http.StatusOK, &f)
+	created := parseTime(t, "created", f.Created)
+	if created.Before(before) || created.After(after) {
+		t.Errorf("created = %s, want between %s and %s", created, before, after)
+	}
+	if expiration := parseTime(t, "expiration", f.Expiration); expiration.Sub(created) != time.Hour {
+		t.Errorf("expiration - created = %s, want validPeriodAfterCreate 1h", expiration.Sub(created))
+	}
+	if f.Name != "f" || f.ExpectedInsertions != 1000 || f.FPP != 0.01 || !f.Scalable || f.Growth != 2 || f.Tightening != 0.5 {
+		t.Errorf("filter = %+v, want f, 1000, 0.01, scalable with growth 2 and tightening 0.5", f)
+	}
+	if f.Items != 10 || f.Layers != 1 || f.Hashes == 0 || f.Bits == 0 || f.SizeBytes != (f.Bits+63)/64*8 {
+		t.Errorf("filter = %+v, want 10 items, 1 layer, hashes, bits, and sizeBytes the bits in 64-bit words", f)
+	}
+	if !(f.FillRatio > 0 && f.FillRatio < 0.1) || !(f.EstimatedFPP > 0 && f.EstimatedFPP < f.FPP) {
+		t.Errorf("fillRatio %v, estimatedFpp %v; want a little filled, and a rate below fpp", f.FillRatio, f.EstimatedFPP)
+	}
+
+	// An empty filter's rates are plain zeros, not -0.
+	empty := s.send(t, http.MethodPut, "/v1/bloomfilter/empty", `{}`)
+	if !strings.Contains(string(empty.body), `"estimatedFpp":0}`) || !strings.Contains(string(empty.body), `"fillRatio":0,`) {
+		t.Errorf("empty filter = %s, want fillRatio and estimatedFpp 0", empty.body)
+	}
+
+	// The other kinds of expiry and shape.
+	tests := []struct {
+		name, body string
+		check      func(t *testing.T, raw map[string]any, f wire.Filter)
+	}{
+		{"sliding", `{"validPeriodAfterAccess":30}`, func(t *testing.T, raw map[string]any, f wire.Filter) {
+			if raw["validPeriodAfterAccess"] != 30.0 {
+				t.Errorf("validPeriodAfterAccess = %v, want 30 (seconds)", raw["validPeriodAfterAccess"])
+			}
+			// Nothing accessed it yet: it expires 30 s after creation.
+			if d := parseTime(t, "expiration", f.Expiration).Sub(parseTime(t, "created", f.Created)); d != 30*time.Second {
+				t.Errorf("expiration - created = %s, want 30s", d)
+			}
+		}},
+		{"never", `{"validPeriodAfterCreate":0}`, func(t *testing.T, raw map[string]any, _ wire.Filter) {
+			if _, ok := raw["expiration"]; ok {
+				t.Errorf("a filter without expiry has expiration %v, want none", raw["expiration"])
+			}
+		}},
+		{"alias", `{"validPeriod":60}`, func(t *testing.T, _ map[string]any, f wire.Filter) {
+			if d := parseTime(t, "expiration", f.Expiration).Sub(parseTime(t, "created", f.Created)); d != time.Minute {
+				t.Errorf("validPeriod 60: expiration - created = %s, want 1m", d)
+			}
+		}},
+		{"fixed", `{"scalable":false,"expectedInsertions":100}`, func(t *testing.T, raw map[string]any, f wire.Filter) {
+			_, hasGrowth := raw["growth"]
+			_, hasTightening := raw["tightening"]
+			if f.Scalable || hasGrowth || hasTightening || f.ExpectedInsertions != 100 {
+				t.Errorf("fixed filter = %v, want scalable false, no growth or tightening", raw)
+			}
+		}},
+		{"integral floats", `{"expectedInsertions":1e3,"growth":4.0}`, func(t *testing.T, _ map[string]any, f wire.Filter) {
+			if f.ExpectedInsertions != 1000 || f.Growth != 4 {
+				t.Errorf("1e3 and 4.0 read as %d and %d, want 1000 and 4", f.ExpectedInsertions, f.Growth)
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := "/v1/bloomfilter/" + strings.ReplaceAll(tt.name, " ", "-")
+			var f wire.Filter
+			s.send(t, http.MethodPut, path, tt.body).wantJSON(t, http.StatusCreated, &f)
+			r := s.send(t, http.MethodGet, path, "")
+			var raw map[string]any
+			r.wantJSON(t, http.StatusOK, &raw)
+			r.wantJSON(t, http.StatusOK, &f)
+			tt.check(t, raw, f)
+		})
+	}
+}
+
+func TestEmptyCreateBodyUsesConfiguredDefaults(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, func(cfg *config.Config) {
+		cfg.DefaultExpectedInsertions = 5000
+		cfg.DefaultFPP = 0.02
+		cfg.DefaultValidAfterCreate = 2 * time.Hour
+	})
+	for i, body := range []string{"", "{}", " \n\t "} {
+		var f wire.Filter
+		s.send(t, http.MethodPut, fmt.Sprint("/v1/bloomfilter/f", i), body).wantJSON(t, http.StatusCreated, &f)
+		d := parseTime(t, "expiration", f.Expiration).Sub(parseTime(t, "created", f.Created))
+		if f.ExpectedInsertions != 5000 || f.FPP != 0.02 || d != 2*time.Hour || !f.Scalable || f.ValidPeriodAfterAccess != 0 {
+			t.Errorf("PUT with body %q = %+v (expires after %s), want 5000, 0.02, 2h, scalable", body, f, d)
+		}
+	}
+}
+
+func TestListAndDelete(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+
+	r := s.send(t, http.MethodGet, "/v1/bloomfilter/list", "")
+	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != "[]" {
+		t.Fatalf("list of no filters = %d %s, want 200 []", r.status, r.body)
+	}
+	names := []string{"delta", "Alpha", "charlie", "bravo", "a.b", "a-b", "a_b", "0"}
+	for _, name := range names {
+		create(t, s, name, client.CreateOptions{ExpectedInsertions: new(uint64(100))})
+	}
+	var listed []string
+	s.send(t, http.MethodGet, "/v1/bloomfilter/list", "").wantJSON(t, http.StatusOK, &listed)
+	want := slices.Sorted(slices.Values(names))
+	if !slices.Equal(listed, want) {
+		t.Fatalf("list = %q, want %q", listed, want)
+	}
+
+	if err := s.client.Set(ctx, "bravo", "v"); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+	for range 2 { // the second delete finds nothing and still succeeds
+		r := s.send(t, http.MethodDelete, "/v1/bloomfilter/bravo", "")
+		if r.status != http.StatusOK {
+			t.Fatalf("DELETE = %d %s, want 200", r.status, r.body)
+		}
+	}
+	s.send(t, http.MethodGet, "/v1/bloomfilter/bravo", "").wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+	if got, _ := s.client.List(ctx); slices.Contains(got, "bravo") || len(got) != len(names)-1 {
+		t.Errorf("list after delete = %q, want every name but bravo", got)
+	}
+	// A filter created again under the deleted name starts empty.
+	create(t, s, "bravo", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
+	if present, err := s.client.Check(ctx, "bravo", "v"); err != nil || present {
+		t.Errorf("Check on the re-created filter = %v, %v; want false", present, err)
+	}
+}
+
+func TestValueEndpoints(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-6)})
+
+	steps := []struct {
+		path, body string
+		status     int
+		want       string // the JSON answer; empty for none
+	}{
+		{"check", `{"value":"a"}`, 200, `false`},
+		{"check-and-set", `{"value":"a"}`, 200, `false`},
+		{"check-and-set", `{"value":"a"}`, 200, `true`},
+		{"check", `{"value":"a"}`, 200, `true`},
+		{"multi-check", `{"values":["a","b"]}`, 200, `[true,false]`},
+		{"multi-check-and-set", `{"values":["b","a","c"]}`, 200, `[false,true,false]`},
+		{"multi-check", `{"values":["a","b","c","d"]}`, 200, `[true,true,true,false]`},
+		{"set", `{"value":"d"}`, 200, ``},
+		{"set", `{"value":"d"}`, 200, ``}, // setting a present value is fine
+		{"multi-set", `{"values":["e","f"]}`, 200, ``},
+		{"multi-check", `{"values":["d","e","f","g"]}`, 200, `[true,true,true,false]`},
+		{"multi-check", `{"values":[]}`, 200, `[]`},
+		{"multi-check-and-set", `{"values":[]}`, 200, `[]`},
+		{"multi-set", `{"values":[]}`, 200, ``},
+	}
+	for _, step := range steps {
+		r := s.send(t, http.MethodPost, "/v1/bloomfilter/f/"+step.path, step.body)
+		if r.status != step.status || strings.TrimSpace(string(r.body)) != step.want {
+			t.Fatalf("POST %s %s = %d %q, want %d %q", step.path, step.body, r.status, r.body, step.status, step.want)
+		}
+		if step.want != "" && !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
+			t.Errorf("POST %s: Content-Type %q, want application/json", step.path, r.header.Get("Content-Type"))
+		}
+	}
+	if f := get(t, s, "f"); f.Items != 6 {
+		t.Errorf("items = %d, want 6 (a b c d e f)", f.Items)
+	}
+}
+
+// A validation failure answers 400 with filter-service's message (or ours, naming the field and
+// what it expects) and changes nothing.
+func TestValidationMessages(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-6)})
+	if err := s.client.Set(ctx, "f", "kept"); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+
+	type tc struct {
+		body string
+		want string   // the exact message, where filter-service or the design fixes it
+		has  []string // otherwise, what the message must name
+	}
+	createCases := []tc{
+		{body: `{"fpp":1.5}`, want: `invalid parameter: "fpp". expected: > 0 && < 1, actual: 1.5`},
+		{body: `{"fpp":1}`, want: `invalid parameter: "fpp". expected: > 0 && < 1, actual: 1`},
+		{body: `{"fpp":0}`, want: `invalid parameter: "fpp". expected: > 0 && < 1, actual: 0`},
+		{body: `{"fpp":-0.1}`, want: `invalid parameter: "fpp". expected: > 0 && < 1, actual: -0.1`},
+		{body: `{"fpp":"0.01"}`, has: []string{`"fpp"`, "number", "string"}},
+		{body: `{"expectedInsertions":"1000"}`, has: []string{`invalid parameter: "expectedInsertions"`, "integer", "string"}},
+		{body: `{"expectedInsertions":1000.5}`, has: []string{`"expectedInsertions"`, "integer", "1000.5"}},
+		{body: `{"expectedInsertions":true}`, has: []string{`"expectedInsertions"`, "integer", "boolean"}},
+		{body: `{"expectedInsertions":[1000]}`, has: []string{`"expectedInsertions"`, "integer", "array"}},
+		{body: `{"expectedInsertions":0}`, has: []string{`"expectedInsertions"`, "> 0", "actual: 0"}},
+		{body: `{"expectedInsertions":-5}`, has: []string{`"expectedInsertions"`, "> 0", "actual: -5"}},
+		{body: `{"expectedInsertions":18446744073709551616}`, has: []string{`"expectedInsertions"`, "18446744073709551616"}},
+		{body: `{"expectedInsertions":1e400}`, has: []string{`"expectedInsertions"`, "> 0 && <=", "actual: 1e400"}},
+		// Within the integer range, but no machine holds the bits.
+		{body: `{"expectedInsertions":9007199254740992}`, has: []string{`"expectedInsertions"`, "too large"}},
+		{body: `{"fpp":1e-300,"expectedInsertions":1000000000}`, has: []string{`"expectedInsertions"`, "too large"}},
+		{body: `{"overwrite":"true"}`, has: []string{`"overwrite"`, "boolean", "string"}},
+		{body: `{"overwrite":1}`, has: []string{`"overwrite"`, "boolean", "number"}},
+		{body: `{"scalable":"false"}`, has: []string{`"scalable"`, "boolean", "string"}},
+		{body: `{"scalable":0}`, has: []string{`"scalable"`, "boolean", "number"}},
+		{body: `{"validPeriodAfterCreate":"60"}`, has: []string{`"validPeriodAfterCreate"`, "integer", "string"}},
+		{body: `{"validPeriodAfterCreate":-1}`, has: []string{`"validPeriodAfterCreate"`, ">= 0", "-1"}},
+		{body: `{"validPeriodAfterCreate":1.5}`, has: []string{`"validPeriodAfterCreate"`, "integer"}},
+		{body: `{"validPeriodAfterCreate":true}`, has: []string{`"validPeriodAfterCreate"`, "integer", "boolean"}},
+		{body: `{"validPeriodAfterCreate":1e30}`, has: []string{`"validPeriodAfterCreate"`, "1e30"}},
+		{body: `{"validPeriod":"60"}`, has: []string{`"validPeriod"`, "integer", "string"}},
+		{body: `{"validPeriodAfterAccess":"60"}`, has: []string{`"validPeriodAfterAccess"`, "integer", "string"}},
+		{body: `{"validPeriodAfterAccess":-1}`, has: []string{`"validPeriodAfterAccess"`, ">= 0", "-1"}},
+		{body: `{"validPeriod":60,"validPeriodAfterCreate":60}`, has: []string{`"validPeriod"`, `"validPeriodAfterCreate"`}},
+		{body: `{"growth":0}`, has: []string{`"growth"`, "actual: 0"}},
+		{body: `{"growth":17}`, has: []string{`"growth"`, "16", "actual: 17"}},
+		{body: `{"tightening":1}`, want: `invalid parameter: "tightening". expected: > 0 && < 1, actual: 1`},
+		{body: `{"expectedinsertions":1000}`, want: `unknown parameter: "expectedinsertions"`},
+		{body: `{"name":"f2"}`, want: `unknown parameter: "name"`},
+		{body: `{`, has: []string{"invalid JSON"}},
+		{body: `{"fpp":0.01}{"fpp":0.02}`, has: []string{"invalid JSON"}},
+		{body: `[]`, has: []string{"invalid JSON", "object"}},
+		{body: `[{"fpp":0.01}]`, has: []string{"invalid JSON", "object"}},
+		{body: `"f"`, has: []string{"invalid JSON", "object"}},
+		{body: `null`, has: []string{"invalid JSON", "object"}},
+	}
+	singleCases := []tc{
+		{body: ``, want: `required parameter: "value"`},
+		{body: `{}`, want: `required parameter: "value"`},
+		{body: `{"value":null}`, want: `required parameter: "value"`},
+		{body: `{"value":1}`, want: `invalid parameter: "value". expect string type`},
+		{body: `{"value":true}`, want: `invalid parameter: "value". expect string type`},
+		{body: `{"value":["a"]}`, want: `invalid parameter: "value". expect string type`},
+		{body: `{"value":{"a":1}}`, want: `invalid parameter: "value". expect string type`},
+		{body: `{"value":"new","other":1}`, want: `unknown parameter: "other"`},
+		{body: `{"values":["new"]}`, want: `unknown parameter: "values"`},
+		{body: `{"value":"new"`, has: []string{"invalid JSON"}},
+		{body: `["new"]`, has: []string{"invalid JSON", "object"}},
+	}
+	batchCases := []tc{
+		{body: ``, want: `required parameter: "values"`},
+		{body: `{}`, want: `required parameter: "values"`},
+		{body: `{"values":null}`, want: `required parameter: "values"`},
+		{body: `{"values":"new"}`, want: `invalid parameter: "values". expect Json array`},
+		{body: `{"values":{"a":"new"}}`, want: `invalid parameter: "values". expect Json array`},
+		{body: `{"values":1}`, want: `invalid parameter: "values". expect Json array`},
+		{body: `{"values":["new"],"other":1}`, want: `unknown parameter: "other"`},
+		{body: `{"value":"new"}`, want: `unknown parameter: "value"`},
+		{body: `{"values":["new"]`, has: []string{"invalid JSON"}},
+		{body: `["new"]`, has: []string{"invalid JSON", "object"}},
+	}
+
+	type endpoint struct {
+		method, path string
+		cases        []tc
+	}
+	endpoints := []endpoint{
+		{http.MethodPut, "/v1/bloomfilter/new", createCases},
+		{http.MethodPut, "/v1/bloomfilter/f", []tc{ // a bad overwrite leaves the filter alone
+			{body: `{"overwrite":true,"fpp":2}`, want: `invalid parameter: "fpp". expected: > 0 && < 1, actual: 2`},
+			{body: `{"overwrite":true,"unknown":2}`, want: `unknown parameter: "unknown"`},
+		}},
+	}
+	for _, p := range []string{"check", "check-and-set", "set"} {
+		endpoints = append(endpoints, endpoint{http.MethodPost, "/v1/bloomfilter/f/" + p, singleCases})
+	}
+	for _, p := range []string{"multi-check", "multi-check-and-set", "multi-set"} {
+		endpoints = append(endpoints, endpoint{http.MethodPost, "/v1/bloomfilter/f/" + p, batchCases})
+	}
+	for _, ep := range endpoints {
+		for _, tt := range ep.cases {
+			t.Run(ep.method+" "+ep.path+" "+tt.body, func(t *testing.T) {
+				msg := s.send(t, ep.method, ep.path, tt.body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+				if tt.want != "" && msg != tt.want {
+					t.Errorf("message = %q, want %q", msg, tt.want)
+				}
+				for _, part := range tt.has {
+					if !strings.Contains(msg, part) {
+						t.Errorf("message = %q, want it to contain %q", msg, part)
+					}
+				}
+			})
+		}
+	}
+
+	// Nothing changed: no filter was created, f still holds exactly what it held.
+	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"f"}) {
+		t.Errorf("list = %q, %v; want only f", names, err)
+	}
+	if f := get(t, s, "f"); f.Items != 1 || f.FPP != 1e-6 {
+		t.Errorf("f = %+v, want 1 item and fpp 1e-6 as created", f)
+	}
+	if got := multiCheck(t, s, "f", []string{"kept", "new"}); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("check kept, new = %v, want [true false]", got)
+	}
+}
+
+// Messages are written as they read: `>` and `&` are not HTML-escaped to \u003e and \u0026.
+func TestErrorBodyIsNotHTMLEscaped(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	r := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"fpp":1.5}`)
+	r.wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	if want := `expected: > 0 && < 1, actual: 1.5`; !bytes.Contains(r.body, []byte(want)) {
+		t.Errorf("body = %s, want it to contain %s literally", r.body, want)
+	}
+}
+
+// The body is validated before the filter is looked up: a bad body is a 400 whether or not the
+// filter exists, and only a good body on a missing filter is a 404.
+func TestBodyValidatedBeforeLookup(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	tests := []struct{ path, bad, good string }{
+		{"check", `{"value":1}`, `{"value":"a"}`},
+		{"check-and-set", `{}`, `{"value":"a"}`},
+		{"set", `{"value":"a","x":1}`, `{"value":"a"}`},
+		{"multi-check", `{"values":"a"}`, `{"values":["a"]}`},
+		{"multi-check-and-set", `[]`, `{"values":["a",1]}`},
+		{"multi-set", `{"values":{}}`, `{"values":[]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			path := "/v1/bloomfilter/missing/" + tt.path
+			s.send(t, http.MethodPost, path, tt.bad).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+			msg := s.send(t, http.MethodPost, path, tt.good).wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+			if !strings.Contains(msg, `"missing"`) {
+				t.Errorf("message %q should name the filter", msg)
+			}
+		})
+	}
+	s.send(t, http.MethodGet, "/v1/bloomfilter/missing", "").wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+}
+
+func TestFilterNames(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	longest := strings.Repeat("n", 253)
+
+	valid := []string{longest, "A-z_0.9", "x"}
+	for _, name := range valid {
+		r := s.send(t, http.MethodPut, "/v1/bloomfilter/"+name, `{"expectedInsertions":10}`)
+		if r.status != http.StatusCreated {
+			t.Fatalf("PUT a valid name of %d characters = %d %s, want 201", len(name), r.status, r.body)
+		}
+		s.send(t, http.MethodPost, "/v1/bloomfilter/"+name+"/check", `{"value":"v"}`).wantJSON(t, http.StatusOK, new(bool))
+	}
+
+	invalid := []struct{ what, path string }{
+		{"space", "a%20b"},
+		{"escaped slash", "a%2Fb"},
+		{"254 characters", strings.Repeat("n", 254)},
+		{"unicode", "%C3%A9t%C3%A9"},
+		{"CJK", "%E6%97%A5%E6%9C%AC"},
+		{"star", "a*b"},
+		{"colon", "a:b"},
+		{"percent", "a%25b"},
+	}
+	for _, tt := range invalid {
+		for _, req := range []struct{ method, suffix, body string }{
+			{http.MethodPut, "", `{}`},
+			{http.MethodGet, "", ``},
+			{http.MethodDelete, "", ``},
+			{http.MethodPost, "/check", `{"value":"v"}`},
+			{http.MethodPost, "/multi-set", `{"values":["v"]}`},
+		} {
+			t.Run(tt.what+" "+req.method+req.suffix, func(t *testing.T) {
+				msg := s.send(t, req.method, "/v1/bloomfilter/"+tt.path+req.suffix, req.body).
+					wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+				if !strings.HasPrefix(msg, `invalid parameter: "name".`) {
+					t.Errorf("message = %q, want it to start with invalid parameter: \"name\".", msg)
+				}
+			})
+		}
+	}
+	// "list" is reserved: GET lists, and the other methods refuse the name instead of 405.
+	for _, req := range []struct{ method, path, body string }{
+		{http.MethodPut, "/v1/bloomfilter/list", `{}`},
+		{http.MethodDelete, "/v1/bloomfilter/list", ``},
+		{http.MethodPost, "/v1/bloomfilter/list/check", `{"value":"v"}`},
+	} {
+		msg := s.send(t, req.method, req.path, req.body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		if !strings.Contains(msg, `"list"`) {
+			t.Errorf("%s %s: message = %q, want it to name \"list\"", req.method, req.path, msg)
+		}
+	}
+
+	// Percent-encoded letters are the letters: %61bc is abc.
+	s.send(t, http.MethodPut, "/v1/bloomfilter/%61bc", `{}`).wantJSON(t, http.StatusCreated, new(wire.Filter))
+	if r := s.send(t, http.MethodPost, "/v1/bloomfilter/abc/set", `{"value":"v"}`); r.status != http.StatusOK {
+		t.Fatalf("set through /abc = %d %s", r.status, r.body)
+	}
+	var present bool
+	s.send(t, http.MethodPost, "/v1/bloomfilter/ab%63/check", `{"value":"v"}`).wantJSON(t, http.StatusOK, &present)
+	if !present {
+		t.Error("a value set through /abc was not found through /ab%63")
+	}
+	if r := s.send(t, http.MethodDelete, "/v1/bloomfilter/%61bc", ""); r.status != http.StatusOK {
+		t.Fatalf("delete through /%%61bc = %d %s", r.status, r.body)
+	}
+
+	names, err := s.client.List(t.Context())
+	if want := slices.Sorted(slices.Values(valid)); err != nil || !slices.Equal(names, want) {
+		t.Errorf("list = %d names (%v), want exactly the %d valid ones", len(names), err, len(want))
+	}
+}
+
+func TestUnicodeAndEmptyValues(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
+
+	values := []string{
+		"",              // empty string
+		"😀",             // emoji, outside the BMP (a surrogate pair when escaped)
+		"👩‍👩‍👧",         // emoji joined by zero-width joiners
+		"日本語",           // CJK
+		"é",             // precomposed U+00E9
+		"e\u0301",       // e + combining acute accent: looks the same, is another string
+		"\u0000",        // NUL
+		"a\nb\t\"c\\",   // characters JSON escapes
+		"<script>&amp;", // characters HTML escaping would touch
+	}
+	got, err := s.client.MultiCheckAndSet(t.Context(), "f", values)
+	if err != nil || !slices.Equal(got, make([]bool, len(values))) {
+		t.Fatalf("MultiCheckAndSet of distinct strings = %v, %v; want all false", got, err)
+	}
+	for _, v := range values {
+		if present, err := s.client.CheckAndSet(t.Context(), "f", v); err != nil || !present {
+			t.Errorf("CheckAndSet(%q) after insert = %v, %v; want true", v, present, err)
+		}
+	}
+	// JSON escapes name the same strings as the raw UTF-8.
+	escaped := `{"values":["\ud83d\ude00","\u65e5\u672c\u8a9e","\u00e9","e\u0301","","\u0000","\u00e8"]}`
+	var answers []bool
+	s.send(t, http.MethodPost, "/v1/bloomfilter/f/multi-check", escaped).wantJSON(t, http.StatusOK, &answers)
+	if want := []bool{true, true, true, true, true, true, false}; !slices.Equal(answers, want) {
+		t.Errorf("multi-check of escaped forms = %v, want %v (è was never added)", answers, want)
+	}
+	if f := get(t, s, "f"); f.Items != uint64(len(values)) {
+		t.Errorf("items = %d, want %d", f.Items, len(values))
+	}
+}
+
+func TestDuplicatesWithinOneBatch(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
+	var got []bool
+	s.send(t, http.MethodPost, "/v1/bloomfilter/f/multi-check-and-set", `{"values":["a","b","a","c","b","a"]}`).
+		wantJSON(t, http.StatusOK, &got)
+	if want := []bool{false, false, true, false, true, true}; !slices.Equal(got, want) {
+		t.Fatalf("multi-check-and-set with duplicates = %v, want %v", got, want)
+	}
+	if f := get(t, s, "f"); f.Items != 3 {
+		t.Errorf("items = %d, want 3", f.Items)
+	}
+}
+
+// Elements of values that are not strings answer false and are not inserted, not even as their
+// string forms.
+func TestNonStringValues(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
+
+	body := `{"values":[3,"x",null,{"a":"b"},true,false,["y"],1.5]}`
+	for _, path := range []string{"multi-check-and-set", "multi-check"} {
+		var got []bool
+		s.send(t, http.MethodPost, "/v1/bloomfilter/f/"+path, body).wantJSON(t, http.StatusOK, &got)
+		xWas := path == "multi-check" // x was added by the multi-check-and-set before
+		if want := []bool{false, xWas, false, false, false, false, false, false}; !slices.Equal(got, want) {
+			t.Fatalf("%s %s = %v, want %v", path, body, got, want)
+		}
+	}
+	if r := s.send(t, http.MethodPost, "/v1/bloomfilter/f/multi-set", body); r.status != http.StatusOK {
+		t.Fatalf("multi-set %s = %d %s, want 200", body, r.status, r.body)
+	}
+
+	forms := []string{"3", "null", `{"a":"b"}`, "true", "false", `["y"]`, "y", "1.5", "a", "b"}
+	if got := multiCheck(t, s, "f", forms); !slices.Equal(got, make([]bool, len(forms))) {
+		t.Errorf("check of the string forms %q = %v, want all false", forms, got)
+	}
+	if f := get(t, s, "f"); f.Items != 1 {
+		t.Errorf("items = %d, want 1 (only x)", f.Items)
+	}
+}
+
+func TestExpiryAfterCreate(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterCreate: new(int64(1))})
+	create(t, s, "stays", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
+	expiration := parseTime(t, "expiration", f.Expiration)
+	if d := expiration.Sub(parseTime(t, "created", f.Created)); d != time.Second {
+		t.Fatalf("expiration - created = %s, want 1s", d)
+	}
+	if _, err := s.client.Get(ctx, "f"); err != nil {
+		t.Fatalf("Get right after create: %v", err)
+	}
+
+	var gone time.Time
+	eventually(t, 3*time.Second, 20*time.Millisecond, "expiry of f", func() bool {
+		_, err := s.client.Get(ctx, "f")
+		if err == nil {
+			return false
+		}
+		gone = time.Now()
+		wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
+		return true
+	})
+	if gone.Before(expiration) {
+		t.Errorf("f answered 404 at %s, before its expiration %s", gone, expiration)
+	}
+	// Expired is absent for every endpoint, at once, before any purge.
+	_, err := s.client.CheckAndSet(ctx, "f", "v")
+	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
+	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"stays"}) {
+		t.Errorf("list after expiry = %q, %v; want [stays]", names, err)
+	}
+	// The name is free again.
+	if _, created, err := s.client.Create(ctx, "f", client.CreateOptions{}); err != nil || !created {
+		t.Errorf("create after expiry = created %v, %v; want a new filter", created, err)
+	}
+}
+
+// The background purge gives an expired filter's memory back: with room for one filter, a second
+// fits only once the first has expired and been purged.
+func TestPurgeReleasesMemory(t *testing.T) {
+	t.Parallel()
+	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
+	s := runServer(t, func(cfg *config.Config) {
+		cfg.PurgeInterval = 10 * time.Millisecond
+		cfg.MaxTotalBytes = 2000 // one filter of 1000 at 1% takes about 1.4 KB
+	})
+	ctx := t.Context()
+	expiring := opts
+	expiring.ValidPeriodAfterCreate = new(int64(1))
+	f := create(t, s, "expiring", expiring)
+	if f.SizeBytes > 2000 || 2*f.SizeBytes <= 2000 {
+		t.Fatalf("the filter takes %d bytes; the test needs room for one and not two", f.SizeBytes)
+	}
+	expiration := parseTime(t, "expiration", f.Expiration)
+	_, _, err := s.client.Create(ctx, "next", opts)
+	wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+
+	eventually(t, 3*time.Second, 20*time.Millisecond, "creating a filter in the purged filter's memory", func() bool {
+		_, created, err := s.client.Create(ctx, "next", opts)
+		if err != nil && !client.IsInsufficientSpace(err) {
+			t.Fatalf("Create(next): %v", err)
+		}
+		return created
+	})
+	if now := time.Now(); now.Before(expiration) {
+		t.Errorf("memory was free at %s, before the first filter expired at %s", now, expiration)
+	}
+	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"next"}) {
+		t.Errorf("list = %q, %v; want [next]", names, err)
+	}
+}
+
+// Sliding expiry: checks keep the filter alive; GET does not.
+func TestExpiryAfterAccess(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterAccess: new(int64(1))})
+	if f.ValidPeriodAfterAccess != 1 {
+		t.Fatalf("validPeriodAfterAccess = %d, want 1", f.ValidPeriodAfterAccess)
+	}
+	firstExpiration := parseTime(t, "expiration", f.Expiration)
+
+	start := time.Now()
+	var lastAccess time.Time
+	for time.Since(start) < 1500*time.Millisecond {
+		lastAccess = time.Now()
+		if _, err := s.client.Check(ctx, "f", "v"); err != nil {
+			t.Fatalf("Check %s after create: %v; the checks should have kept the filter alive",
+				lastAccess.Sub(start), err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if time.Since(start) < time.Second+200*time.Millisecond {
+		t.Fatal("the checks ended too early to prove anything")
+	}
+	f = get(t, s, "f")
+	if !parseTime(t, "expiration", f.Expiration).After(firstExpiration) {
+		t.Errorf("expiration after the checks = %s, want later than the first %s", f.Expiration, firstExpiration)
+	}
+
+	// Polling with GET must not extend it, or this never ends.
+	eventually(t, 3*time.Second, 20*time.Millisecond, "expiry once checks stop", func() bool {
+		_, err := s.client.Get(ctx, "f")
+		return client.IsNotFound(err)
+	})
+	if d := time.Since(lastAccess); d < time.Second {
+		t.Errorf("the filter expired %s after the last check, want at least 1s", d)
+	}
+}
+
+// A body above maxHttpRequestLength is a 413, whether its length is announced or not, and the
+// request does nothing.
+func TestBodyTooLarge(t *testing.T) {
+	t.Parallel()
+	const limit = 1024
+	s := newTestServer(t, func(cfg *config.Config) { cfg.MaxHTTPRequestLength = limit })
+	ctx := t.Context()
+	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.001)})
+	if err := s.client.Set(ctx, "f", "kept"); err != nil {
+		t.Fatalf("Set: %v", err)
+	}
+
+	var many []string
+	for i := range 200 {
+		many = append(many, fmt.Sprint("value-", i))
+	}
+	manyJSON, _ := json.Marshal(map[string][]string{"values": many})
+	bigValue := strings.Repeat("x", 2*limit)
+	tests := []struct{ method, path, body string }{
+		{http.MethodPut, "/v1/bloomfilter/f", `{"overwrite":true,"fpp":0.5` + strings.Repeat(" ", 2*limit) + `}`},
+		{http.MethodPut, "/v1/bloomfilter/other", `{"fpp":0.5` + strings.Repeat(" ", 2*limit) + `}`},
+		{http.MethodPost, "/v1/bloomfilter/f/multi-set", string(manyJSON)},
+		{http.MethodPost, "/v1/bloomfilter/f/multi-check-and-set", string(manyJSON)},
+		{http.MethodPost, "/v1/bloomfilter/f/check-and-set", `{"value":"` + bigValue + `"}`},
+		{http.MethodPost, "/v1/bloomfilter/f/set", `{"value":"` + bigValue + `"}`},
+	}
+	for _, chunked := range []bool{false, true} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("chunked=%v %s %s", chunked, tt.method, tt.path), func(t *testing.T) {
+				send := s.send
+				if chunked {
+					send = s.sendChunked
+				}
+				r := send(t, tt.method, tt.path, tt.body)
+				s.mu.Lock()
+				cl, te := s.lastContentLength, s.lastTransferEncoding
+				s.mu.Unlock()
+				if chunked && (cl != -1 || !slices.Equal(te, []string{"chunked"})) {
+					t.Fatalf("the server saw Content-Length %d, Transfer-Encoding %q; want a chunked body", cl, te)
+				}
+				if !chunked && cl != int64(len(tt.body)) {
+					t.Fatalf("the server saw Content-Length %d, want %d", cl, len(tt.body))
+				}
+				msg := r.wantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
+				if !strings.Contains(msg, "1024") {
+					t.Errorf("message %q should name the limit", msg)
+				}
+			})
+		}
+	}
+
+	after := get(t, s, "f")
+	if after.Created != f.Created || after.FPP != 0.001 || after.Items != 1 {
+		t.Errorf("f after refused requests = %+v, want it as created with 1 item", after)
+	}
+	if got := multiCheck(t, s, "f", append([]string{"kept"}, many[:20]...)); !slices.Equal(got, append([]bool{true}, make([]bool, 20)...)) {
+		t.Errorf("check kept and the refused values = %v, want only kept", got)
+	}
+	if _, err := s.client.Get(ctx, "other"); !client.IsNotFound(err) {
+		t.Errorf("Get(other) = %v, want not found: a refused create creates nothing", err)
+	}
+	// A body just under the limit is served.
+	if err := s.client.Set(ctx, "f", strings.Repeat("y", limit-20)); err != nil {
+		t.Errorf("Set of a body under the limit: %v", err)
+	}
+}
+
+func TestMemoryLimits(t *testing.T) {
+	t.Parallel()
+
+	t.Run("per-filter limit refuses a create", func(t *testing.T) {
+		t.Parallel()
+		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
+		msg := s.send(t, http.MethodPut, "/v1/bloomfilter/big", `{"expectedInsertions":1000000}`).
+			wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		if !strings.HasPrefix(msg, `invalid parameter: "expectedInsertions".`) || !strings.Contains(msg, "per-filter limit") {
+			t.Errorf("message = %q, want it to name expectedInsertions and the per-filter limit", msg)
+		}
+		create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
+		if names, _ := s.client.List(t.Context()); !slices.Equal(names, []string{"small"}) {
+			t.Errorf("list = %q, want [small]", names)
+		}
+	})
+
+	t.Run("total limit refuses the filter that does not fit", func(t *testing.T) {
+		t.Parallel()
+		opts := client.CreateOptions{ExpectedInsertions: new(uint64(10_000)), FPP: new(0.01)}
+		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxTotalBytes = 16 << 10 })
+		ctx := t.Context()
+		f := create(t, s, "one", opts)
+		if f.SizeBytes > 16<<10 || 2*f.SizeBytes <= 16<<10 {
+			t.Fatalf("the filter takes %d bytes; the test needs room for one and not two", f.SizeBytes)
+		}
+		_, _, err := s.client.Create(ctx, "two", opts)
+		e := wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+		if !strings.Contains(e.Message, "total limit") {
+			t.Errorf("message %q should name the total limit", e.Message)
+		}
+		// Deleting gives the memory back.
+		if err := s.client.Delete(ctx, "one"); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		create(t, s, "two", opts)
+	})
+
+	// A scalable filter of 100 at 1% has a first layer of 144 bytes and would add one of 312 bytes.
+	for _, limit := range []struct {
+		name      string
+		configure func(*config.Config)
+		message   string
+	}{
+		{"per-filter", func(cfg *config.Config) { cfg.MaxFilterBytes = 300 }, "per-filter limit"},
+		{"total", func(cfg *config.Config) { cfg.MaxTotalBytes = 300 }, "total limit"},
+	} {
+		t.Run(limit.name+" limit stops growth", func(t *testing.T) {
+			t.Parallel()
+			s := newTestServer(t, limit.configure)
+			ctx := t.Context()
+			f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), FPP: new(0.01)})
+			if f.SizeBytes > 300 {
+				t.Fatalf("the first layer takes %d bytes, more than the limit of 300 the test assumes", f.SizeBytes)
+			}
+			var added []string
+			var err error
+			for i := 0; err == nil && i < 1000; i++ {
+				v := fmt.Sprint("value-", i)
+				var present bool
+				if present, err = s.client.CheckAndSet(ctx, "f", v); err == nil && !present {
+					added = append(added, v)
+				}
+			}
+			e := wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+			if !strings.Contains(e.Message, limit.message) {
+				t.Errorf("message %q should name the %s", e.Message, limit.message)
+			}
+			// The first layer took exactly its capacity of new values; the next one needed a layer.
+			if len(added) != 100 {
+				t.Errorf("%d values were added before the refusal, want the first layer's capacity 100", len(added))
+			}
+			if got := multiCheck(t, s, "f", added); slices.Contains(got, false) {
+				t.Errorf("values added before the refusal were lost: %v", got)
+			}
+			if f := get(t, s, "f"); f.Layers != 1 || f.Items != 100 {
+				t.Errorf("filter = %+v, want 1 layer and 100 items", f)
+			}
+			// Values already present need no room.
+			if present, err := s.client.CheckAndSet(ctx, "f", added[0]); err != nil || !present {
+				t.Errorf("CheckAndSet of a present value = %v, %v; want true", present, err)
+			}
+			_, err = s.client.MultiCheckAndSet(ctx, "f", []string{added[1], "one-more-new-value"})
+			wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+		})
+	}
+}
+
+// Many clients at once lose no update. Not parallel with other tests, so that its load does not
+// stretch the timing of the expiry tests.
+func TestConcurrentCheckAndSet(t *testing.T) {
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+	const clients, perClient = 8, 1000
+	// At 1e-6 the chance that any of the 8000 answers is a false positive is below 1%, and that
+	// more than 2 are is about 1e-7 (Poisson, mean < 0.008): the margin below admits those, and
+	// nothing else.
+	const falsePositiveMargin = 2
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(clients * perClient)), FPP: new(1e-6)})
+
+	values := make([][]string, clients)
+	var all []string
+	for c := range values {
+		for i := range perClient {
+			values[c] = append(values[c], fmt.Sprintf("client-%d-value-%d", c, i))
+		}
+		all = append(all, values[c]...)
+	}
+	round := func() (falses int64) {
+		var n atomic.Int64
+		var wg sync.WaitGroup
+		for c := range clients {
+			cl := client.New(s.url)
+			wg.Go(func() {
+				for _, v := range values[c] {
+					present, err := cl.CheckAndSet(ctx, "f", v)
+					if err != nil {
+						t.Errorf("CheckAndSet(%s): %v", v, err)
+						return
+					}
+					if !present {
+						n.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return n.Load()
+	}
+
+	if falses := round(); falses > clients*perClient || falses < clients*perClient-falsePositiveMargin {
+		t.Errorf("first round: %d values answered new, want %d (less at most %d false positives)",
+			falses, clients*perClient, falsePositiveMargin)
+	} else if f := get(t, s, "f"); f.Items != uint64(falses) {
+		t.Errorf("items = %d, want %d, one for each value answered new", f.Items, falses)
+	}
+	if falses := round(); falses != 0 {
+		t.Errorf("second round of the same values: %d answered new, want 0", falses)
+	}
+	if got := multiCheck(t, s, "f", all); slices.Contains(got, false) {
+		t.Errorf("%d of %d values are missing after concurrent inserts", countFalse(got), len(all))
+	}
+}
+
+// Clients racing to insert the same values: each value is new to exactly one of them.
+func TestCheckAndSetIsLinearizable(t *testing.T) {
+	s := newTestServer(t, nil)
+	ctx := t.Context()
+	const clients, values = 8, 500
+	const falsePositiveMargin = 2 // as in TestConcurrentCheckAndSet
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(values)), FPP: new(1e-6)})
+
+	newTo := make([]atomic.Int32, values) // how many clients were told value i was new
+	// Every client walks the values in the same order, so that they reach each value at about the
+	// same time: the contention this test is about.
+	order := rand.Perm(values)
+	var wg sync.WaitGroup
+	for c := range clients {
+		cl := client.New(s.url)
+		wg.Go(func() {
+			for _, i := range order {
+				present, err := cl.CheckAndSet(ctx, "f", fmt.Sprint("shared-", i))
+				if err != nil {
+					t.Errorf("client %d: CheckAndSet: %v", c, err)
+					return
+				}
+				if !present {
+					newTo[i].Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	unclaimed := 0
+	for i := range newTo {
+		switch n := newTo[i].Load(); {
+		case n > 1:
+			t.Errorf("value %d was new to %d clients, want exactly one", i, n)
+		case n == 0:
+			unclaimed++ // a false positive: it looked present before anyone added it
+		}
+	}
+	if unclaimed > falsePositiveMargin {
+		t.Errorf("%d values were new to no client, want at most %d false positives", unclaimed, falsePositiveMargin)
+	}
+}
+
+func countFalse(bs []bool) (n int) {
+	for _, b := range bs {
+		if !b {
+			n++
+		}
+	}
+	return n
+}
+
+func TestNoSuchRoute(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(10))})
+	tests := []struct {
+		method, path string
+		status       int
+	}{
+		{http.MethodGet, "/", http.StatusNotFound},
+		{http.MethodGet, "/v1", http.StatusNotFound},
+		{http.MethodGet, "/v1/nothing", http.StatusNotFound},
+		{http.MethodGet, "/v2/bloomfilter/f", http.StatusNotFound},
+		{http.MethodGet, "/v1/bloomfilter", http.StatusNotFound},
+		{http.MethodGet, "/v1/bloomfilter/", http.StatusNotFound},
+		{http.MethodPost, "/v1/bloomfilter/f/unknown", http.StatusNotFound},
+		{http.MethodGet, "/v1/bloomfilter/f/check/more", http.StatusNotFound},
+		{http.MethodPatch, "/v1/bloomfilter/f", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/v1/bloomfilter/f", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/v1/bloomfilter/f/check", http.StatusMethodNotAllowed},
+		{http.MethodPut, "/v1/bloomfilter/f/multi-set", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/v1/bloomfilter/list", http.StatusMethodNotAllowed},
+		{http.MethodPost, "/v1/ping", http.StatusMethodNotAllowed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			msg := s.send(t, tt.method, tt.path, "").wantError(t, tt.status, wire.CodeNoSuchRoute)
+			if !strings.Contains(msg, tt.method) || !strings.Contains(msg, tt.path) {
+				t.Errorf("message %q should name the method and the path", msg)
+			}
+		})
+	}
+}

@@ -1,0 +1,55 @@
+// Package api is the wire contract of the data plane's REST API: paths, response bodies and error
+// codes. The server and the Go client both speak it, so they cannot drift apart.
+package wire
+
+// BasePath prefixes every public endpoint (filter-service compatible).
+const BasePath = "/v1"
+
+// Error codes carried in ErrorBody.Code. 1 and 2 are filter-service's; the rest are ours.
+const (
+	CodeBadParameter      = 1 // HTTP 400: a request field is missing, of the wrong type or out of range
+	CodeFilterNotFound    = 2 // HTTP 404: no such filter, or it expired
+	CodeBodyTooLarge      = 3 // HTTP 413: the body exceeds maxHttpRequestLength
+	CodeInsufficientSpace = 4 // HTTP 507: the total memory limit would be exceeded
+	CodeNoSuchRoute       = 5 // HTTP 404/405: no endpoint at that path or method
+	CodeInternal          = 6 // HTTP 500: a bug; the message says what failed
+	CodeUnavailable       = 7 // HTTP 503: recovering the filters at start, shutting down, or timed out
+)
+
+// ErrorBody is the body of every non-2xx answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Code  int    `json:"code"`
+}
+
+// Filter is the JSON description of a filter answered by create and GET. The first fields are
+// filter-service's; the rest are ours.
+type Filter struct {
+	Name               string  `json:"name"`
+	ExpectedInsertions uint64  `json:"expectedInsertions"`
+	FPP                float64 `json:"fpp"`
+	Created            string  `json:"created"`
+	// Expiration is absent for a filter that never expires.
+	Expiration string `json:"expiration,omitempty"`
+	// ValidPeriodAfterAccess is in seconds; absent unless the filter has sliding expiry.
+	ValidPeriodAfterAccess int64 `json:"validPeriodAfterAccess,omitempty"`
+
+	// LastSnapshot is when the serving process last completed a snapshot (absent before its
+	// first, and when persistence is off); the operator reports it on the BloomFilter.
+	LastSnapshot string `json:"lastSnapshot,omitempty"`
+
+	Scalable     bool    `json:"scalable"`
+	Growth       uint    `json:"growth,omitempty"`
+	Tightening   float64 `json:"tightening,omitempty"`
+	Items        uint64  `json:"items"`
+	Bits         uint64  `json:"bits"`
+	Hashes       uint    `json:"hashes"`
+	Layers       int     `json:"layers"`
+	SizeBytes    uint64  `json:"sizeBytes"`
+	FillRatio    float64 `json:"fillRatio"`
+	EstimatedFPP float64 `json:"estimatedFpp"`
+}
+
+// TimeFormat is how created and expiration are written: UTC, RFC 3339 with milliseconds, as
+// filter-service writes them.
+const TimeFormat = "2006-01-02T15:04:05.000Z07:00"

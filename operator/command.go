@@ -1,0 +1,184 @@
+// Package operator is `bloomery operator`: its flags, and the controller-runtime manager that runs
+// the BloomCluster and BloomFilter reconcilers of package controllers.
+package operator
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/controllers"
+	"github.com/bloomery/bloomery/internal/cli"
+)
+
+// operatorFlags are the settings of `bloomery operator`.
+type operatorFlags struct {
+	metricsAddr      string
+	metricsSecure    bool
+	enableHTTP2      bool
+	probeAddr        string
+	leaderElect      bool
+	leaderElectionID string
+	leaderElectionNS string
+	leaseDuration    time.Duration
+	renewDeadline    time.Duration
+	watchNamespaces  string
+	maxReconciles    int
+	dataPlaneImage   string
+	resync           time.Duration
+	podTimeout       time.Duration
+	zap              zap.Options
+}
+
+// NewCommand is `bloomery operator`: the manager that runs the BloomCluster and BloomFilter
+// reconcilers.
+func NewCommand(version string) *cobra.Command {
+	var f operatorFlags
+	cmd := &cobra.Command{
+		Use:          "operator",
+		Short:        "Run the operator: BloomCluster and BloomFilter reconcilers",
+		Args:         cli.NoArgs,
+		SilenceUsage: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.maxReconciles < 1 || f.resync <= 0 || f.podTimeout <= 0 {
+				return cli.NewUsageError(cmd, errors.New("--max-concurrent-reconciles, --resync and --pod-timeout must be positive"))
+			}
+			return runOperator(cmd, f, version)
+		},
+	}
+	cmd.SetFlagErrorFunc(cli.NewUsageError)
+	fs := cmd.Flags()
+	fs.StringVar(&f.metricsAddr, "metrics-bind-address", ":8443", "address of the metrics endpoint; 0 turns it off")
+	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, for authenticated and authorized callers only")
+	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 stream attacks, CVE-2023-44487)")
+	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
+	fs.StringVar(&f.leaderElectionID, "leader-election-id", "operator.bloomery.io", "name of the leader election lease")
+	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the lease (default: the operator's own, in a cluster)")
+	fs.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long a lease lasts")
+	fs.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader tries to renew")
+	fs.StringVar(&f.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
+		"comma-separated namespaces to watch (default: all; env WATCH_NAMESPACE)")
+	fs.IntVar(&f.maxReconciles, "max-concurrent-reconciles", 4, "objects of each kind reconciled at once")
+	fs.StringVar(&f.dataPlaneImage, "dataplane-image", "ghcr.io/bloomery/bloomery:"+version,
+		"image of BloomClusters that name none; the same version as the operator")
+	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the passes that keep status true between events")
+	fs.DurationVar(&f.podTimeout, "pod-timeout", controllers.DefaultPodTimeout, "timeout of each call to a data-plane pod")
+	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	f.zap.BindFlags(logFlags)
+	fs.AddGoFlagSet(logFlags)
+	cli.SetVersion(cmd, version)
+	return cmd
+}
+
+func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
+	logger := ctrl.Log.WithName("setup")
+
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(bloomeryv1alpha1.AddToScheme(scheme))
+
+	var tlsOpts []func(*tls.Config)
+	if !f.enableHTTP2 {
+		tlsOpts = append(tlsOpts, func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} })
+	}
+	metrics := metricsserver.Options{BindAddress: f.metricsAddr, SecureServing: f.metricsSecure, TLSOpts: tlsOpts}
+	if f.metricsSecure {
+		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+	}
+	cacheOpts := cache.Options{
+		// Only the data plane's pods matter; caching every pod of the cluster would cost memory.
+		ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: controllers.DataPlanePodSelector()},
+		},
+	}
+	if namespaces := splitNamespaces(f.watchNamespaces); len(namespaces) > 0 {
+		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
+		Scheme:                        scheme,
+		Metrics:                       metrics,
+		HealthProbeBindAddress:        f.probeAddr,
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              f.leaderElectionID,
+		LeaderElectionNamespace:       f.leaderElectionNS,
+		LeaseDuration:                 &f.leaseDuration,
+		RenewDeadline:                 &f.renewDeadline,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cacheOpts,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := controllers.IndexFields(ctx, mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
+	// One HTTP client, and its pool of connections, for every call to the pods.
+	dataPlane := controllers.NewHTTPDataPlane(f.podTimeout)
+	if err := (&controllers.BloomClusterReconciler{
+		Client:                  mgr.GetClient(),
+		Scheme:                  mgr.GetScheme(),
+		Recorder:                mgr.GetEventRecorder("bloomcluster"),
+		DefaultImage:            f.dataPlaneImage,
+		Resync:                  f.resync,
+		MaxConcurrentReconciles: f.maxReconciles,
+		DataPlane:               dataPlane,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the BloomCluster controller: %w", err)
+	}
+	if err := (&controllers.BloomFilterReconciler{
+		Client:                  mgr.GetClient(),
+		DataPlane:               dataPlane,
+		Recorder:                mgr.GetEventRecorder("bloomfilter"),
+		Resync:                  f.resync,
+		MaxConcurrentReconciles: f.maxReconciles,
+		DeleteGiveUp:            2 * time.Minute,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the BloomFilter controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	logger.Info("Starting operator", "version", version, "watchNamespaces", f.watchNamespaces,
+		"dataplaneImage", f.dataPlaneImage, "leaderElection", f.leaderElect)
+	if err := mgr.Start(ctx); err != nil {
+		return fmt.Errorf("running the manager: %w", err)
+	}
+	return nil
+}
+
+func splitNamespaces(s string) []string {
+	var out []string
+	for ns := range strings.SplitSeq(s, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			out = append(out, ns)
+		}
+	}
+	return out
+}

@@ -1,0 +1,320 @@
+package process
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+)
+
+// These tests kill and restart the real binary to show that what it acknowledged survives.
+
+// dataPlane is a running `bloomery dataplane` process.
+type dataPlane struct {
+	cmd    *exec.Cmd
+	addr   string
+	client *client.Client
+	exited chan struct{}
+	stderr strings.Builder // what it logged, for failure messages
+	mu     sync.Mutex
+}
+
+// startDataPlane starts the binary on a free loopback port and waits for its "Listening" line.
+func startDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
+	t.Helper()
+	dp := launchDataPlane(t, dataDir, args...)
+	dp.waitReady(t)
+	return dp
+}
+
+// launchDataPlane starts the binary and returns once it listens, ready or not.
+func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
+	t.Helper()
+	args = append([]string{"dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
+	cmd := exec.CommandContext(t.Context(), binary, args...)
+	cmd.Dir = t.TempDir()
+	pipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	dp := &dataPlane{cmd: cmd, exited: make(chan struct{})}
+	listening := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(pipe)
+		scanner.Buffer(nil, 1<<20)
+		for scanner.Scan() {
+			line := scanner.Text()
+			dp.mu.Lock()
+			dp.stderr.WriteString(line + "\n")
+			dp.mu.Unlock()
+			var l struct{ Msg, Address string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "Listening" {
+				listening <- l.Address
+			}
+		}
+		_, _ = io.Copy(io.Discard, pipe)
+		_ = cmd.Wait()
+		close(dp.exited)
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); <-dp.exited })
+	select {
+	case dp.addr = <-listening:
+	case <-dp.exited:
+		t.Fatalf("the data plane exited before it listened:\n%s", dp.logs())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the data plane did not listen in time:\n%s", dp.logs())
+	}
+	dp.client = client.New("http://" + dp.addr)
+	return dp
+}
+
+// waitReady waits for /readyz to answer 200, as Kubernetes would before sending traffic: the
+// data plane listens before it recovers, answering 503 until the filters are back.
+func (dp *dataPlane) waitReady(t *testing.T) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !dp.ready(t); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the data plane was not ready in time:\n%s", dp.logs())
+		}
+	}
+}
+
+// ready reports whether /readyz answers 200.
+func (dp *dataPlane) ready(t *testing.T) bool {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.addr+"/readyz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+func (dp *dataPlane) logs() string {
+	dp.mu.Lock()
+	defer dp.mu.Unlock()
+	return dp.stderr.String()
+}
+
+// stop sends sig and waits for the process to exit.
+func (dp *dataPlane) stop(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := dp.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-dp.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the data plane did not exit after %v:\n%s", sig, dp.logs())
+	}
+}
+
+// answered is a value whose check-and-set the server answered, and when.
+type answered struct {
+	value string
+	at    time.Time
+}
+
+// hammer runs check-and-sets of unique values from several clients until the server goes away
+// and returns the ones that were answered.
+func hammer(dp *dataPlane, filter, prefix string, clients int) []answered {
+	var mu sync.Mutex
+	var out []answered
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			// A client of its own: its own connections, as separate applications would have.
+			cl := client.New("http://" + dp.addr)
+			for i := 0; ; i++ {
+				value := fmt.Sprintf("%s-c%d-%d", prefix, c, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := cl.CheckAndSet(ctx, filter, value)
+				cancel()
+				if err != nil {
+					return // the process was killed
+				}
+				mu.Lock()
+				out = append(out, answered{value, time.Now()})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// missing returns the values the filter does not hold.
+func missing(t *testing.T, dp *dataPlane, filter string, values []answered) []answered {
+	t.Helper()
+	var lost []answered
+	for start := 0; start < len(values); start += 1000 {
+		batch := values[start:min(start+1000, len(values))]
+		strs := make([]string, len(batch))
+		for i, v := range batch {
+			strs[i] = v.value
+		}
+		present, err := dp.client.MultiCheck(t.Context(), filter, strs)
+		if err != nil {
+			t.Fatalf("multi-check after restart: %v\n%s", err, dp.logs())
+		}
+		for i, ok := range present {
+			if !ok {
+				lost = append(lost, batch[i])
+			}
+		}
+	}
+	return lost
+}
+
+func createFilter(t *testing.T, dp *dataPlane, name string) {
+	t.Helper()
+	_, _, err := dp.client.Create(t.Context(), name, client.CreateOptions{
+		ExpectedInsertions: new(uint64(100_000)), FPP: new(0.001), ValidPeriodAfterCreate: new(int64(0)),
+	})
+	if err != nil {
+		t.Fatalf("create %s: %v", name, err)
+	}
+}
+
+// TestCrashLosesNoAcknowledgedWrite kills the data plane with SIGKILL at random moments while
+// clients write, with logSync: always; after each restart every answered value is present.
+func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
+	dir := t.TempDir()
+	var all []answered
+	for round := range 4 {
+		dp := startDataPlane(t, dir, "--log-sync", "always")
+		if round == 0 {
+			createFilter(t, dp, "crash")
+		}
+		if lost := missing(t, dp, "crash", all); len(lost) > 0 {
+			t.Fatalf("round %d: %d of %d acknowledged values lost, e.g. %q", round, len(lost), len(all), lost[0].value)
+		}
+		killAfter := time.Duration(100+rand.IntN(400)) * time.Millisecond
+		time.AfterFunc(killAfter, func() { _ = dp.cmd.Process.Kill() })
+		got := hammer(dp, "crash", fmt.Sprintf("r%d", round), 8)
+		<-dp.exited
+		t.Logf("round %d: killed after %v with %d values answered", round, killAfter, len(got))
+		all = append(all, got...)
+	}
+	dp := startDataPlane(t, dir, "--log-sync", "always")
+	if lost := missing(t, dp, "crash", all); len(lost) > 0 {
+		t.Fatalf("%d of %d acknowledged values lost, e.g. %q", len(lost), len(all), lost[0].value)
+	}
+}
+
+// TestCrashWithEverySecondSync measures what logSync: everysec loses in a crash: only values
+// answered in the last flush interval (a second) before the kill may be gone.
+func TestCrashWithEverySecondSync(t *testing.T) {
+	dir := t.TempDir()
+	dp := startDataPlane(t, dir, "--log-sync", "everysec")
+	createFilter(t, dp, "crash")
+	var killedAt time.Time
+	time.AfterFunc(1500*time.Millisecond, func() { killedAt = time.Now(); _ = dp.cmd.Process.Kill() })
+	got := hammer(dp, "crash", "v", 8)
+	<-dp.exited
+
+	dp = startDataPlane(t, dir, "--log-sync", "everysec")
+	lost := missing(t, dp, "crash", got)
+	t.Logf("everysec: %d of %d answered values lost in a SIGKILL", len(lost), len(got))
+	for _, v := range lost {
+		// One interval plus scheduling slack.
+		if age := killedAt.Sub(v.at); age > 1500*time.Millisecond {
+			t.Errorf("value %q answered %v before the kill was lost: more than a flush interval", v.value, age)
+		}
+	}
+}
+
+// TestGracefulShutdownKeepsEverything stops with SIGTERM after creates, adds, an overwrite and a
+// delete, restarts, and finds the same filters and values.
+func TestGracefulShutdownKeepsEverything(t *testing.T) {
+	dir := t.TempDir()
+	dp := startDataPlane(t, dir, "--log-sync", "no")
+	ctx := t.Context()
+	for _, name := range []string{"kept", "deleted", "replaced"} {
+		createFilter(t, dp, name)
+		if err := dp.client.MultiSet(ctx, name, []string{name + "-1", name + "-2"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := dp.client.Delete(ctx, "deleted"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := dp.client.Create(ctx, "replaced", client.CreateOptions{Overwrite: true, ValidPeriodAfterCreate: new(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dp.client.Set(ctx, "replaced", "after-overwrite"); err != nil {
+		t.Fatal(err)
+	}
+	dp.stop(t, syscall.SIGTERM)
+	if code := dp.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("exit status %d after SIGTERM:\n%s", code, dp.logs())
+	}
+	if !strings.Contains(dp.logs(), "Snapshot written") {
+		t.Errorf("no final snapshot logged:\n%s", dp.logs())
+	}
+
+	stopped := time.Now()
+	dp = startDataPlane(t, dir)
+	kept, err := dp.client.Get(ctx, "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The final snapshot, taken by the process before, is the last one on disk.
+	if at, err := time.Parse(time.RFC3339, kept.LastSnapshot); err != nil || at.After(stopped) || stopped.Sub(at) > time.Minute {
+		t.Errorf("lastSnapshot %q (%v), want the final snapshot's time, shortly before %v", kept.LastSnapshot, err, stopped)
+	}
+	names, err := dp.client.List(ctx)
+	if err != nil || fmt.Sprint(names) != "[kept replaced]" {
+		t.Fatalf("filters after restart: %v, %v; want [kept replaced]", names, err)
+	}
+	for filter, values := range map[string][]string{"kept": {"kept-1", "kept-2"}, "replaced": {"after-overwrite"}} {
+		got, err := dp.client.MultiCheck(ctx, filter, values)
+		if err != nil || !allTrue(got) {
+			t.Errorf("%s: %v, %v; want all present", filter, got, err)
+		}
+	}
+	if present, _ := dp.client.Check(ctx, "replaced", "replaced-1"); present {
+		t.Error("a value added before the overwrite came back")
+	}
+}
+
+func allTrue(bs []bool) bool {
+	for _, b := range bs {
+		if !b {
+			return false
+		}
+	}
+	return len(bs) > 0
+}
+
+// TestSecondProcessOnTheSameDirectory starts two data planes on one directory: the second
+// refuses, naming the directory, and the first keeps serving.
+func TestSecondProcessOnTheSameDirectory(t *testing.T) {
+	dir := t.TempDir()
+	first := startDataPlane(t, dir)
+	r := runBinary(t, "dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dir)
+	if r.code == 0 || !strings.Contains(r.stderr, dir) || !strings.Contains(r.stderr, "in use by another process") {
+		t.Errorf("second process: exit %d, stderr %q; want a failure naming %s", r.code, r.stderr, dir)
+	}
+	if err := first.client.Ping(t.Context()); err != nil {
+		t.Errorf("the first process stopped serving: %v", err)
+	}
+}

@@ -1,0 +1,433 @@
+package process
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// These tests run several real data-plane processes on loopback, tell them their membership as
+// the operator would, and show that what one pod acknowledged every pod holds.
+
+// replicaConfig is every pod's config.yaml, as the operator writes it in spirit: not ready until
+// told its peers, and every write fsynced, so that a kill -9 loses nothing acknowledged.
+const replicaConfig = `
+awaitMembership: true
+logSync: always
+defaultValidSecondsAfterCreate: 0
+replicationTimeoutMillis: 3000
+antiEntropyIntervalSeconds: %d
+`
+
+// replica is one pod of a test cluster. It keeps its port and data directory across restarts,
+// as a StatefulSet pod keeps its name, address and volume.
+type replica struct {
+	name, port, dir string
+	dp              *dataPlane
+}
+
+func (p *replica) url() string { return "http://127.0.0.1:" + p.port }
+
+type testCluster struct {
+	t      *testing.T
+	config string
+	epoch  uint64
+	pods   []*replica
+}
+
+// newTestCluster starts n pods, tells each the membership of all n, and waits until they are
+// ready. antiEntropy is the anti-entropy period in seconds (0: off).
+func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
+	t.Helper()
+	config := filepath.Join(t.TempDir(), "config.yaml")
+	if err := os.WriteFile(config, fmt.Appendf(nil, replicaConfig, antiEntropy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := &testCluster{t: t, config: config}
+	for i := range n {
+		c.pods = append(c.pods, &replica{name: fmt.Sprintf("pod-%d", i), port: freePort(t), dir: t.TempDir()})
+	}
+	for _, p := range c.pods {
+		c.launch(p)
+	}
+	c.push(c.pods...)
+	for _, p := range c.pods {
+		p.dp.waitReady(t)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range c.pods {
+				if p.dp != nil {
+					t.Logf("%s logs:\n%s", p.name, p.dp.logs())
+				}
+			}
+		}
+	})
+	return c
+}
+
+// launch starts the pod's process on its port and directory, without waiting for readiness.
+func (c *testCluster) launch(p *replica) {
+	c.t.Helper()
+	p.dp = launchDataPlane(c.t, p.dir, "-p", p.port, "-c", c.config)
+}
+
+// push tells every pod in to a new membership of exactly those pods, with the next epoch.
+func (c *testCluster) push(in ...*replica) {
+	c.t.Helper()
+	c.epoch++
+	c.tell(in, in...)
+}
+
+// tell sends the current epoch's membership of members to the pods to.
+func (c *testCluster) tell(members []*replica, to ...*replica) {
+	c.t.Helper()
+	m := wire.Membership{Epoch: c.epoch}
+	for _, p := range members {
+		m.Members = append(m.Members, wire.Member{Name: p.name, URL: p.url()})
+	}
+	for _, p := range to {
+		m.Self = p.name
+		if err := p.dp.client.SetMembership(c.t.Context(), m); err != nil {
+			c.t.Fatalf("membership of %s: %v", p.name, err)
+		}
+	}
+}
+
+// freePort finds a loopback port nothing listens on. The pod binds it moments later; a test
+// machine that hands it out meanwhile fails the start loudly rather than silently.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = ln.Close() }()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func (p *replica) client(level wire.Consistency) *client.Client {
+	return client.New(p.url(), client.WithConsistency(level))
+}
+
+// absent returns the values the pod does not hold, asking it alone.
+func (p *replica) absent(t *testing.T, filter string, values []string) []string {
+	t.Helper()
+	var out []string
+	for start := 0; start < len(values); start += 5000 {
+		batch := values[start:min(start+5000, len(values))]
+		present, err := p.dp.client.MultiCheck(t.Context(), filter, batch)
+		if err != nil {
+			t.Fatalf("multi-check on %s: %v", p.name, err)
+		}
+		for i, ok := range present {
+			if !ok {
+				out = append(out, batch[i])
+			}
+		}
+	}
+	return out
+}
+
+// eventuallyHolds waits until the pod holds every value.
+func (p *replica) eventuallyHolds(t *testing.T, filter string, values []string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lost := p.absent(t, filter, values)
+		if len(lost) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s lacks %d of %d values, such as %q", p.name, len(lost), len(values), lost[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func valuesOf(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", prefix, i)
+	}
+	return out
+}
+
+func TestValuesWrittenThroughAnyPodAreSeenByEveryPod(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	createFilter(t, c.pods[0].dp, "users")
+
+	// consistency=all: every pod holds the write when it is answered.
+	for _, p := range c.pods {
+		values := valuesOf("all-"+p.name, 50)
+		cl := p.client(wire.ConsistencyAll)
+		for _, v := range values {
+			if _, err := cl.CheckAndSet(t.Context(), "users", v); err != nil {
+				t.Fatalf("check-and-set through %s: %v", p.name, err)
+			}
+		}
+		for _, q := range c.pods {
+			if lost := q.absent(t, "users", values); len(lost) > 0 {
+				t.Errorf("written through %s with consistency=all, %s lacks %d values at once, such as %q", p.name, q.name, len(lost), lost[0])
+			}
+		}
+	}
+
+	// The default, quorum: a quorum read sees the write at once (R + W > N), and every pod holds
+	// it shortly after.
+	for _, p := range c.pods {
+		values := valuesOf("quorum-"+p.name, 300)
+		if err := p.dp.client.MultiSet(t.Context(), "users", values[:200]); err != nil {
+			t.Fatalf("multi-set through %s: %v", p.name, err)
+		}
+		if _, err := p.dp.client.MultiCheckAndSet(t.Context(), "users", values[200:]); err != nil {
+			t.Fatalf("multi-check-and-set through %s: %v", p.name, err)
+		}
+		for _, q := range c.pods {
+			present, err := q.client(wire.ConsistencyQuorum).MultiCheck(t.Context(), "users", values)
+			if err != nil {
+				t.Fatalf("quorum multi-check on %s: %v", q.name, err)
+			}
+			for i, ok := range present {
+				if !ok {
+					t.Fatalf("written through %s, a quorum read on %s misses %q", p.name, q.name, values[i])
+				}
+			}
+		}
+		for _, q := range c.pods {
+			q.eventuallyHolds(t, "users", values)
+		}
+	}
+
+	// Values never written stay absent everywhere: the reads above could not pass by answering
+	// true for anything.
+	for _, q := range c.pods {
+		if lost := q.absent(t, "users", valuesOf("never-written", 100)); len(lost) < 90 {
+			t.Errorf("%s holds %d of 100 values never written", q.name, 100-len(lost))
+		}
+	}
+}
+
+func TestKilledPodLosesNothingAndCatchesUp(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	createFilter(t, c.pods[0].dp, "events")
+	victim, survivors := c.pods[2], c.pods[:2]
+
+	var mu sync.Mutex
+	var acked []string
+	stop := make(chan struct{})
+	var writers sync.WaitGroup
+	for w := range 4 {
+		p := survivors[w%2]
+		writers.Go(func() {
+			cl := client.New(p.url())
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				v := fmt.Sprintf("w%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := cl.CheckAndSet(ctx, "events", v)
+				cancel()
+				if err == nil {
+					mu.Lock()
+					acked = append(acked, v)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	// Acknowledged writes before the kill, and as many again while the pod is down.
+	ackedAtLeast := func(n int, when string) int {
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			mu.Lock()
+			got := len(acked)
+			mu.Unlock()
+			if got >= n {
+				return got
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: only %d writes acknowledged, want %d", when, got, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	before := ackedAtLeast(100, "before the kill")
+	victim.dp.stop(t, syscall.SIGKILL)
+	ackedAtLeast(before+100, "while the pod is down")
+	close(stop)
+	writers.Wait()
+
+	for _, p := range survivors {
+		p.eventuallyHolds(t, "events", acked)
+	}
+
+	c.launch(victim)
+	if victim.dp.ready(t) {
+		t.Fatal("the restarted pod was ready before it was told its peers")
+	}
+	c.tell(c.pods, victim) // the operator tells a restarted pod the current membership
+	victim.dp.waitReady(t)
+	if lost := victim.absent(t, "events", acked); len(lost) > 0 {
+		t.Fatalf("once ready, the restarted pod lacks %d of %d acknowledged values, such as %q", len(lost), len(acked), lost[0])
+	}
+}
+
+func TestNewPodCatchesUpBeforeItIsReady(t *testing.T) {
+	c := newTestCluster(t, 2, 0)
+	createFilter(t, c.pods[0].dp, "a")
+	createFilter(t, c.pods[1].dp, "b")
+	values := valuesOf("v", 20_000)
+	if err := c.pods[0].dp.client.MultiSet(t.Context(), "a", values); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.pods[1].dp.client.MultiSet(t.Context(), "b", values[:5000]); err != nil {
+		t.Fatal(err)
+	}
+
+	joiner := &replica{name: "pod-2", port: freePort(t), dir: t.TempDir()}
+	c.pods = append(c.pods, joiner)
+	c.launch(joiner)
+	if joiner.dp.ready(t) {
+		t.Fatal("a new pod was ready before it was told its peers")
+	}
+	c.push(c.pods...)
+	joiner.dp.waitReady(t)
+
+	names, err := joiner.dp.client.List(t.Context())
+	if err != nil || len(names) != 2 {
+		t.Fatalf("the new pod lists %v (%v), want [a b]", names, err)
+	}
+	if lost := joiner.absent(t, "a", values); len(lost) > 0 {
+		t.Fatalf("once ready, the new pod lacks %d of %d values of a", len(lost), len(values))
+	}
+	if lost := joiner.absent(t, "b", values[:5000]); len(lost) > 0 {
+		t.Fatalf("once ready, the new pod lacks %d of 5000 values of b", len(lost))
+	}
+}
+
+func TestConcurrentCheckAndSetAnswersFalseOnce(t *testing.T) {
+	c := newTestCluster(t, 3, 0)
+	createFilter(t, c.pods[0].dp, "coupons")
+	values := valuesOf("coupon", 300)
+	falses := make([]int, len(values))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range c.pods {
+		cl := client.New(p.url())
+		wg.Go(func() {
+			for i, v := range values {
+				present, err := cl.CheckAndSet(t.Context(), "coupons", v)
+				if err != nil {
+					t.Errorf("check-and-set through %s: %v", p.name, err)
+					return
+				}
+				if !present {
+					mu.Lock()
+					falses[i]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, n := range falses {
+		if n != 1 {
+			t.Errorf("%q answered false %d times through 3 pods, want exactly once", values[i], n)
+		}
+	}
+}
+
+func TestDeletedFilterStaysDeletedAfterAStalePeersAntiEntropy(t *testing.T) {
+	c := newTestCluster(t, 2, 1)
+	a, b := c.pods[0], c.pods[1]
+	createFilter(t, a.dp, "doomed")
+	createFilter(t, a.dp, "kept")
+	if err := a.dp.client.MultiSet(t.Context(), "doomed", valuesOf("d", 100)); err != nil {
+		t.Fatal(err)
+	}
+
+	// b goes down holding both filters; meanwhile "doomed" is deleted and "kept" written to.
+	b.dp.stop(t, syscall.SIGKILL)
+	one := a.client(wire.ConsistencyOne)
+	if err := one.Delete(t.Context(), "doomed"); err != nil {
+		t.Fatal(err)
+	}
+	missed := valuesOf("while-b-was-down", 500)
+	if err := one.MultiSet(t.Context(), "kept", missed); err != nil {
+		t.Fatal(err)
+	}
+
+	// b is back but not told its membership, so it neither catches up nor learns of the delete:
+	// a stale peer. a's anti-entropy pulls from it (b is a's only peer).
+	passes := counter(t, a, "bloomery_replication_anti_entropy_passes_total")
+	differences := counter(t, a, "bloomery_replication_differences_total")
+	c.launch(b)
+	for deadline := time.Now().Add(20 * time.Second); counter(t, a, "bloomery_replication_anti_entropy_passes_total") < passes+3; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a ran no anti-entropy passes against b")
+		}
+	}
+	if got := counter(t, a, "bloomery_replication_differences_total"); got <= differences {
+		t.Fatalf("a's anti-entropy found no difference with b (%v before, %v after): it did not see b's stale copy", differences, got)
+	}
+	if _, err := a.dp.client.Get(t.Context(), "doomed"); !client.IsNotFound(err) {
+		t.Fatalf("after anti-entropy with a stale peer, GET doomed on a = %v, want 404", err)
+	}
+	if _, err := b.dp.client.Get(t.Context(), "doomed"); err != nil {
+		t.Fatalf("the stale peer should still hold doomed before it catches up: %v", err)
+	}
+
+	// Told its membership, b catches up: the delete reaches it, and the writes it missed.
+	c.tell(c.pods, b)
+	b.dp.waitReady(t)
+	if _, err := b.dp.client.Get(t.Context(), "doomed"); !client.IsNotFound(err) {
+		t.Fatalf("after catch-up, GET doomed on b = %v, want 404", err)
+	}
+	if lost := b.absent(t, "kept", missed); len(lost) > 0 {
+		t.Fatalf("after catch-up, b lacks %d of the %d values written while it was down", len(lost), len(missed))
+	}
+}
+
+// counter reads one unlabelled counter from the pod's /metrics.
+func counter(t *testing.T, p *replica, name string) float64 {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.url()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("%s has no %s in /metrics", p.name, name)
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
