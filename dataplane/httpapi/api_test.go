@@ -4,10 +4,10 @@ import (
 	"log/slog"
 	"testing"
 
-	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/metrics"
+	"github.com/bloomery/bloomery/dataplane/replication"
 )
 
 // newTestAPI builds the API over an in-memory store and a node with no peers, as a data plane

@@ -6,13 +6,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/wire"
-	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/httpapi"
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
-	"github.com/bloomery/bloomery/dataplane/httpapi"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // DataPlane is one data-plane process assembled: the engine, the replication node, the metrics

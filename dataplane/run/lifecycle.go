@@ -13,8 +13,8 @@ import (
 	"golang.org/x/net/netutil"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/httpapi"
+	"github.com/bloomery/bloomery/dataplane/persist"
 )
 
 // Run serves on ln until ctx is cancelled, then shuts down gracefully and takes a final snapshot.
