@@ -8,7 +8,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
 // apiError is an answer with an error body: HTTP status, our code and a message for people.
@@ -45,6 +47,23 @@ func engineError(err error, creating bool) error {
 		return &apiError{http.StatusInsufficientStorage, wire.CodeInsufficientSpace, err.Error()}
 	}
 	return err
+}
+
+// writeError maps the write service's errors, then the engine's, to answers.
+func writeError(err error, creating bool) error {
+	if err == nil {
+		return nil
+	}
+	if nh, ok := errors.AsType[*writes.ErrNotHome](err); ok {
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, nh.Reason}
+	}
+	switch {
+	case errors.Is(err, writes.ErrCatchingUp):
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()}
+	case errors.Is(err, replication.ErrReplication):
+		return &apiError{http.StatusServiceUnavailable, wire.CodeReplication, err.Error()}
+	}
+	return engineError(err, creating)
 }
 
 // handleError writes every error as {"error","code"}, including echo's own (unknown route,

@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -39,15 +38,8 @@ func (s *Server) createFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Creates of one name are serialized by its home pod, so that two pods cannot create two
-	// incarnations at once, the later replacing the earlier and the writes made to it.
 	if handled, err := s.forwardToHome(c); handled || err != nil {
 		return err
-	}
-	if !s.Node.Ready() {
-		// A filter created here before the pod caught up would be a new incarnation that
-		// replaces, on every pod, the one its peers already hold.
-		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "catching up from the peers; retry shortly"}
 	}
 	b, err := readBody(c, s.Config.MaxHTTPRequestLength)
 	if err != nil {
@@ -57,22 +49,13 @@ func (s *Server) createFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, created, err := s.Store.Create(name, opts, overwrite)
+	f, created, err := s.Writes.Create(c.Request().Context(), level, name, opts, overwrite)
 	if err != nil {
-		return engineError(err, true)
+		return writeError(err, true)
 	}
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		s.Log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
-			"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
-		if s.Node.Replicating() {
-			opts := f.Options()
-			op := replication.Op{Kind: replication.OpCreate, Name: name, Generation: f.Generation(), Options: &opts}
-			if err := s.replicate(c, level, op); err != nil {
-				return err
-			}
-		}
 	}
 	return c.JSON(status, s.describe(f.Info()))
 }
@@ -143,17 +126,8 @@ func (s *Server) deleteFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	deleted, generation, err := s.Store.Delete(name)
-	if err != nil {
-		return err
-	}
-	if deleted {
-		s.Log.Info("Deleted filter", "filter", name, "generation", generation)
-	}
-	if s.Node.Replicating() {
-		if err := s.replicate(c, level, replication.Op{Kind: replication.OpDelete, Name: name, Generation: generation}); err != nil {
-			return err
-		}
+	if err := s.Writes.Delete(c.Request().Context(), level, name); err != nil {
+		return writeError(err, false)
 	}
 	return c.NoContent(http.StatusOK)
 }
@@ -307,9 +281,8 @@ func (s *Server) multiCheck(c echo.Context) error {
 	return writeBools(c, bt.answers(present))
 }
 
-// The writes below apply locally, then replicate to the peers at the request's consistency.
-// Check-and-sets are served by the filter's home pod, so that of two concurrent ones of the same
-// new value on different pods exactly one answers false.
+// The writes below go through the write service, which applies, journals and replicates them;
+// check-and-sets are served by the filter's home pod.
 
 func (s *Server) checkAndSet(c echo.Context) error {
 	level, err := s.writeLevel(c)
@@ -323,14 +296,9 @@ func (s *Server) checkAndSet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	present, err := f.CheckAndSet(value)
+	present, err := s.Writes.CheckAndSet(c.Request().Context(), level, f, value)
 	if err != nil {
-		return engineError(err, false)
-	}
-	if s.Node.Replicating() {
-		if err := s.replicateAdd(c, level, f, []string{value}); err != nil {
-			return err
-		}
+		return writeError(err, false)
 	}
 	return writeBool(c, present)
 }
@@ -347,13 +315,9 @@ func (s *Server) multiCheckAndSet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	keys := bt.strings()
-	present, err := f.CheckAndSetMany(keys)
+	present, err := s.Writes.CheckAndSetMany(c.Request().Context(), level, f, bt.strings())
 	if err != nil {
-		return engineError(err, false)
-	}
-	if err := s.replicateAdd(c, level, f, keys); err != nil {
-		return err
+		return writeError(err, false)
 	}
 	return writeBools(c, bt.answers(present))
 }
@@ -367,13 +331,8 @@ func (s *Server) set(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := f.Add(value); err != nil {
-		return engineError(err, false)
-	}
-	if s.Node.Replicating() {
-		if err := s.replicateAdd(c, level, f, []string{value}); err != nil {
-			return err
-		}
+	if err := s.Writes.Set(c.Request().Context(), level, f, value); err != nil {
+		return writeError(err, false)
 	}
 	return c.NoContent(http.StatusOK)
 }
@@ -387,12 +346,8 @@ func (s *Server) multiSet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	keys := bt.strings()
-	if err := f.AddMany(keys); err != nil {
-		return engineError(err, false)
-	}
-	if err := s.replicateAdd(c, level, f, keys); err != nil {
-		return err
+	if err := s.Writes.SetMany(c.Request().Context(), level, f, bt.strings()); err != nil {
+		return writeError(err, false)
 	}
 	return c.NoContent(http.StatusOK)
 }

@@ -6,18 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
 // The server's side of replication (docs/replication.md): the request paths consult the
@@ -44,99 +42,31 @@ func (s *Server) writeLevel(c echo.Context) (wire.Consistency, error) {
 	return consistency(c, s.Node.WriteConsistency())
 }
 
-// replicate sends a write applied here to the peers and waits for the level's acknowledgements.
-func (s *Server) replicate(c echo.Context, level wire.Consistency, op replication.Op) error {
-	err := s.Node.Replicate(c.Request().Context(), op, level)
-	if errors.Is(err, replication.ErrReplication) {
-		// Each such write is answered 503 and counted (bloomery_replication_write_failures_total);
-		// while a peer is down that is every write, so the warning is spaced out.
-		s.Log.Log(c.Request().Context(), s.spacedLevel("write not acknowledged"),
-			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
-			"filter", op.Name, "op", op.Kind, "error", err.Error())
-		return &apiError{http.StatusServiceUnavailable, wire.CodeReplication, err.Error()}
-	}
-	return err
-}
-
-// replicateAdd replicates keys added to f, when there are peers to tell.
-func (s *Server) replicateAdd(c echo.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
-	if !s.Node.Replicating() || len(keys) == 0 {
-		return nil
-	}
-	return s.replicate(c, level, replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys})
-}
-
 // forwardToHome sends a request that must be served by the filter's home pod (check-and-set,
 // create) there, and answers the home's answer. It reports false when this pod is the home, or
 // every pod before it in the filter's order is unreachable: the request is then served here,
 // with its body put back.
 func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 	if forwarded(c) {
-		// The sender takes a 503 with code 7 as its cue to try the next pod in the filter's
-		// order. A pod still catching up would answer false for values its peers hold; a pod
-		// that knows no peers (its membership is behind the sender's) would acknowledge a
-		// write that no other pod holds.
-		switch {
-		case !s.Node.Ready():
-			return false, &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "catching up from the peers; not serving as a filter's home yet"}
-		case !s.Node.Replicating():
-			return false, &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "this pod knows no peers yet; not serving as a filter's home"}
-		}
-		return false, nil
-	}
-	if !s.Node.Replicating() {
-		return false, nil
+		return false, writeError(s.Writes.AcceptForwarded(), false)
 	}
 	name, err := url.PathUnescape(c.Param("name"))
-	if err != nil {
+	if err != nil || !s.Writes.HomeElsewhere(name) {
 		return false, nil //nolint:nilerr // served here, where filterName answers the error
-	}
-	order, self := s.Node.HomeOrder(name)
-	if len(order) == 0 || order[0].Name == self {
-		return false, nil
 	}
 	req := c.Request()
 	raw, err := readLimited(c, s.Config.MaxHTTPRequestLength)
 	if err != nil {
 		return false, err
 	}
-	for _, m := range order {
-		if m.Name == self {
-			break
-		}
-		a, err := s.Node.Forward(req.Context(), m, req.Method, req.URL.RequestURI(), req.Header.Get(echo.HeaderContentType), raw)
-		if err != nil {
-			s.failedOver(c, name, m.Name, err)
-			continue
-		}
+	a := s.Writes.ForwardToHome(req.Context(), name, writes.Request{
+		Method: req.Method, URI: req.URL.RequestURI(), ContentType: req.Header.Get(echo.HeaderContentType), Body: raw,
+	})
+	if a != nil {
 		return true, c.Blob(a.Status, a.ContentType, a.Body)
 	}
 	req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(raw)), int64(len(raw))
 	return false, nil
-}
-
-// warnEvery spaces the warnings of one kind: while a pod is down or restarts, every write (or
-// every check-and-set of the filters it is home of) meets the same problem, hundreds a second.
-const warnEvery = 10 * time.Second
-
-// spacedLevel is the level of a warning of the given kind: warning at most every warnEvery,
-// debug in between.
-func (s *Server) spacedLevel(kind string) slog.Level {
-	v, _ := s.warned.LoadOrStore(kind, new(atomic.Int64))
-	last := v.(*atomic.Int64)
-	now, prev := time.Now().UnixNano(), last.Load()
-	if now-prev < int64(warnEvery) || !last.CompareAndSwap(prev, now) {
-		return slog.LevelDebug
-	}
-	return slog.LevelWarn
-}
-
-// failedOver counts a request that its filter's home did not serve, and warns about that home.
-func (s *Server) failedOver(c echo.Context, filter, home string, err error) {
-	s.Node.Stats().HomeFailovers.Add(1)
-	s.Log.Log(c.Request().Context(), s.spacedLevel("failover from "+home),
-		"Filter's home pod did not serve a forwarded request; trying the next (warned at most every 10 s per home; bloomery_replication_home_failovers_total counts them all)",
-		"filter", filter, "home", home, "error", err.Error())
 }
 
 // checkPeers widens a read to ?consistency=quorum|all: the values absent here are asked of

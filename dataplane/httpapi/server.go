@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/writes"
 
 	"github.com/labstack/echo/v4"
 
@@ -31,8 +31,6 @@ type Server struct {
 	// routePaths are the registered route templates, for the route label of metrics: anything
 	// else a request matched is a path of the client's choosing.
 	routePaths map[string]bool
-	// warned holds, per kind of warning, when it was last logged (warnSpaced).
-	warned sync.Map
 	// phase is where the process is: see Phase. A Server nothing is recovered into serves.
 	phase atomic.Int32
 }
@@ -45,6 +43,8 @@ type Options struct {
 	Store   *filter.Store
 	Node    *replication.Node
 	Metrics *metrics.Metrics
+	// Writes runs every write: the handlers decode, it applies, journals and replicates.
+	Writes *writes.Service
 	// LastSnapshot is when the last snapshot completed, zero before the first and in memory.
 	LastSnapshot func() time.Time
 	// Durable makes the store's current state survive a crash (bits merged from a dump are not

@@ -13,6 +13,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
 // DataPlane is one data-plane process assembled: the engine, the replication node, the metrics
@@ -63,6 +64,7 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		Store:        d.store,
 		Node:         d.node,
 		Metrics:      d.metrics,
+		Writes:       writes.New(d.store, d.node, log),
 		LastSnapshot: d.lastSnapshot,
 		Durable:      d.durable,
 	})

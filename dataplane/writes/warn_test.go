@@ -1,4 +1,4 @@
-package httpapi
+package writes
 
 import (
 	"log/slog"
@@ -8,7 +8,7 @@ import (
 // A warning that every request of an outage would repeat is a warning once per kind and period,
 // and debug in between.
 func TestSpacedLevel(t *testing.T) {
-	s := &Server{}
+	s := &Service{}
 	if got := s.spacedLevel("peer down"); got != slog.LevelWarn {
 		t.Fatalf("first warning of a kind: %v, want WARN", got)
 	}

@@ -1,0 +1,202 @@
+// Package writes runs every write of the data plane — create, delete, set, check-and-set and
+// their batch forms — the same way: the engine applies it and journals it (the store's journal
+// is the persister), then the write goes to the peers and waits for the acknowledgements of the
+// request's consistency level. It also decides which pod serves the writes that only a filter's
+// home may serve. The HTTP handlers decode requests and encode what it returns.
+package writes
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// ErrCatchingUp refuses a create on a pod that has not caught up from its peers: the filter
+// would be a new incarnation that replaces, on every pod, the one its peers already hold.
+var ErrCatchingUp = errors.New("catching up from the peers; retry shortly")
+
+// ErrNotHome refuses a request that a peer forwarded to this pod as the filter's home while this
+// pod cannot serve as one; the sender takes it as its cue to try the next pod.
+type ErrNotHome struct{ Reason string }
+
+func (e *ErrNotHome) Error() string { return e.Reason }
+
+// Service runs the writes of one data plane.
+type Service struct {
+	store *filter.Store
+	node  *replication.Node
+	log   *slog.Logger
+	// warned holds, per kind of warning, when it was last logged (spacedLevel).
+	warned sync.Map
+}
+
+// New returns the write service over a store and the node that replicates its writes.
+func New(store *filter.Store, node *replication.Node, log *slog.Logger) *Service {
+	return &Service{store: store, node: node, log: log}
+}
+
+// Create creates a filter, or returns the existing one (created false) unless overwrite.
+func (s *Service) Create(ctx context.Context, level wire.Consistency, name string, opts filter.Options, overwrite bool) (f *filter.Filter, created bool, err error) {
+	if !s.node.Ready() {
+		return nil, false, ErrCatchingUp
+	}
+	f, created, err = s.store.Create(name, opts, overwrite)
+	if err != nil || !created {
+		return f, created, err
+	}
+	s.log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
+		"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
+	o := f.Options()
+	return f, true, s.replicate(ctx, level, replication.Op{Kind: replication.OpCreate, Name: name, Generation: f.Generation(), Options: &o})
+}
+
+// Delete deletes a filter; deleting one that does not exist is not an error, and is replicated
+// too, so that a peer that still holds it forgets it.
+func (s *Service) Delete(ctx context.Context, level wire.Consistency, name string) error {
+	deleted, generation, err := s.store.Delete(name)
+	if err != nil {
+		return err
+	}
+	if deleted {
+		s.log.Info("Deleted filter", "filter", name, "generation", generation)
+	}
+	return s.replicate(ctx, level, replication.Op{Kind: replication.OpDelete, Name: name, Generation: generation})
+}
+
+// CheckAndSet adds key to f and reports whether it may have been present before.
+func (s *Service) CheckAndSet(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) (bool, error) {
+	present, err := f.CheckAndSet(key)
+	if err != nil {
+		return false, err
+	}
+	return present, s.replicateAdd(ctx, level, f, []string{key})
+}
+
+// Set adds key to f.
+func (s *Service) Set(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) error {
+	_, err := s.CheckAndSet(ctx, level, f, key)
+	return err
+}
+
+// CheckAndSetMany is CheckAndSet for every key, in order. When the engine fails part-way (a
+// memory limit reached), the keys it added before are replicated before the error is returned,
+// so that the peers hold what this pod holds.
+func (s *Service) CheckAndSetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) ([]bool, error) {
+	present, err := f.CheckAndSetMany(keys)
+	if rerr := s.replicateAdd(ctx, level, f, keys[:len(present)]); err == nil {
+		err = rerr
+	}
+	return present, err
+}
+
+// SetMany adds every key to f, as CheckAndSetMany does.
+func (s *Service) SetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
+	_, err := s.CheckAndSetMany(ctx, level, f, keys)
+	return err
+}
+
+// replicateAdd replicates keys added to f, when there are any.
+func (s *Service) replicateAdd(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	return s.replicate(ctx, level, replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys})
+}
+
+// replicate sends a write applied here to the peers and waits for the level's acknowledgements;
+// without peers there is nothing to wait for.
+func (s *Service) replicate(ctx context.Context, level wire.Consistency, op replication.Op) error {
+	if !s.node.Replicating() {
+		return nil
+	}
+	err := s.node.Replicate(ctx, op, level)
+	if errors.Is(err, replication.ErrReplication) {
+		// Each such write is answered 503 and counted (bloomery_replication_write_failures_total);
+		// while a peer is down that is every write, so the warning is spaced out.
+		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
+			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
+			"filter", op.Name, "op", op.Kind, "error", err.Error())
+	}
+	return err
+}
+
+// Request is a client's request as it arrived, to forward to a filter's home unchanged.
+type Request struct {
+	Method, URI, ContentType string
+	Body                     []byte
+}
+
+// AcceptForwarded checks that this pod can serve, as a filter's home, a request a peer forwarded.
+// A pod still catching up would answer false for values its peers hold; a pod that knows no peers
+// (its membership is behind the sender's) would acknowledge a write that no other pod holds.
+func (s *Service) AcceptForwarded() error {
+	switch {
+	case !s.node.Ready():
+		return &ErrNotHome{"catching up from the peers; not serving as a filter's home yet"}
+	case !s.node.Replicating():
+		return &ErrNotHome{"this pod knows no peers yet; not serving as a filter's home"}
+	}
+	return nil
+}
+
+// HomeElsewhere reports whether a check-and-set or create of the filter must be sent to another
+// pod: its home is a peer. Creates of one name are serialized by its home, so that two pods cannot
+// create two incarnations at once; check-and-sets, so that of two concurrent ones of the same new
+// value on different pods exactly one answers false.
+func (s *Service) HomeElsewhere(name string) bool {
+	if !s.node.Replicating() {
+		return false
+	}
+	order, self := s.node.HomeOrder(name)
+	return len(order) > 0 && order[0].Name != self
+}
+
+// ForwardToHome sends req to the filter's home, or to the next pod in the filter's order while
+// the ones before are unreachable, and returns the answer to give. It returns nil when every pod
+// before this one failed: the request is then served here.
+func (s *Service) ForwardToHome(ctx context.Context, name string, req Request) *replication.Answer {
+	order, self := s.node.HomeOrder(name)
+	for _, m := range order {
+		if m.Name == self {
+			break
+		}
+		a, err := s.node.Forward(ctx, m, req.Method, req.URI, req.ContentType, req.Body)
+		if err != nil {
+			s.failedOver(ctx, name, m.Name, err)
+			continue
+		}
+		return &a
+	}
+	return nil
+}
+
+// failedOver counts a request that its filter's home did not serve, and warns about that home.
+func (s *Service) failedOver(ctx context.Context, filter, home string, err error) {
+	s.node.Stats().HomeFailovers.Add(1)
+	s.log.Log(ctx, s.spacedLevel("failover from "+home),
+		"Filter's home pod did not serve a forwarded request; trying the next (warned at most every 10 s per home; bloomery_replication_home_failovers_total counts them all)",
+		"filter", filter, "home", home, "error", err.Error())
+}
+
+// warnEvery spaces the warnings of one kind: while a pod is down or restarts, every write (or
+// every check-and-set of the filters it is home of) meets the same problem, hundreds a second.
+const warnEvery = 10 * time.Second
+
+// spacedLevel is the level of a warning of the given kind: warning at most every warnEvery,
+// debug in between.
+func (s *Service) spacedLevel(kind string) slog.Level {
+	v, _ := s.warned.LoadOrStore(kind, new(atomic.Int64))
+	last := v.(*atomic.Int64)
+	now, prev := time.Now().UnixNano(), last.Load()
+	if now-prev < int64(warnEvery) || !last.CompareAndSwap(prev, now) {
+		return slog.LevelDebug
+	}
+	return slog.LevelWarn
+}
