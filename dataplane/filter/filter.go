@@ -127,7 +127,7 @@ func (f *Filter) CheckAndSet(key string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if f.store.journal == nil { // spares the one-key slice when there is no journal
+	if f.store.currentJournal() == nil { // spares the one-key slice when there is no journal
 		return present, nil
 	}
 	return present, f.journalAdded([]string{key})
@@ -191,7 +191,7 @@ func (f *Filter) checkAndSetManyLocked(keys []string, out []bool) (int, error) {
 // journal records keys that were present too: a key that only tested present through a false
 // positive must still test present after a replay in another order.
 func (f *Filter) journalAdded(keys []string) error {
-	if j := f.store.journal; j != nil && len(keys) > 0 {
+	if j := f.store.currentJournal(); j != nil && len(keys) > 0 {
 		return j.Added(f.name, keys)
 	}
 	return nil
@@ -297,7 +297,7 @@ func (f *Filter) touch() {
 	}
 	f.lastAccess.Store(now)
 	last := f.journaledAccess.Load()
-	if j := f.store.journal; j != nil && now-last > int64(time.Second) && f.journaledAccess.CompareAndSwap(last, now) {
+	if j := f.store.currentJournal(); j != nil && now-last > int64(time.Second) && f.journaledAccess.CompareAndSwap(last, now) {
 		j.Accessed(f.name, time.Unix(0, now))
 	}
 }

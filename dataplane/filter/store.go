@@ -98,7 +98,9 @@ type Store struct {
 	// changes serializes creates and deletes (rare next to checks and sets), so that the
 	// journal hears of them in the order they take effect.
 	changes sync.Mutex
-	journal Journal
+	// journal is attached once recovery has filled the store, while requests may already be
+	// arriving: an atomic, so that attaching it races with nothing.
+	journal atomic.Pointer[attachedJournal]
 	// tombstones remember deleted filters, guarded by changes: a replica's stale copy of a deleted
 	// filter must not come back through a merge (see replica.go).
 	tombstones map[string]Tombstone
@@ -116,9 +118,20 @@ func NewStore(limits Limits, clock func() time.Time) *Store {
 	return &Store{memory: budget{limits: limits}, clock: clock, tombstones: make(map[string]Tombstone)}
 }
 
-// SetJournal makes the store record its changes from now on. Call it before the store is shared:
-// recovery fills the store first, without a journal, then attaches one.
-func (s *Store) SetJournal(j Journal) { s.journal = j }
+// attachedJournal holds the Journal interface behind an atomic pointer.
+type attachedJournal struct{ Journal }
+
+// SetJournal makes the store record its changes from now on: recovery fills the store first,
+// without a journal, then attaches one.
+func (s *Store) SetJournal(j Journal) { s.journal.Store(&attachedJournal{j}) }
+
+// currentJournal is the attached journal, nil before SetJournal.
+func (s *Store) currentJournal() Journal {
+	if a := s.journal.Load(); a != nil {
+		return a.Journal
+	}
+	return nil
+}
 
 // Create makes a filter. If a live filter of that name exists and overwrite is false, it returns
 // that filter and created=false; with overwrite it replaces it.
@@ -149,8 +162,8 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 // install journals the creation of f, which no one has seen yet, and makes it the filter of its
 // name; the caller holds changes.
 func (s *Store) install(fresh *Filter) error {
-	if s.journal != nil {
-		if err := s.journal.Created(fresh); err != nil {
+	if j := s.currentJournal(); j != nil {
+		if err := j.Created(fresh); err != nil {
 			s.memory.release(fresh.drop()) // never visible: nothing was counted on it
 			return err
 		}
@@ -220,8 +233,8 @@ func (s *Store) deleteUpTo(name string, generation int64) (bool, error) {
 	// A tombstone is left where an incarnation was deleted (or an older tombstone moves on), not
 	// for every name a client deletes in vain: the pods that held the filter keep it deleted.
 	if t, had := s.tombstones[name]; ok || had && t.Generation < generation {
-		if s.journal != nil {
-			if err := s.journal.Deleted(name, generation); err != nil {
+		if j := s.currentJournal(); j != nil {
+			if err := j.Deleted(name, generation); err != nil {
 				return false, err
 			}
 		}
@@ -261,8 +274,8 @@ func (s *Store) PurgeExpired() []string {
 		if f := v.(*Filter); f.Expired(now) && s.filters.CompareAndDelete(k, v) {
 			s.retire(f)
 			purged = append(purged, f.name)
-			if s.journal != nil {
-				s.journal.Purged(f.name)
+			if j := s.currentJournal(); j != nil {
+				j.Purged(f.name)
 			}
 		}
 		return true

@@ -1,0 +1,55 @@
+package filter
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// countingJournal counts the keys it is told of.
+type countingJournal struct {
+	mu    sync.Mutex
+	added int
+}
+
+func (j *countingJournal) Created(*Filter) error       { return nil }
+func (j *countingJournal) Deleted(string, int64) error { return nil }
+func (j *countingJournal) Accessed(string, time.Time)  {}
+func (j *countingJournal) Purged(string)               {}
+func (j *countingJournal) Added(_ string, keys []string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.added += len(keys)
+	return nil
+}
+
+// Recovery attaches the journal while requests may already arrive; under the race detector a
+// plain field would be reported here.
+func TestJournalAttachedWhileWriting(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	f, _, err := s.Create("f", Options{Capacity: 1000, FPP: 0.01}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := &countingJournal{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 1000; i++ {
+			if _, err := f.CheckAndSet("before-or-after"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	s.SetJournal(j)
+	<-done
+	if _, err := f.CheckAndSet("after"); err != nil {
+		t.Fatal(err)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.added == 0 {
+		t.Error("a write after SetJournal was not journaled")
+	}
+}
