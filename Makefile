@@ -51,8 +51,12 @@ manifests: controller-gen ## Generate the CRDs and RBAC from the markers in api/
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
+.PHONY: test-deps
+test-deps: ## Install the Debian packages the tests need (Chromium) with apt, when missing.
+	hack/test-deps.sh
+
 .PHONY: test
-test: vet controller-gen helm-lint helm-test kustomize ## Run go vet, the chart's checks, all tests with the race detector, the end-to-end suite, then each fuzz target for 100,000 inputs.
+test: test-deps vet controller-gen helm-lint helm-test kustomize ## Run go vet, the chart's checks, all tests with the race detector, the end-to-end suite, then each fuzz target for 100,000 inputs.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" CONTROLLER_GEN="$(CONTROLLER_GEN)" HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" $(GO) test -race -count=1 ./...
 	$(MAKE) --no-print-directory test-e2e

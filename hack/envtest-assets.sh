@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds, once, the Kubernetes binaries that envtest and the end-to-end tests need
 # (etcd, kube-apiserver, kube-controller-manager, kubectl) from the Go module proxy,
-# because setup-envtest cannot download on machines without internet (DESIGN.md §7).
+# because setup-envtest cannot download on machines without internet.
 # See usage() for the interface.
 
 set -euo pipefail

@@ -13,7 +13,7 @@ import (
 // `make bench` or `go test -run '^$' -bench . -benchmem ./dataplane/filter`; for benchstat,
 // `make bench-engine` (see bench/README.md).
 //
-// BenchmarkBaselineTestOrAdd is issue 7's yardstick: a plain loop of bits-and-blooms' TestOrAdd
+// BenchmarkBaselineTestOrAdd is the engine's yardstick (docs/performance.md): a plain loop of bits-and-blooms' TestOrAdd
 // on a filter of the same shape, one key after the other. BenchmarkCheckAndSetMany1000 is the
 // engine's batch path on the same keys; both report ns/key.
 

@@ -54,7 +54,7 @@ func writeError(err error, creating bool) error {
 	if err == nil {
 		return nil
 	}
-	if nh, ok := errors.AsType[*writes.ErrNotHome](err); ok {
+	if nh, ok := errors.AsType[*writes.NotHomeError](err); ok {
 		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, nh.Reason}
 	}
 	switch {

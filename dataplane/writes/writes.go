@@ -22,11 +22,11 @@ import (
 // would be a new incarnation that replaces, on every pod, the one its peers already hold.
 var ErrCatchingUp = errors.New("catching up from the peers; retry shortly")
 
-// ErrNotHome refuses a request that a peer forwarded to this pod as the filter's home while this
+// NotHomeError refuses a request that a peer forwarded to this pod as the filter's home while this
 // pod cannot serve as one; the sender takes it as its cue to try the next pod.
-type ErrNotHome struct{ Reason string }
+type NotHomeError struct{ Reason string }
 
-func (e *ErrNotHome) Error() string { return e.Reason }
+func (e *NotHomeError) Error() string { return e.Reason }
 
 // Service runs the writes of one data plane.
 type Service struct {
@@ -139,9 +139,9 @@ type Request struct {
 func (s *Service) AcceptForwarded() error {
 	switch {
 	case !s.node.Ready():
-		return &ErrNotHome{"catching up from the peers; not serving as a filter's home yet"}
+		return &NotHomeError{"catching up from the peers; not serving as a filter's home yet"}
 	case !s.node.Replicating():
-		return &ErrNotHome{"this pod knows no peers yet; not serving as a filter's home"}
+		return &NotHomeError{"this pod knows no peers yet; not serving as a filter's home"}
 	}
 	return nil
 }

@@ -234,8 +234,8 @@ func TestUnacknowledgedWrite(t *testing.T) {
 	if _, _, err := p.writes.Create(t.Context(), wire.ConsistencyOne, "g", small, false); !errors.Is(err, writes.ErrCatchingUp) {
 		t.Errorf("a create before catching up from the first peers: %v, want ErrCatchingUp", err)
 	}
-	var notHome *writes.ErrNotHome
+	var notHome *writes.NotHomeError
 	if err := p.writes.AcceptForwarded(); !errors.As(err, &notHome) {
-		t.Errorf("a forwarded request before catching up: %v, want ErrNotHome", err)
+		t.Errorf("a forwarded request before catching up: %v, want NotHomeError", err)
 	}
 }

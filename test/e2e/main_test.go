@@ -1,7 +1,7 @@
 //go:build e2e
 
 // Package e2e drives Bloomery end to end, as a user would with kubectl, on a real control plane
-// without Docker (DESIGN.md §8): etcd, kube-apiserver and kube-controller-manager from the cached
+// without Docker (docs/architecture.md, "Tests"): etcd, kube-apiserver and kube-controller-manager from the cached
 // binaries of hack/envtest-assets.sh, `bloomery operator` as a process, and a node agent
 // (./agent) that runs each data-plane pod as a local `bloomery dataplane` process on its own
 // loopback address. Every test has a namespace of its own and runs in parallel with the others.

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs, with apt, the Debian packages that `make test` needs and the machine lacks: Chromium,
+# in which a test opens the API documentation page (headless) to check that it lists and calls
+# the endpoints. That test fails rather than skips without a browser, so a missing install cannot
+# pass unnoticed. CHROMIUM, if set, names a browser to use instead.
+set -euo pipefail
+
+missing=()
+command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [[ -n ${CHROMIUM:-} ]] || missing+=(chromium)
+((${#missing[@]})) || exit 0
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+	command -v sudo >/dev/null || {
+		echo "hack/test-deps.sh: ${missing[*]} missing, and installing them needs root or sudo" >&2
+		exit 1
+	}
+	sudo=(sudo)
+fi
+echo "not found: ${missing[*]}; ${sudo[*]:+${sudo[*]} }apt-get update && apt-get install -y ${missing[*]}"
+"${sudo[@]}" apt-get update
+"${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
