@@ -20,7 +20,10 @@
 # Env: BLOOMERY_BIN   data plane binary (default: make build, bin/bloomery)
 #      SCENARIOS      subset to run, e.g. "check check-and-set" (default: all five:
 #                     check check-and-set mcas100 mcas1000 create)
-#      SERVERS        subset of servers (default: "reference in-memory persistent")
+#      SERVERS        subset of servers (default: "reference in-memory persistent"); "baseline"
+#                     is another build in memory, BASELINE_BIN, such as the parent commit's
+#      BASELINE_BIN   the baseline's binary: SERVERS="reference in-memory baseline" compares a
+#                     change with the build before it in one run, the two taking turns
 #      PERSIST_ARGS   extra flags of the persistent data plane, e.g. "--log-sync always"
 #      ROUNDS         run every scenario this many times, in turn (default 1), and end with each
 #                     ratio's median: one neighbour's burst of CPU then moves one sample only
@@ -119,13 +122,17 @@ start() {
 		case $s in
 		reference) cmd=("$ref_bin" -p "$p") ;;
 		in-memory) cmd=("$bin" dataplane -p "$p" --bind-address 127.0.0.1 --in-memory) ;;
+		baseline)
+			[[ -n ${BASELINE_BIN:-} ]] || die "the baseline server needs BASELINE_BIN"
+			cmd=("$BASELINE_BIN" dataplane -p "$p" --bind-address 127.0.0.1 --in-memory)
+			;;
 		persistent)
 			read -r -a extra <<<"${PERSIST_ARGS:-}"
 			rm -rf "$work/data"
 			mkdir -p "$work/data"
 			cmd=("$bin" dataplane -p "$p" --bind-address 127.0.0.1 --data-dir "$work/data" "${extra[@]}")
 			;;
-		*) die "unknown server $s (reference, in-memory, persistent)" ;;
+		*) die "unknown server $s (reference, in-memory, persistent, baseline)" ;;
 		esac
 		log "starting $s: ${server_pin[*]} ${cmd[*]}"
 		"${server_pin[@]}" "${cmd[@]}" >"$work/$s.log" 2>&1 &
@@ -175,6 +182,7 @@ result=bench/results/$(date +%Y%m%d-%H%M%S)-compare.txt
 	echo "pinning:   $pinning"
 	echo "wrk:       ${wrk_pin[*]:+${wrk_pin[*]} }wrk --latency -t $threads -c $connections -d $duration"
 	echo "persistent data plane: default persistence ${PERSIST_ARGS:-(logSync everysec)}"
+	[[ -z ${BASELINE_BIN:-} ]] || echo "baseline:  $("$BASELINE_BIN" version 2>/dev/null || echo unknown) ($BASELINE_BIN)"
 	echo
 } | tee "$result"
 
