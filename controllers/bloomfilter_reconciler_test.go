@@ -1,0 +1,144 @@
+package controllers
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/run"
+)
+
+// The tests in this file run the BloomFilter reconciler's Reconcile directly, on a fake client,
+// against a real data plane whose requests are recorded: no manager, no watches.
+
+// recordingDataPlane is a real, in-memory data plane on a loopback port that records the method
+// and path of every request it serves.
+type recordingDataPlane struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []string
+}
+
+func startRecordingDataPlane(t *testing.T) *recordingDataPlane {
+	t.Helper()
+	cfg := config.Default()
+	cfg.InMemory = true
+	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &recordingDataPlane{}
+	handler := srv.Handler()
+	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		d.requests = append(d.requests, r.Method+" "+r.URL.Path)
+		d.mu.Unlock()
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(d.Close)
+	return d
+}
+
+func (d *recordingDataPlane) served() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.requests)
+}
+
+func (d *recordingDataPlane) port(t *testing.T) int32 {
+	t.Helper()
+	u, err := url.Parse(d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int32(port)
+}
+
+// fakeFilterWorld is a fake API server holding a cluster "c" of one ready pod, served by dp, and
+// a BloomFilter "f" of that cluster.
+func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Funcs) client.Client {
+	t.Helper()
+	const ns = "ns"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "c-0", Namespace: ns, Labels: selectorLabels("c")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  containerName,
+			Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: dp.port(t)}},
+		}}},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	cluster := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}
+	bf := &bloomeryv1alpha1.BloomFilter{
+		ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns},
+		Spec: bloomeryv1alpha1.BloomFilterSpec{
+			ClusterRef: bloomeryv1alpha1.ClusterReference{Name: "c"},
+			Capacity:   1000, FalsePositiveRate: "0.01", Scalable: new(true), Growth: new(int32(2)),
+		},
+	}
+	return fake.NewClientBuilder().WithScheme(testScheme).
+		WithObjects(pod, cluster, bf).
+		WithStatusSubresource(&bloomeryv1alpha1.BloomFilter{}).
+		WithInterceptorFuncs(funcs).
+		Build()
+}
+
+var filterRequest = ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "f"}}
+
+// A reconciler given nothing but a client runs as in production: events go nowhere instead of
+// panicking, passes repeat every 30 s, and a delete retries a pod that does not answer instead of
+// giving up at once.
+func TestBloomFilterReconcilerZeroSettings(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{})
+	r := &BloomFilterReconciler{Client: k}
+
+	result, err := r.Reconcile(t.Context(), filterRequest) // creates the filter: a Created event
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.RequeueAfter != defaultResync {
+		t.Errorf("requeued after %v, want %v", result.RequeueAfter, defaultResync)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(bf.Status.Conditions, ConditionReady) {
+		t.Errorf("conditions %+v, want Ready", bf.Status.Conditions)
+	}
+
+	dp.Close() // the pod stops answering
+	if err := k.Delete(t.Context(), &bf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err == nil {
+		t.Error("a delete with the pod not answering succeeded; want it retried")
+	}
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); apierrors.IsNotFound(err) {
+		t.Error("the BloomFilter went at once: the delete gave up without retrying")
+	}
+}
