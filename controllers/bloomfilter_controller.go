@@ -17,11 +17,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -156,7 +159,7 @@ func shapeOf(spec bloomeryv1alpha1.BloomFilterSpec) (FilterShape, error) {
 // podObservation is what one pass learnt of one pod.
 type podObservation struct {
 	status  bloomeryv1alpha1.PodFilterStatus
-	filter  wire.Filter
+	filter  wire.FilterStatus
 	created bool
 	// Exactly one of these holds for a pod without the filter: it is starting (no IP yet, or
 	// not Ready while it recovers), it does not answer, or it holds another shape.
@@ -188,7 +191,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		return o
 	}
 	ready := podReady(pod)
-	f, err := r.dataPlane().GetFilter(ctx, addr, name)
+	f, err := r.dataPlane().FilterStatus(ctx, addr, name)
 	if errors.Is(err, ErrFilterNotFound) && ready {
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
@@ -255,7 +258,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		}
 		if o.status.Present {
 			items, size = max(items, o.status.Items), o.status.SizeBytes
-			fill, fpr = max(fill, o.filter.FillRatio), max(fpr, o.filter.EstimatedFPP)
+			fill, fpr = max(fill, o.filter.EstimatedFillRatio), max(fpr, o.filter.EstimatedFPP)
 			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
 				oldestSnapshot = at
 			}
@@ -423,6 +426,21 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	return failed, nil
 }
 
+// podServingChanged passes the pod events that change what a pass of the cluster's filters does:
+// a pod created or deleted, or one whose address, phase or readiness changed. Every other update
+// of a pod (its status's timestamps, a container's restart count) would requeue every filter of
+// the cluster for nothing.
+var podServingChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*corev1.Pod)
+		pod, okNew := e.ObjectNew.(*corev1.Pod)
+		if !okOld || !okNew {
+			return true
+		}
+		return old.Status.PodIP != pod.Status.PodIP || old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod)
+	},
+}
+
 // SetupWithManager watches BloomFilters, and the pods and clusters they depend on: a pod that
 // restarts, or a cluster that scales, requeues every filter of that cluster.
 func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -452,7 +470,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return nil
 			}
 			return filtersOfCluster(ctx, cluster.Namespace, cluster.Name)
-		})).
+		}), builder.WithPredicates(podServingChanged)).
 		Watches(&bloomeryv1alpha1.BloomCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return filtersOfCluster(ctx, o.GetNamespace(), o.GetName())
 		})).

@@ -19,10 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	dpclient "github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // The tests in this file run the BloomFilter reconciler's Reconcile directly, on a fake client,
@@ -140,5 +143,71 @@ func TestBloomFilterReconcilerZeroSettings(t *testing.T) {
 	}
 	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); apierrors.IsNotFound(err) {
 		t.Error("the BloomFilter went at once: the delete gave up without retrying")
+	}
+}
+
+// The passes read a filter's status from its cheap endpoint, never from the GET that counts every
+// bit, and status shows what the pod holds.
+func TestBloomFilterStatusIsReadCheaply(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{})
+	r := &BloomFilterReconciler{Client: k}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil { // creates the filter
+		t.Fatal(err)
+	}
+	if err := dpclient.New(dp.URL).MultiSet(t.Context(), "f", []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
+	}
+
+	served := dp.served()
+	if slices.Contains(served, "GET /v1/bloomfilter/f") {
+		t.Errorf("the passes read the filter's full description, which counts its bits: %q", served)
+	}
+	if !slices.Contains(served, "GET "+wire.FilterStatusPath("f")) {
+		t.Errorf("the passes never read the filter's status: %q", served)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if bf.Status.Items != 3 || bf.Status.SizeBytes == 0 || bf.Status.FillRatio == "0" || bf.Status.EstimatedFalsePositiveRate == "0" {
+		t.Errorf("status %+v: want 3 items, a size, a fill ratio and a rate", bf.Status)
+	}
+}
+
+func TestPodEventsThatRequeueFilters(t *testing.T) {
+	ready := corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	tests := []struct {
+		name   string
+		change func(*corev1.Pod)
+		want   bool
+	}{
+		{"nothing the passes read", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, RestartCount: 0}}
+			p.Labels = map[string]string{"extra": "label"}
+		}, false},
+		{"address", func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.2" }, true},
+		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"readiness", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c-0"}, Status: *ready.DeepCopy()}
+			pod := old.DeepCopy()
+			tt.change(pod)
+			if got := podServingChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: pod}); got != tt.want {
+				t.Errorf("requeue = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c-0"}}
+	if !podServingChanged.Create(event.CreateEvent{Object: pod}) || !podServingChanged.Delete(event.DeleteEvent{Object: pod}) {
+		t.Error("a pod created or deleted does not requeue the filters")
 	}
 }
