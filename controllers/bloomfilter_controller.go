@@ -87,7 +87,16 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	original := bf.DeepCopy()
 	result, err := r.reconcile(ctx, &bf)
+	// The status patch is locked to the version the pass last saw: its own update (the
+	// finalizer) is not a concurrent change.
+	original.ResourceVersion = bf.ResourceVersion
 	if perr := r.patchStatus(ctx, original, &bf); perr != nil {
+		if apierrors.IsConflict(perr) && err == nil {
+			// The status was computed from an object that changed since; the newer object's
+			// event brings a new pass.
+			log.FromContext(ctx).V(1).Info("BloomFilter changed meanwhile; requeued")
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	return result, err
@@ -257,7 +266,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 			}
 		}
 		if o.status.Present {
-			items, size = max(items, o.status.Items), o.status.SizeBytes
+			items, size = max(items, o.status.Items), max(size, o.status.SizeBytes)
 			fill, fpr = max(fill, o.filter.EstimatedFillRatio), max(fpr, o.filter.EstimatedFPP)
 			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
 				oldestSnapshot = at
@@ -351,12 +360,14 @@ func formatRate(x float64) string {
 	return strconv.FormatFloat(x, 'g', 4, 64)
 }
 
-// patchStatus writes the status once, and only if the pass changed it.
+// patchStatus writes the status once, and only if the pass changed it, as a merge patch with an
+// optimistic lock: a status computed from a stale object must not overwrite a newer one.
 func (r *BloomFilterReconciler) patchStatus(ctx context.Context, original, bf *bloomeryv1alpha1.BloomFilter) error {
 	if equality.Semantic.DeepEqual(original.Status, bf.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, bf, client.MergeFrom(original)); err != nil {
+	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, bf, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}

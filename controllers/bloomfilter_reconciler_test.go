@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -209,5 +211,56 @@ func TestPodEventsThatRequeueFilters(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c-0"}}
 	if !podServingChanged.Create(event.CreateEvent{Object: pod}) || !podServingChanged.Delete(event.DeleteEvent{Object: pod}) {
 		t.Error("a pod created or deleted does not requeue the filters")
+	}
+}
+
+// A status computed from an object that changed meanwhile is not written over the newer one, and
+// the conflict is a requeue, not a failure.
+func TestBloomFilterStatusPatchIsLocked(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	var patches int
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			patches++
+			// Another writer changes the object between the pass's read and its status write.
+			var bf bloomeryv1alpha1.BloomFilter
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &bf); err != nil {
+				return err
+			}
+			bf.Labels = map[string]string{"changed": strconv.Itoa(patches)}
+			if err := c.Update(ctx, &bf); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := &BloomFilterReconciler{Client: k}
+	result, err := r.Reconcile(t.Context(), filterRequest)
+	if err != nil {
+		t.Fatalf("a conflict failed the pass: %v", err)
+	}
+	if patches != 1 || result.RequeueAfter != time.Second {
+		t.Errorf("%d status patches, requeued after %v; want one, refused, and a requeue after 1s", patches, result.RequeueAfter)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if len(bf.Status.Conditions) != 0 {
+		t.Errorf("the stale status was written: %+v", bf.Status)
+	}
+}
+
+// Copies of a scalable filter differ in size while it grows: status reports the largest, as it
+// reports the largest count of items.
+func TestBloomFilterStatusReportsTheLargestCopy(t *testing.T) {
+	bf := &bloomeryv1alpha1.BloomFilter{}
+	cluster := &bloomeryv1alpha1.BloomCluster{Spec: bloomeryv1alpha1.BloomClusterSpec{Replicas: new(int32(2))}}
+	copyOf := func(pod string, items, size int64) podObservation {
+		return podObservation{status: bloomeryv1alpha1.PodFilterStatus{Pod: pod, Present: true, Items: items, SizeBytes: size}}
+	}
+	(&BloomFilterReconciler{}).report(bf, cluster, []podObservation{copyOf("c-0", 300, 4096), copyOf("c-1", 200, 2048)})
+	if bf.Status.Items != 300 || bf.Status.SizeBytes != 4096 {
+		t.Errorf("items %d, size %d; want the largest copy's 300 and 4096", bf.Status.Items, bf.Status.SizeBytes)
 	}
 }

@@ -153,7 +153,8 @@ type BloomFilterStatus struct {
 	// +optional
 	EstimatedFalsePositiveRate string `json:"estimatedFalsePositiveRate,omitempty"`
 
-	// sizeBytes is the memory the filter takes on each pod.
+	// sizeBytes is the memory the filter takes on a pod: the largest of the pods' copies, which
+	// differ while a scalable filter grows.
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 
