@@ -290,7 +290,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}}}
 	})
 	// A pod that gets an IP, restarts (and forgets its membership) or goes away changes what
-	// the membership step does. The StatefulSet labels its pods with the cluster's name.
+	// the membership step does.
 	podsCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		cluster, ok := clusterOfPod(o)
 		if !ok {
