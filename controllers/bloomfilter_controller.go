@@ -17,11 +17,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
 
@@ -36,18 +39,34 @@ const filterFinalizer = "bloomery.io/filter-cleanup"
 // pods hold. Status is recomputed from the pods on every pass, and passes repeat every Resync,
 // because a pod that lost a filter sends no event.
 type BloomFilterReconciler struct {
-	Client    client.Client
+	Client client.Client
+	// DataPlane reaches the pods; nil means HTTP with a 5 s timeout.
 	DataPlane DataPlane
-	Recorder  recorder.EventRecorder
-	// Resync is the period of the passes that keep status true between events.
+	// Recorder records the filters' events; nil records none.
+	Recorder recorder.EventRecorder
+	// Resync is the period of the passes that keep status true between events; 0 means 30 s.
 	Resync time.Duration
 	// PodParallelism bounds the concurrent calls of one pass to the pods; 0 means 8.
 	PodParallelism int
-	// MaxConcurrentReconciles is how many BloomFilters are reconciled at once.
+	// MaxConcurrentReconciles is how many BloomFilters are reconciled at once; 0 means 1.
 	MaxConcurrentReconciles int
 	// DeleteGiveUp is how long a delete keeps retrying pods that do not answer before it lets
-	// the BloomFilter go anyway, so that deletion never hangs on a broken pod.
+	// the BloomFilter go anyway, so that deletion never hangs on a broken pod; 0 means 2 min.
 	DeleteGiveUp time.Duration
+}
+
+func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
+
+func (r *BloomFilterReconciler) events() recorder.EventRecorder { return orNoop(r.Recorder) }
+
+func (r *BloomFilterReconciler) resync() time.Duration { return positiveOr(r.Resync, defaultResync) }
+
+func (r *BloomFilterReconciler) deleteGiveUp() time.Duration {
+	return positiveOr(r.DeleteGiveUp, defaultDeleteGiveUp)
+}
+
+func (r *BloomFilterReconciler) podParallelism() int {
+	return positiveOr(r.PodParallelism, defaultPodParallelism)
 }
 
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch;update;patch
@@ -68,7 +87,16 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	}
 	original := bf.DeepCopy()
 	result, err := r.reconcile(ctx, &bf)
+	// The status patch is locked to the version the pass last saw: its own update (the
+	// finalizer) is not a concurrent change.
+	original.ResourceVersion = bf.ResourceVersion
 	if perr := r.patchStatus(ctx, original, &bf); perr != nil {
+		if apierrors.IsConflict(perr) && err == nil {
+			// The status was computed from an object that changed since; the newer object's
+			// event brings a new pass.
+			log.FromContext(ctx).V(1).Info("BloomFilter changed meanwhile; requeued")
+			return ctrl.Result{RequeueAfter: time.Second}, nil
+		}
 		return ctrl.Result{}, errors.Join(err, perr)
 	}
 	return result, err
@@ -90,7 +118,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 		}
 	}
 	bf.Status.ObservedGeneration = gen
-	bf.Status.URL = fmt.Sprintf("http://%s.%s.svc:%d/v1/bloomfilter/%s", bf.Spec.ClusterRef.Name, bf.Namespace, defaultAPIPort, bf.Name)
+	bf.Status.URL = bf.URL()
 
 	shape, err := shapeOf(bf.Spec)
 	if err != nil {
@@ -102,7 +130,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	if apierrors.IsNotFound(err) {
 		bf.Status.Pods = nil
 		r.fail(bf, ReasonClusterNotFound, fmt.Sprintf("BloomCluster %s does not exist in namespace %s", bf.Spec.ClusterRef.Name, bf.Namespace))
-		return ctrl.Result{RequeueAfter: r.Resync}, nil
+		return ctrl.Result{RequeueAfter: r.resync()}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("getting BloomCluster: %w", err)
@@ -113,7 +141,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	}
 	observed := r.ensureOnPods(ctx, bf, pods, shape)
 	r.report(bf, &cluster, observed)
-	return ctrl.Result{RequeueAfter: r.Resync}, nil
+	return ctrl.Result{RequeueAfter: r.resync()}, nil
 }
 
 // shapeOf turns the spec into the data plane's create parameters.
@@ -140,7 +168,7 @@ func shapeOf(spec bloomeryv1alpha1.BloomFilterSpec) (FilterShape, error) {
 // podObservation is what one pass learnt of one pod.
 type podObservation struct {
 	status  bloomeryv1alpha1.PodFilterStatus
-	filter  wire.Filter
+	filter  wire.FilterStatus
 	created bool
 	// Exactly one of these holds for a pod without the filter: it is starting (no IP yet, or
 	// not Ready while it recovers), it does not answer, or it holds another shape.
@@ -152,7 +180,7 @@ type podObservation struct {
 func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape) []podObservation {
 	observed := make([]podObservation, len(pods))
 	var g errgroup.Group
-	g.SetLimit(podParallelism(r.PodParallelism))
+	g.SetLimit(r.podParallelism())
 	for i := range pods {
 		g.Go(func() error {
 			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape)
@@ -172,11 +200,11 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		return o
 	}
 	ready := podReady(pod)
-	f, err := r.DataPlane.GetFilter(ctx, addr, name)
+	f, err := r.dataPlane().FilterStatus(ctx, addr, name)
 	if errors.Is(err, ErrFilterNotFound) && ready {
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
-		f, o.created, err = r.DataPlane.CreateFilter(ctx, addr, name, shape)
+		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, shape)
 	}
 	switch {
 	case err != nil && !ready:
@@ -233,20 +261,20 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 			if wasPresent[o.status.Pod] {
 				now := metav1.Now()
 				bf.Status.LastRecreationTime = &now
-				r.Recorder.Eventf(bf, nil, corev1.EventTypeNormal, "Recreated", "Recreate",
+				r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Recreated", "Recreate",
 					"Recreated the filter on pod %s, which had lost it (expired or restarted without its volume)", o.status.Pod)
 			}
 		}
 		if o.status.Present {
-			items, size = max(items, o.status.Items), o.status.SizeBytes
-			fill, fpr = max(fill, o.filter.FillRatio), max(fpr, o.filter.EstimatedFPP)
+			items, size = max(items, o.status.Items), max(size, o.status.SizeBytes)
+			fill, fpr = max(fill, o.filter.EstimatedFillRatio), max(fpr, o.filter.EstimatedFPP)
 			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
 				oldestSnapshot = at
 			}
 		}
 	}
 	if len(created) > 0 {
-		r.Recorder.Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(created, ", "))
+		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(created, ", "))
 	}
 	bf.Status.Items, bf.Status.SizeBytes = items, size
 	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(fill), formatRate(fpr)
@@ -255,10 +283,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		bf.Status.LastSnapshotTime = &metav1.Time{Time: oldestSnapshot}
 	}
 
-	desired := int32(1)
-	if cluster.Spec.Replicas != nil {
-		desired = *cluster.Spec.Replicas
-	}
+	desired := cluster.DesiredReplicas()
 	present := int32(len(observed) - len(unreachable) - len(mismatched) - len(waiting))
 	var problems []string
 	if len(unreachable) > 0 {
@@ -335,12 +360,14 @@ func formatRate(x float64) string {
 	return strconv.FormatFloat(x, 'g', 4, 64)
 }
 
-// patchStatus writes the status once, and only if the pass changed it.
+// patchStatus writes the status once, and only if the pass changed it, as a merge patch with an
+// optimistic lock: a status computed from a stale object must not overwrite a newer one.
 func (r *BloomFilterReconciler) patchStatus(ctx context.Context, original, bf *bloomeryv1alpha1.BloomFilter) error {
 	if equality.Semantic.DeepEqual(original.Status, bf.Status) {
 		return nil
 	}
-	if err := r.Client.Status().Patch(ctx, bf, client.MergeFrom(original)); err != nil {
+	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, bf, patch); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -362,11 +389,11 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 			return ctrl.Result{}, err
 		}
 		if len(failed) > 0 {
-			if time.Since(bf.DeletionTimestamp.Time) < r.DeleteGiveUp {
+			if time.Since(bf.DeletionTimestamp.Time) < r.deleteGiveUp() {
 				return ctrl.Result{}, fmt.Errorf("deleting the filter from pods %s: will retry", strings.Join(failed, ", "))
 			}
-			r.Recorder.Eventf(bf, nil, corev1.EventTypeWarning, "DeleteIncomplete", "Delete",
-				"Gave up deleting the filter from pods %s after %v; they may still hold it", strings.Join(failed, ", "), r.DeleteGiveUp)
+			r.events().Eventf(bf, nil, corev1.EventTypeWarning, "DeleteIncomplete", "Delete",
+				"Gave up deleting the filter from pods %s after %v; they may still hold it", strings.Join(failed, ", "), r.deleteGiveUp())
 		}
 	}
 	controllerutil.RemoveFinalizer(bf, filterFinalizer)
@@ -387,14 +414,14 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	var mu sync.Mutex
 	var failed []string
 	var g errgroup.Group
-	g.SetLimit(podParallelism(r.PodParallelism))
+	g.SetLimit(r.podParallelism())
 	for i := range pods {
 		addr, ok := podAddress(&pods[i])
 		if !ok {
 			continue
 		}
 		g.Go(func() error {
-			if err := r.DataPlane.DeleteFilter(ctx, addr, bf.Name); err != nil {
+			if err := r.dataPlane().DeleteFilter(ctx, addr, bf.Name); err != nil {
 				mu.Lock()
 				failed = append(failed, addr.Name)
 				mu.Unlock()
@@ -405,14 +432,35 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	_ = g.Wait()
 	slices.Sort(failed)
 	if len(failed) == 0 && len(pods) > 0 {
-		r.Recorder.Eventf(bf, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted the filter from %d pods", len(pods))
+		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted the filter from %d pods", len(pods))
 	}
 	return failed, nil
+}
+
+// podServingChanged passes the pod events that change what a pass of the cluster's filters does:
+// a pod created or deleted, or one whose address, phase or readiness changed. Every other update
+// of a pod (its status's timestamps, a container's restart count) would requeue every filter of
+// the cluster for nothing.
+var podServingChanged = predicate.Funcs{
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		old, okOld := e.ObjectOld.(*corev1.Pod)
+		pod, okNew := e.ObjectNew.(*corev1.Pod)
+		if !okOld || !okNew {
+			return true
+		}
+		return old.Status.PodIP != pod.Status.PodIP || old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod)
+	},
 }
 
 // SetupWithManager watches BloomFilters, and the pods and clusters they depend on: a pod that
 // restarts, or a cluster that scales, requeues every filter of that cluster.
 func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Client == nil {
+		r.Client = mgr.GetClient()
+	}
+	if r.Recorder == nil {
+		r.Recorder = mgr.GetEventRecorder("bloomfilter-controller")
+	}
 	filtersOfCluster := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
 		var list bloomeryv1alpha1.BloomFilterList
 		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{clusterRefIndex: cluster}); err != nil {
@@ -428,12 +476,12 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bloomeryv1alpha1.BloomFilter{}).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
-			cluster, ok := o.GetLabels()[labelInstance]
-			if !ok || o.GetLabels()[labelName] != appName {
+			cluster, ok := clusterOfPod(o)
+			if !ok {
 				return nil
 			}
-			return filtersOfCluster(ctx, o.GetNamespace(), cluster)
-		})).
+			return filtersOfCluster(ctx, cluster.Namespace, cluster.Name)
+		}), builder.WithPredicates(podServingChanged)).
 		Watches(&bloomeryv1alpha1.BloomCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return filtersOfCluster(ctx, o.GetNamespace(), o.GetName())
 		})).

@@ -37,7 +37,7 @@ type FilterShape struct {
 }
 
 // Matches reports whether a filter on a pod has this shape.
-func (s FilterShape) Matches(f wire.Filter) bool {
+func (s FilterShape) Matches(f wire.FilterStatus) bool {
 	if f.ExpectedInsertions != s.Capacity || f.FPP != s.FPP || f.Scalable != s.Scalable {
 		return false
 	}
@@ -53,11 +53,12 @@ var ErrStaleEpoch = errors.New("the pod holds a membership of a higher epoch")
 // DataPlane is everything the operator asks of a data-plane pod. The reconcilers use nothing
 // else, so tests can point them at real servers on loopback addresses.
 type DataPlane interface {
-	// CreateFilter creates the filter unless the pod holds one of that name; it returns what the
-	// pod holds afterwards and whether it created it.
-	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.Filter, bool, error)
-	// GetFilter returns the pod's filter, or ErrFilterNotFound.
-	GetFilter(ctx context.Context, pod Pod, name string) (wire.Filter, error)
+	// CreateFilter creates the filter unless the pod holds one of that name; it returns the status
+	// of what the pod holds afterwards and whether it created it.
+	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.FilterStatus, bool, error)
+	// FilterStatus returns the status of the pod's filter, or ErrFilterNotFound. It must stay
+	// cheap for a filter of any size: it is read from every pod for every filter at every resync.
+	FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error)
 	// DeleteFilter removes the filter from the pod; absent is success.
 	DeleteFilter(ctx context.Context, pod Pod, name string) error
 	// GetMembership returns the membership the pod holds: epoch 0 and no members if it was
@@ -103,7 +104,7 @@ func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.C
 }
 
 // CreateFilter implements DataPlane.
-func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.Filter, bool, error) {
+func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.FilterStatus, bool, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	opts := client.CreateOptions{
@@ -118,18 +119,20 @@ func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, 
 	if shape.ValidPeriodAfterAccess > 0 {
 		opts.ValidPeriodAfterAccess = new(shape.ValidPeriodAfterAccess)
 	}
-	return d.client(pod).Create(ctx, name, opts)
+	// The create's answer counts the bits, once, of a filter that is new or that the pod lacked.
+	f, created, err := d.client(pod).Create(ctx, name, opts)
+	return f.Status(), created, err
 }
 
-// GetFilter implements DataPlane.
-func (d *HTTPDataPlane) GetFilter(ctx context.Context, pod Pod, name string) (wire.Filter, error) {
+// FilterStatus implements DataPlane.
+func (d *HTTPDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
-	f, err := d.client(pod).Get(ctx, name)
+	st, err := d.client(pod).FilterStatus(ctx, name)
 	if client.IsNotFound(err) {
-		return f, ErrFilterNotFound
+		return st, ErrFilterNotFound
 	}
-	return f, err
+	return st, err
 }
 
 // DeleteFilter implements DataPlane.

@@ -6,6 +6,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
@@ -23,7 +24,7 @@ const (
 	componentData  = "dataplane"
 	managerName    = "bloomery-operator"
 	httpPortName   = "http"
-	defaultAPIPort = 8080
+	defaultAPIPort = bloomeryv1alpha1.APIPort
 )
 
 // selectorLabels select the pods of one cluster. They are part of the StatefulSet's immutable
@@ -37,6 +38,16 @@ func clusterLabels(cluster string) map[string]string {
 	l := selectorLabels(cluster)
 	l[labelManagedBy] = managerName
 	return l
+}
+
+// clusterOfPod names the BloomCluster a data-plane pod belongs to: the StatefulSet labels its pods
+// with the cluster's name. ok is false for any other pod.
+func clusterOfPod(pod client.Object) (cluster types.NamespacedName, ok bool) {
+	l := pod.GetLabels()
+	if l[labelName] != appName || l[labelComponent] != componentData || l[labelInstance] == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: pod.GetNamespace(), Name: l[labelInstance]}, true
 }
 
 // clusterRefIndex indexes BloomFilters by the BloomCluster they name.

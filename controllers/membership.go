@@ -30,10 +30,6 @@ import (
 // starting pod answers within seconds, and it reports ready only once it has been told.
 const membershipRetry = time.Second
 
-// defaultPodParallelism bounds the concurrent calls to the pods of one pass when the reconciler
-// does not say.
-const defaultPodParallelism = 8
-
 // memberPod is a pod that belongs in the membership.
 type memberPod struct {
 	addr Pod
@@ -172,7 +168,7 @@ func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomery
 // pushTo brings one pod to want. A pod that already holds it costs a GET and no write.
 func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want wire.Membership) pushOutcome {
 	logger := log.FromContext(ctx).V(1).WithValues("pod", pod.Name, "epoch", want.Epoch)
-	held, err := r.DataPlane.GetMembership(ctx, pod)
+	held, err := r.dataPlane().GetMembership(ctx, pod)
 	if err != nil {
 		logger.Info("Pod did not answer with its membership; will retry", "error", err.Error())
 		return pushOutcome{err: fmt.Errorf("getting the membership of pod %s: %w", pod.Name, err)}
@@ -185,7 +181,7 @@ func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want wire.
 		logger.Info("Pod holds a membership epoch at least as high as the operator's", "podEpoch", held.Epoch)
 		return pushOutcome{ahead: true, podEpoch: held.Epoch}
 	}
-	err = r.DataPlane.SetMembership(ctx, pod, want)
+	err = r.dataPlane().SetMembership(ctx, pod, want)
 	switch {
 	case errors.Is(err, ErrStaleEpoch):
 		// Someone pushed a higher epoch between the GET and the PUT. It is at least ours; the
@@ -205,12 +201,6 @@ func sameMembership(a, b wire.Membership) bool {
 	return a.Self == b.Self && slices.Equal(a.Members, b.Members)
 }
 
-func (r *BloomClusterReconciler) podParallelism() int { return podParallelism(r.PodParallelism) }
-
-// podParallelism is a reconciler's PodParallelism, defaultPodParallelism when unset.
-func podParallelism(n int) int {
-	if n > 0 {
-		return n
-	}
-	return defaultPodParallelism
+func (r *BloomClusterReconciler) podParallelism() int {
+	return positiveOr(r.PodParallelism, defaultPodParallelism)
 }

@@ -78,8 +78,8 @@ func NewCommand(version string) *cobra.Command {
 	fs.StringVar(&f.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"comma-separated namespaces to watch (default: all; env WATCH_NAMESPACE)")
 	fs.IntVar(&f.maxReconciles, "max-concurrent-reconciles", 4, "objects of each kind reconciled at once")
-	fs.StringVar(&f.dataPlaneImage, "dataplane-image", "ghcr.io/bloomery/bloomery:"+version,
-		"image of BloomClusters that name none; the same version as the operator")
+	fs.StringVar(&f.dataPlaneImage, "dataplane-image", dataPlaneImage(version),
+		"image of BloomClusters that name none (default: env DATAPLANE_IMAGE, or the operator's version)")
 	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the passes that keep status true between events")
 	fs.DurationVar(&f.podTimeout, "pod-timeout", controllers.DefaultPodTimeout, "timeout of each call to a data-plane pod")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
@@ -171,6 +171,15 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		return fmt.Errorf("running the manager: %w", err)
 	}
 	return nil
+}
+
+// dataPlaneImage is the default of --dataplane-image: DATAPLANE_IMAGE, which the kustomize
+// install sets to the operator's own image, or the published image of the operator's version.
+func dataPlaneImage(version string) string {
+	if image := os.Getenv("DATAPLANE_IMAGE"); image != "" {
+		return image
+	}
+	return "ghcr.io/bloomery/bloomery:" + version
 }
 
 func splitNamespaces(s string) []string {

@@ -142,15 +142,19 @@ type BloomFilterStatus struct {
 	// +optional
 	Items int64 `json:"items"`
 
-	// fillRatio is the share of bits set, as a decimal string.
+	// fillRatio is the share of bits set, as a decimal string: the largest of the pods' copies,
+	// estimated from the values each layer took (counting the bits of every filter at every
+	// resync would cost the pods too much).
 	// +optional
 	FillRatio string `json:"fillRatio,omitempty"`
 
-	// estimatedFalsePositiveRate is the rate the bits set now give, as a decimal string.
+	// estimatedFalsePositiveRate is the false positive rate the fill ratio gives now, as a decimal
+	// string: the largest of the pods' copies.
 	// +optional
 	EstimatedFalsePositiveRate string `json:"estimatedFalsePositiveRate,omitempty"`
 
-	// sizeBytes is the memory the filter takes on each pod.
+	// sizeBytes is the memory the filter takes on a pod: the largest of the pods' copies, which
+	// differ while a scalable filter grows.
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 

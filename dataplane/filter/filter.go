@@ -403,6 +403,8 @@ type Usage struct {
 	// EstimatedFillRatio is the share of bits expected to be set, given the keys each layer took
 	// (see fillAfter).
 	EstimatedFillRatio float64
+	// EstimatedFPP is the false positive probability those expected fill ratios give.
+	EstimatedFPP float64
 	// Checked counts the keys tested by check and multi-check; Set the keys written by set,
 	// multi-set, check-and-set and multi-check-and-set. Both count from the filter's creation in
 	// this process (restores start at 0) and leave out keys replayed from the journal.
@@ -417,21 +419,25 @@ type Usage struct {
 func (f *Filter) Usage() Usage {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	fill, fpp := f.estimatesLocked()
 	return Usage{
 		Items:              f.items.Load(),
 		SizeBytes:          f.sizeBytes.Load(),
 		Layers:             len(f.layers),
-		EstimatedFillRatio: f.estimatedFillRatioLocked(),
+		EstimatedFillRatio: fill,
+		EstimatedFPP:       fpp,
 		Checked:            f.checked.Load(),
 		Set:                f.set.Load(),
 	}
 }
 
-// estimatedFillRatioLocked is the expected share of set bits given the keys each layer took.
-// Every layer but the newest took exactly its capacity (a layer is added when the newest is full);
-// the newest took newestItems. The caller holds mu.
-func (f *Filter) estimatedFillRatioLocked() float64 {
+// estimatesLocked is the expected share of set bits given the keys each layer took, and the false
+// positive probability it gives, computed as Info computes it from the counted bits. Every layer
+// but the newest took exactly its capacity (a layer is added when the newest is full); the newest
+// took newestItems. The caller holds mu.
+func (f *Filter) estimatesLocked() (fillRatio, fpp float64) {
 	var bits, set float64
+	logNoFalsePositive := 0.0
 	for i, layer := range f.layers {
 		m, k := float64(layer.Cap()), layer.K()
 		n := float64(f.newestItems)
@@ -442,13 +448,15 @@ func (f *Filter) estimatedFillRatioLocked() float64 {
 			}
 			n = float64(shape.Capacity)
 		}
+		p := fillAfter(n, m, k)
 		bits += m
-		set += m * fillAfter(n, m, k)
+		set += m * p
+		logNoFalsePositive += math.Log1p(-math.Pow(p, float64(k)))
 	}
 	if bits == 0 {
-		return 0
+		return 0, 0
 	}
-	return set / bits
+	return set / bits, 0 - math.Expm1(logNoFalsePositive)
 }
 
 // fillAfter is the expected fill ratio p of m bits after n keys were inserted with k hashes each,

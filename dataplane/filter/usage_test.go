@@ -35,7 +35,13 @@ func TestEstimatedFillRatioTracksTheCountedOne(t *testing.T) {
 			if diff := math.Abs(usage.EstimatedFillRatio - info.FillRatio); diff > 0.005 {
 				t.Errorf("estimated fill ratio %.4f, counted %.4f: off by %.4f", usage.EstimatedFillRatio, info.FillRatio, diff)
 			}
-			t.Logf("%d layers: estimated %.4f, counted %.4f", usage.Layers, usage.EstimatedFillRatio, info.FillRatio)
+			// The rate is a power of the fill ratio, which multiplies the fill ratio's error:
+			// compare it relatively.
+			if diff := math.Abs(usage.EstimatedFPP - info.EstimatedFPP); diff > 0.1*info.EstimatedFPP+1e-12 {
+				t.Errorf("estimated rate %.4g, from the counted bits %.4g: off by %.4g", usage.EstimatedFPP, info.EstimatedFPP, diff)
+			}
+			t.Logf("%d layers: estimated %.4f, counted %.4f; rate estimated %.4g, counted %.4g",
+				usage.Layers, usage.EstimatedFillRatio, info.FillRatio, usage.EstimatedFPP, info.EstimatedFPP)
 		})
 	}
 }

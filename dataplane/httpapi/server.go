@@ -119,6 +119,7 @@ func (s *Server) routes() {
 	internal.PUT("/membership", s.putMembership)
 	internal.POST("/apply", ready(s.applyOps))
 	internal.GET("/inventory", ready(s.inventory))
+	e.GET(wire.FilterStatusPath(":name"), ready(s.filterStatus))
 	if s.docsPage != nil {
 		v1.GET("/docs", s.docsRedirect)
 		v1.GET("/docs/", s.docs)

@@ -1,0 +1,266 @@
+package controllers
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	dpclient "github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// The tests in this file run the BloomFilter reconciler's Reconcile directly, on a fake client,
+// against a real data plane whose requests are recorded: no manager, no watches.
+
+// recordingDataPlane is a real, in-memory data plane on a loopback port that records the method
+// and path of every request it serves.
+type recordingDataPlane struct {
+	*httptest.Server
+	mu       sync.Mutex
+	requests []string
+}
+
+func startRecordingDataPlane(t *testing.T) *recordingDataPlane {
+	t.Helper()
+	cfg := config.Default()
+	cfg.InMemory = true
+	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &recordingDataPlane{}
+	handler := srv.Handler()
+	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		d.requests = append(d.requests, r.Method+" "+r.URL.Path)
+		d.mu.Unlock()
+		handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(d.Close)
+	return d
+}
+
+func (d *recordingDataPlane) served() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.requests)
+}
+
+func (d *recordingDataPlane) port(t *testing.T) int32 {
+	t.Helper()
+	u, err := url.Parse(d.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int32(port)
+}
+
+// fakeFilterWorld is a fake API server holding a cluster "c" of one ready pod, served by dp, and
+// a BloomFilter "f" of that cluster.
+func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Funcs) client.Client {
+	t.Helper()
+	const ns = "ns"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "c-0", Namespace: ns, Labels: selectorLabels("c")},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  containerName,
+			Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: dp.port(t)}},
+		}}},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
+	cluster := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}
+	bf := &bloomeryv1alpha1.BloomFilter{
+		ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns},
+		Spec: bloomeryv1alpha1.BloomFilterSpec{
+			ClusterRef: bloomeryv1alpha1.ClusterReference{Name: "c"},
+			Capacity:   1000, FalsePositiveRate: "0.01", Scalable: new(true), Growth: new(int32(2)),
+		},
+	}
+	return fake.NewClientBuilder().WithScheme(testScheme).
+		WithObjects(pod, cluster, bf).
+		WithStatusSubresource(&bloomeryv1alpha1.BloomFilter{}).
+		WithInterceptorFuncs(funcs).
+		Build()
+}
+
+var filterRequest = ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "f"}}
+
+// A reconciler given nothing but a client runs as in production: events go nowhere instead of
+// panicking, passes repeat every 30 s, and a delete retries a pod that does not answer instead of
+// giving up at once.
+func TestBloomFilterReconcilerZeroSettings(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{})
+	r := &BloomFilterReconciler{Client: k}
+
+	result, err := r.Reconcile(t.Context(), filterRequest) // creates the filter: a Created event
+	if err != nil {
+		t.Fatal(err)
+	}
+	if result.RequeueAfter != defaultResync {
+		t.Errorf("requeued after %v, want %v", result.RequeueAfter, defaultResync)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(bf.Status.Conditions, ConditionReady) {
+		t.Errorf("conditions %+v, want Ready", bf.Status.Conditions)
+	}
+
+	dp.Close() // the pod stops answering
+	if err := k.Delete(t.Context(), &bf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err == nil {
+		t.Error("a delete with the pod not answering succeeded; want it retried")
+	}
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); apierrors.IsNotFound(err) {
+		t.Error("the BloomFilter went at once: the delete gave up without retrying")
+	}
+}
+
+// The passes read a filter's status from its cheap endpoint, never from the GET that counts every
+// bit, and status shows what the pod holds.
+func TestBloomFilterStatusIsReadCheaply(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{})
+	r := &BloomFilterReconciler{Client: k}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil { // creates the filter
+		t.Fatal(err)
+	}
+	if err := dpclient.New(dp.URL).MultiSet(t.Context(), "f", []string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
+	}
+
+	served := dp.served()
+	if slices.Contains(served, "GET /v1/bloomfilter/f") {
+		t.Errorf("the passes read the filter's full description, which counts its bits: %q", served)
+	}
+	if !slices.Contains(served, "GET "+wire.FilterStatusPath("f")) {
+		t.Errorf("the passes never read the filter's status: %q", served)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if bf.Status.Items != 3 || bf.Status.SizeBytes == 0 || bf.Status.FillRatio == "0" || bf.Status.EstimatedFalsePositiveRate == "0" {
+		t.Errorf("status %+v: want 3 items, a size, a fill ratio and a rate", bf.Status)
+	}
+}
+
+func TestPodEventsThatRequeueFilters(t *testing.T) {
+	ready := corev1.PodStatus{
+		Phase: corev1.PodRunning, PodIP: "10.0.0.1",
+		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+	}
+	tests := []struct {
+		name   string
+		change func(*corev1.Pod)
+		want   bool
+	}{
+		{"nothing the passes read", func(p *corev1.Pod) {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, RestartCount: 0}}
+			p.Labels = map[string]string{"extra": "label"}
+		}, false},
+		{"address", func(p *corev1.Pod) { p.Status.PodIP = "10.0.0.2" }, true},
+		{"phase", func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }, true},
+		{"readiness", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			old := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c-0"}, Status: *ready.DeepCopy()}
+			pod := old.DeepCopy()
+			tt.change(pod)
+			if got := podServingChanged.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: pod}); got != tt.want {
+				t.Errorf("requeue = %v, want %v", got, tt.want)
+			}
+		})
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "c-0"}}
+	if !podServingChanged.Create(event.CreateEvent{Object: pod}) || !podServingChanged.Delete(event.DeleteEvent{Object: pod}) {
+		t.Error("a pod created or deleted does not requeue the filters")
+	}
+}
+
+// A status computed from an object that changed meanwhile is not written over the newer one, and
+// the conflict is a requeue, not a failure.
+func TestBloomFilterStatusPatchIsLocked(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	var patches int
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			patches++
+			// Another writer changes the object between the pass's read and its status write.
+			var bf bloomeryv1alpha1.BloomFilter
+			if err := c.Get(ctx, client.ObjectKeyFromObject(obj), &bf); err != nil {
+				return err
+			}
+			bf.Labels = map[string]string{"changed": strconv.Itoa(patches)}
+			if err := c.Update(ctx, &bf); err != nil {
+				return err
+			}
+			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	})
+	r := &BloomFilterReconciler{Client: k}
+	result, err := r.Reconcile(t.Context(), filterRequest)
+	if err != nil {
+		t.Fatalf("a conflict failed the pass: %v", err)
+	}
+	if patches != 1 || result.RequeueAfter != time.Second {
+		t.Errorf("%d status patches, requeued after %v; want one, refused, and a requeue after 1s", patches, result.RequeueAfter)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if len(bf.Status.Conditions) != 0 {
+		t.Errorf("the stale status was written: %+v", bf.Status)
+	}
+}
+
+// Copies of a scalable filter differ in size while it grows: status reports the largest, as it
+// reports the largest count of items.
+func TestBloomFilterStatusReportsTheLargestCopy(t *testing.T) {
+	bf := &bloomeryv1alpha1.BloomFilter{}
+	cluster := &bloomeryv1alpha1.BloomCluster{Spec: bloomeryv1alpha1.BloomClusterSpec{Replicas: new(int32(2))}}
+	copyOf := func(pod string, items, size int64) podObservation {
+		return podObservation{status: bloomeryv1alpha1.PodFilterStatus{Pod: pod, Present: true, Items: items, SizeBytes: size}}
+	}
+	(&BloomFilterReconciler{}).report(bf, cluster, []podObservation{copyOf("c-0", 300, 4096), copyOf("c-1", 200, 2048)})
+	if bf.Status.Items != 300 || bf.Status.SizeBytes != 4096 {
+		t.Errorf("items %d, size %d; want the largest copy's 300 and 4096", bf.Status.Items, bf.Status.SizeBytes)
+	}
+}

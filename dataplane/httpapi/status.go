@@ -1,0 +1,41 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// filterStatus answers what the operator reports of a filter, from counters read in time
+// proportional to the layers. The operator asks every pod for every filter at every resync;
+// counting the bits instead, as getFilter does, would read each filter's whole bit array that
+// often while its writers wait.
+func (s *Server) filterStatus(c echo.Context) error {
+	f, err := s.lookup(c)
+	if err != nil {
+		return err
+	}
+	o, u := f.Options(), f.Usage()
+	out := wire.FilterStatus{
+		Name:               f.Name(),
+		ExpectedInsertions: o.Capacity,
+		FPP:                o.FPP,
+		Scalable:           o.Scalable,
+		Items:              u.Items,
+		Layers:             u.Layers,
+		SizeBytes:          u.SizeBytes,
+		EstimatedFillRatio: u.EstimatedFillRatio,
+		EstimatedFPP:       u.EstimatedFPP,
+	}
+	if o.Scalable {
+		out.Growth = o.Growth
+	}
+	if s.LastSnapshot != nil {
+		if at := s.LastSnapshot(); !at.IsZero() {
+			out.LastSnapshot = at.UTC().Format(wire.TimeFormat)
+		}
+	}
+	return c.JSON(http.StatusOK, out)
+}

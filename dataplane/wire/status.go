@@ -1,0 +1,43 @@
+package wire
+
+// FilterStatusPath is where the operator reads a filter's status (GET, answering FilterStatus),
+// with the filter's name, percent-encoded, as the path segment; the server passes its route
+// parameter.
+func FilterStatusPath(name string) string { return InternalBasePath + "/filters/" + name + "/status" }
+
+// FilterStatus is what the operator reports of a filter on one pod: its shape, to tell it from
+// another filter of the same name, and its state. Unlike Filter, whose fill ratio and rate come
+// from counting the bits set, it estimates them from the keys each layer took, so answering it
+// costs the same whatever the filter's size.
+type FilterStatus struct {
+	Name               string  `json:"name"`
+	ExpectedInsertions uint64  `json:"expectedInsertions"`
+	FPP                float64 `json:"fpp"`
+	Scalable           bool    `json:"scalable"`
+	Growth             uint    `json:"growth,omitempty"`
+
+	Items              uint64  `json:"items"`
+	Layers             int     `json:"layers"`
+	SizeBytes          uint64  `json:"sizeBytes"`
+	EstimatedFillRatio float64 `json:"estimatedFillRatio"`
+	EstimatedFPP       float64 `json:"estimatedFpp"`
+	// LastSnapshot is as in Filter.
+	LastSnapshot string `json:"lastSnapshot,omitempty"`
+}
+
+// Status is the part of f that FilterStatus carries, with the counted fill ratio and rate.
+func (f Filter) Status() FilterStatus {
+	return FilterStatus{
+		Name:               f.Name,
+		ExpectedInsertions: f.ExpectedInsertions,
+		FPP:                f.FPP,
+		Scalable:           f.Scalable,
+		Growth:             f.Growth,
+		Items:              f.Items,
+		Layers:             f.Layers,
+		SizeBytes:          f.SizeBytes,
+		EstimatedFillRatio: f.FillRatio,
+		EstimatedFPP:       f.EstimatedFPP,
+		LastSnapshot:       f.LastSnapshot,
+	}
+}
