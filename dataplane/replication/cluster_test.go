@@ -184,7 +184,7 @@ func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 }
 
 // peerServer is a fake peer answering every request with handle.
-func peerServer(t *testing.T, handle http.HandlerFunc) wire.Member {
+func peerServer(t testing.TB, handle http.HandlerFunc) wire.Member {
 	t.Helper()
 	hs := httptest.NewServer(handle)
 	t.Cleanup(hs.Close)
