@@ -57,8 +57,11 @@ func BenchmarkForward(b *testing.B) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte("false"))
 	})
-	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil)})
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "self"})
 	defer n.Close()
+	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, home}}); err != nil {
+		b.Fatal(err)
+	}
 	body := []byte(`{"value":"key"}`)
 	b.ReportAllocs()
 	for b.Loop() {
