@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // The builders below are pure functions of the BloomCluster: one per child object. They fill in
@@ -241,11 +242,11 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string
 		},
 		// Ready means recovered and caught up; a pod that is not ready stays out of the client
 		// Service but keeps running.
-		ReadinessProbe: httpGetProbe("/readyz", 5, 2, 3),
+		ReadinessProbe: httpGetProbe(wire.ReadyzPath, 5, 2, 3),
 		// Alive means the process answers; 30 s of silence restarts it.
-		LivenessProbe: httpGetProbe("/healthz", 10, 2, 3),
+		LivenessProbe: httpGetProbe(wire.HealthzPath, 10, 2, 3),
 		// The API listens only after recovery: until then only the startup probe runs.
-		StartupProbe:             httpGetProbe("/healthz", startupProbePeriodSeconds, 2, startupProbeBudgetSeconds/startupProbePeriodSeconds),
+		StartupProbe:             httpGetProbe(wire.HealthzPath, startupProbePeriodSeconds, 2, startupProbeBudgetSeconds/startupProbePeriodSeconds),
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		SecurityContext: &corev1.SecurityContext{
@@ -358,7 +359,7 @@ func buildServiceMonitor(c *bloomeryv1alpha1.BloomCluster) *unstructured.Unstruc
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, clusterLabels(c.Name)) // ours win: they identify the object
-	endpoint := map[string]any{"port": httpPortName, "path": "/metrics"}
+	endpoint := map[string]any{"port": httpPortName, "path": wire.MetricsPath}
 	if sm.Interval != "" {
 		endpoint["interval"] = sm.Interval
 	}

@@ -90,7 +90,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 		}
 	}
 	bf.Status.ObservedGeneration = gen
-	bf.Status.URL = fmt.Sprintf("http://%s.%s.svc:%d/v1/bloomfilter/%s", bf.Spec.ClusterRef.Name, bf.Namespace, defaultAPIPort, bf.Name)
+	bf.Status.URL = fmt.Sprintf("http://%s.%s.svc:%d%s", bf.Spec.ClusterRef.Name, bf.Namespace, defaultAPIPort, wire.FilterPath(bf.Name))
 
 	shape, err := shapeOf(bf.Spec)
 	if err != nil {

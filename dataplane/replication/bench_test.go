@@ -26,7 +26,7 @@ func BenchmarkReplicate(b *testing.B) {
 		for i := range applied {
 			applied[i] = true
 		}
-		_ = json.NewEncoder(w).Encode(applyResponse{Applied: applied})
+		_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: applied})
 	})
 	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "self"})
 	defer n.Close()

@@ -10,7 +10,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
-// The writes a pod sends its peers travel in a compact binary form: keys are copied as they are,
+// The writes a pod sends its peers travel in a compact binary form (wire.OpsContentType): keys are copied as they are,
 // where JSON would escape them and its decoder would reflect over every field, which cost a peer
 // a fifth of its CPU. A batch is:
 //
@@ -21,9 +21,6 @@ import (
 //	             (capacity uint64, fpp float64 bits, scalable byte, growth uint64, tightening
 //	             float64 bits, valid after create and after access int64 nanoseconds), and for an
 //	             add the keys (uvarint count, then each key as uvarint length and bytes)
-
-// OpsContentType is the media type of a batch of ops.
-const OpsContentType = "application/x-bloomery-ops"
 
 var opsMagic = [4]byte{'B', 'O', 'P', '1'}
 
