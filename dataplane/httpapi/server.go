@@ -93,8 +93,9 @@ func (s *Server) routes() {
 	e.GET(wire.ReadyzPath, s.readyz)
 	e.GET(wire.MetricsPath, s.scrapeMetrics)
 	e.GET(wire.PingPath, s.ping)
-	// Handlers wrapped once, here, rather than given as route middleware: echo applies route
-	// middleware anew for every request.
+	// Handlers wrapped once, here, rather than given as route or group middleware: echo answers
+	// every path under a group that has middleware itself, which would turn 405s into 404s, and
+	// applies route middleware anew for every request.
 	ready := s.afterRecovery
 	e.GET(wire.ListPath, ready(s.listFilters))
 	e.PUT(wire.FilterRoute, ready(s.createFilter))
