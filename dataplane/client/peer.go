@@ -13,9 +13,8 @@ import (
 // requests forwarded on a client's behalf. Pods make them with the Forwarded option.
 
 // Apply sends a batch of writes, encoded in the binary form of wire.OpsContentType, and answers
-// per write whether the pod holds it. The batch must not change until Apply returns, nor after:
-// the transport may still read a body after the answer came (when the pod answers before reading
-// it all).
+// per write whether the pod holds it. The batch must not be reused: the transport may still read
+// it after Apply returned (when the pod answers before reading it all).
 func (c *Client) Apply(ctx context.Context, batch []byte) ([]bool, error) {
 	var out wire.ApplyResponse
 	if _, err := c.roundTrip(ctx, http.MethodPost, wire.ApplyPath, wire.OpsContentType, batch, &out); err != nil {
