@@ -15,11 +15,11 @@ type replicationCollector struct {
 
 func newReplicationCollector(node *replication.Node) *replicationCollector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
-		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "replicationCollector", name), help, labels, nil)
+		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "replication", name), help, labels, nil)
 	}
 	return &replicationCollector{
 		node:        node,
-		queued:      desc("queued_writes", "Writes waiting to be sent to a peer: the replicationCollector lag.", "peer"),
+		queued:      desc("queued_writes", "Writes waiting to be sent to a peer: the replication lag.", "peer"),
 		replicated:  desc("writes_total", "Writes forwarded to the peers."),
 		failures:    desc("write_failures_total", "Writes answered 503 because fewer pods than their consistency level acknowledged them in time."),
 		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
