@@ -12,6 +12,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // serviceMonitorGVK is the Prometheus Operator's kind. It is handled as unstructured data, so the
@@ -72,7 +73,7 @@ func buildServiceMonitor(c *bloomeryv1alpha1.BloomCluster) *unstructured.Unstruc
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, clusterLabels(c.Name)) // ours win: they identify the object
-	endpoint := map[string]any{"port": httpPortName, "path": "/metrics"}
+	endpoint := map[string]any{"port": httpPortName, "path": wire.MetricsPath}
 	if sm.Interval != "" {
 		endpoint["interval"] = sm.Interval
 	}

@@ -14,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // configHashAnnotation on the pod template carries a hash of config.yaml: the data plane reads
@@ -108,11 +109,11 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string
 		},
 		// Ready means recovered and caught up; a pod that is not ready stays out of the client
 		// Service but keeps running.
-		ReadinessProbe: httpGetProbe("/readyz", 5, 2, 3),
+		ReadinessProbe: httpGetProbe(wire.ReadyzPath, 5, 2, 3),
 		// Alive means the process answers; 30 s of silence restarts it.
-		LivenessProbe: httpGetProbe("/healthz", 10, 2, 3),
+		LivenessProbe: httpGetProbe(wire.HealthzPath, 10, 2, 3),
 		// The API listens only after recovery: until then only the startup probe runs.
-		StartupProbe:             httpGetProbe("/healthz", startupProbePeriodSeconds, 2, startupProbeBudgetSeconds/startupProbePeriodSeconds),
+		StartupProbe:             httpGetProbe(wire.HealthzPath, startupProbePeriodSeconds, 2, startupProbeBudgetSeconds/startupProbePeriodSeconds),
 		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		SecurityContext: &corev1.SecurityContext{

@@ -85,12 +85,11 @@ type HTTPDataPlane struct {
 // per-call timeout.
 func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
 	return &HTTPDataPlane{
-		HTTP: &http.Client{Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		HTTP: client.NewHTTPClient(client.TransportOptions{
+			DialTimeout:         2 * time.Second,
 			MaxIdleConns:        256,
 			MaxIdleConnsPerHost: 8,
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		}),
 		Timeout: timeout,
 	}
 }

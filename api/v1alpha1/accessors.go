@@ -43,7 +43,7 @@ func (c *BloomCluster) ClientURL() string { return clientURL(c.Namespace, c.Name
 // URL is where applications call the filter: on the client Service of the cluster it names,
 // whether or not that cluster exists yet.
 func (f *BloomFilter) URL() string {
-	return clientURL(f.Namespace, f.Spec.ClusterRef.Name) + wire.BasePath + "/bloomfilter/" + f.Name
+	return clientURL(f.Namespace, f.Spec.ClusterRef.Name) + wire.FilterPath(f.Name)
 }
 
 func clientServiceName(cluster string) string { return cluster }

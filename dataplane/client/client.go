@@ -1,7 +1,7 @@
-// Package client is a typed Go client of the data plane's REST API (DESIGN §3.1): one method per
-// endpoint, answers decoded into the wire types of package api, and failures as *Error carrying
-// the HTTP status and the API's error code. Tests, benchmarks and the operator all use it, so
-// they exercise the same contract as any other user.
+// Package client is a typed Go client of the data plane's HTTP API, public and internal: one
+// method per endpoint, answers decoded into the types of package wire, and failures as *Error
+// carrying the HTTP status and the API's error code. Tests, benchmarks, the operator and the pods
+// calling each other all use it, so they exercise the same contract as any other user.
 //
 // A Client is safe for concurrent use. Every method takes a context, which bounds the whole
 // call including reading the answer; the client itself sets no overall timeout.
@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -30,6 +29,8 @@ type Client struct {
 	http *http.Client
 	// query is added to every filter request: the consistency level, when one was asked for.
 	query string
+	// forwarded marks every request as a pod's (wire.ForwardedHeader).
+	forwarded bool
 }
 
 // Option configures a Client.
@@ -46,27 +47,25 @@ func WithConsistency(level wire.Consistency) Option {
 	return func(c *Client) { c.query = "?" + wire.ConsistencyParam + "=" + url.QueryEscape(string(level)) }
 }
 
+// Forwarded marks every request as sent by another pod of the cluster (wire.ForwardedHeader): the
+// receiver serves it itself, neither forwarding it to the filter's home nor asking its own peers.
+// The pods set it on the clients they call each other with.
+func Forwarded() Option {
+	return func(c *Client) { c.forwarded = true }
+}
+
 // defaultHTTPClient is shared by every Client built without WithHTTPClient, so that all of them
-// draw on one pool of keep-alive connections.
+// draw on one pool of keep-alive connections. Its users, such as benchmarks, run many requests at
+// once against the same pod.
 var defaultHTTPClient = sync.OnceValue(func() *http.Client {
-	dialer := &net.Dialer{
-		// A data-plane pod that does not accept within 2 s is down or unreachable; failing fast
-		// lets the caller try another pod or report the pod as degraded.
-		Timeout:   2 * time.Second,
-		KeepAlive: 30 * time.Second,
-	}
-	return &http.Client{Transport: &http.Transport{
-		Proxy:       http.ProxyFromEnvironment,
-		DialContext: dialer.DialContext,
-		// Callers such as benchmarks and the operator run many requests at once against the same
-		// pod; without enough idle connections per host, each burst would open and close
-		// connections and run the machine out of ephemeral ports.
+	return NewHTTPClient(TransportOptions{
+		DialTimeout:           2 * time.Second,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
-	}}
+		ProxyFromEnvironment:  true,
+	})
 })
 
 // New returns a Client of the server at baseURL, such as "http://127.0.0.1:8080" (without the
@@ -145,7 +144,7 @@ func IsInsufficientSpace(err error) bool { return hasCode(err, wire.CodeInsuffic
 // Ping checks that the server is alive.
 func (c *Client) Ping(ctx context.Context) error {
 	var answer []byte
-	if _, err := c.do(ctx, http.MethodGet, wire.BasePath+"/ping", nil, &answer); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, wire.PingPath, nil, &answer); err != nil {
 		return err
 	}
 	if string(answer) != "pong" {
@@ -157,7 +156,7 @@ func (c *Client) Ping(ctx context.Context) error {
 // Create creates the filter name. If a filter of that name exists and opts.Overwrite is false,
 // it answers the existing filter and created=false; otherwise the new one and created=true.
 func (c *Client) Create(ctx context.Context, name string, opts CreateOptions) (f wire.Filter, created bool, err error) {
-	status, err := c.do(ctx, http.MethodPut, filterPath(name), opts, &f)
+	status, err := c.do(ctx, http.MethodPut, wire.FilterPath(name), opts, &f)
 	if err != nil {
 		return wire.Filter{}, false, err
 	}
@@ -172,7 +171,7 @@ func (c *Client) Get(ctx context.Context, name string) (wire.Filter, error) {
 		return wire.Filter{}, errors.New(`"list" is not a valid filter name`)
 	}
 	var f wire.Filter
-	if _, err := c.do(ctx, http.MethodGet, filterPath(name), nil, &f); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, wire.FilterPath(name), nil, &f); err != nil {
 		return wire.Filter{}, err
 	}
 	return f, nil
@@ -181,7 +180,7 @@ func (c *Client) Get(ctx context.Context, name string) (wire.Filter, error) {
 // List answers the names of the live filters, sorted.
 func (c *Client) List(ctx context.Context) ([]string, error) {
 	var names []string
-	if _, err := c.do(ctx, http.MethodGet, wire.BasePath+"/bloomfilter/list", nil, &names); err != nil {
+	if _, err := c.do(ctx, http.MethodGet, wire.ListPath, nil, &names); err != nil {
 		return nil, err
 	}
 	return names, nil
@@ -189,7 +188,7 @@ func (c *Client) List(ctx context.Context) ([]string, error) {
 
 // Delete removes the filter name; deleting an absent filter succeeds.
 func (c *Client) Delete(ctx context.Context, name string) error {
-	_, err := c.do(ctx, http.MethodDelete, filterPath(name), nil, nil)
+	_, err := c.do(ctx, http.MethodDelete, wire.FilterPath(name), nil, nil)
 	return err
 }
 
@@ -204,38 +203,38 @@ type valuesBody struct {
 // Check reports whether value may have been added to the filter.
 func (c *Client) Check(ctx context.Context, name, value string) (bool, error) {
 	var present bool
-	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/check", valueBody{value}, &present)
+	_, err := c.do(ctx, http.MethodPost, wire.FilterOpPath(name, wire.OpCheck), valueBody{value}, &present)
 	return present, err
 }
 
 // MultiCheck answers Check for every value, in order.
 func (c *Client) MultiCheck(ctx context.Context, name string, values []string) ([]bool, error) {
-	return c.batch(ctx, filterPath(name)+"/multi-check", values)
+	return c.batch(ctx, wire.FilterOpPath(name, wire.OpMultiCheck), values)
 }
 
 // CheckAndSet adds value and reports whether it may have been present before: false means it
 // was new.
 func (c *Client) CheckAndSet(ctx context.Context, name, value string) (bool, error) {
 	var present bool
-	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/check-and-set", valueBody{value}, &present)
+	_, err := c.do(ctx, http.MethodPost, wire.FilterOpPath(name, wire.OpCheckAndSet), valueBody{value}, &present)
 	return present, err
 }
 
 // MultiCheckAndSet answers CheckAndSet for every value, in order; a value repeated later in
 // values answers true.
 func (c *Client) MultiCheckAndSet(ctx context.Context, name string, values []string) ([]bool, error) {
-	return c.batch(ctx, filterPath(name)+"/multi-check-and-set", values)
+	return c.batch(ctx, wire.FilterOpPath(name, wire.OpMultiCheckAndSet), values)
 }
 
 // Set adds value without answering whether it was present.
 func (c *Client) Set(ctx context.Context, name, value string) error {
-	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/set", valueBody{value}, nil)
+	_, err := c.do(ctx, http.MethodPost, wire.FilterOpPath(name, wire.OpSet), valueBody{value}, nil)
 	return err
 }
 
 // MultiSet adds every value without answering.
 func (c *Client) MultiSet(ctx context.Context, name string, values []string) error {
-	_, err := c.do(ctx, http.MethodPost, filterPath(name)+"/multi-set", valuesBody{nonNil(values)}, nil)
+	_, err := c.do(ctx, http.MethodPost, wire.FilterOpPath(name, wire.OpMultiSet), valuesBody{nonNil(values)}, nil)
 	return err
 }
 
@@ -258,10 +257,6 @@ func nonNil(values []string) []string {
 	return values
 }
 
-func filterPath(name string) string {
-	return wire.BasePath + "/bloomfilter/" + url.PathEscape(name)
-}
-
 // maxErrorBody bounds how much of an error answer is read: error bodies are short, and a
 // misbehaving proxy should not make the client buffer megabytes of HTML.
 const maxErrorBody = 64 << 10
@@ -269,37 +264,25 @@ const maxErrorBody = 64 << 10
 // do sends in (JSON-encoded, unless nil) and decodes a 2xx answer into out: JSON for most
 // types, the raw body for *[]byte, nothing for nil. It answers the HTTP status.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
-	var reqBody io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return 0, fmt.Errorf("encoding the %s %s request: %w", method, path, err)
-		}
-		reqBody = bytes.NewReader(b)
+	if in == nil {
+		return c.roundTrip(ctx, method, path, "", nil, out)
 	}
-	target := c.base + path
-	if c.query != "" && strings.HasPrefix(path, wire.BasePath+"/bloomfilter/") {
-		target += c.query
-	}
-	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
+	b, err := json.Marshal(in)
 	if err != nil {
-		return 0, fmt.Errorf("building the %s %s request: %w", method, path, err)
+		return 0, fmt.Errorf("encoding the %s %s request: %w", method, path, err)
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer func() {
-		// Reading to EOF lets the transport put the connection back in its pool; the limit keeps
-		// a huge unexpected answer from being read only to be thrown away.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
-		_ = resp.Body.Close()
-	}()
+	return c.roundTrip(ctx, method, path, "application/json", b, out)
+}
 
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+// roundTrip is do with the body already encoded.
+func (c *Client) roundTrip(ctx context.Context, method, path, contentType string, body []byte, out any) (int, error) {
+	resp, err := c.send(ctx, method, path, contentType, body)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = discard(resp.Body) }()
+
+	if !success(resp.StatusCode) {
 		return resp.StatusCode, decodeError(resp)
 	}
 	switch out := out.(type) {
@@ -316,19 +299,63 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 	return resp.StatusCode, nil
 }
 
+// send sends body (nil for none) of contentType, and answers the response whatever its status. The
+// caller closes its body with discard.
+func (c *Client) send(ctx context.Context, method, path, contentType string, body []byte) (*http.Response, error) {
+	target := c.base + path
+	if c.query != "" && strings.HasPrefix(path, wire.FiltersPath+"/") {
+		target += c.query
+	}
+	var reqBody io.Reader
+	if body != nil {
+		reqBody = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, target, reqBody)
+	if err != nil {
+		return nil, fmt.Errorf("building the %s %s request: %w", method, path, err)
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	if c.forwarded {
+		req.Header.Set(wire.ForwardedHeader, "1")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return resp, nil
+}
+
+func success(status int) bool { return status >= 200 && status <= 299 }
+
+// discard closes an answer's body. Reading it to EOF first lets the transport put the connection
+// back in its pool; the limit keeps a huge unexpected answer from being read only to be thrown
+// away.
+func discard(body io.ReadCloser) error {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxErrorBody))
+	return body.Close()
+}
+
 func decodeError(resp *http.Response) error {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	e := &Error{Status: resp.StatusCode}
+	if err != nil {
+		return &Error{Status: resp.StatusCode, Message: fmt.Sprintf("%s (reading the body: %v)", http.StatusText(resp.StatusCode), err)}
+	}
+	return errorOf(resp.StatusCode, raw)
+}
+
+// errorOf is the *Error of a non-2xx answer whose body is raw.
+func errorOf(status int, raw []byte) *Error {
+	e := &Error{Status: status}
 	var body wire.ErrorBody
 	switch {
-	case err != nil:
-		e.Message = fmt.Sprintf("%s (reading the body: %v)", http.StatusText(resp.StatusCode), err)
 	case json.Unmarshal(raw, &body) == nil && body.Code != 0:
 		e.Code, e.Message = body.Code, body.Error
 	case len(bytes.TrimSpace(raw)) > 0:
 		e.Message = abbreviate(bytes.TrimSpace(raw))
 	default:
-		e.Message = http.StatusText(resp.StatusCode)
+		e.Message = http.StatusText(status)
 	}
 	return e
 }

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -45,6 +46,54 @@ type Options struct {
 	// sliding expiry. When set it governs expiry and ValidAfterCreate is ignored, as in
 	// filter-service.
 	ValidAfterAccess time.Duration
+}
+
+// OptionsBinarySize is the length of the binary encoding of Options.
+const OptionsBinarySize = 8 + 8 + 1 + 8 + 8 + 8 + 8
+
+// AppendBinary appends the binary encoding of the options, which snapshots, the log and the
+// batches replicated to peers share: a change of it is a change of all three formats. Capacity,
+// FPP (float64 bits), Scalable (one byte, 0 or 1), Growth, Tightening (float64 bits),
+// ValidAfterCreate and ValidAfterAccess (nanoseconds), each in 8 bytes, little endian, but
+// Scalable. It never fails.
+func (o Options) AppendBinary(b []byte) ([]byte, error) {
+	b = binary.LittleEndian.AppendUint64(b, o.Capacity)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.FPP))
+	if o.Scalable {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.LittleEndian.AppendUint64(b, uint64(o.Growth))
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.Tightening))
+	b = binary.LittleEndian.AppendUint64(b, uint64(o.ValidAfterCreate))
+	b = binary.LittleEndian.AppendUint64(b, uint64(o.ValidAfterAccess))
+	return b, nil
+}
+
+// UnmarshalBinary decodes what AppendBinary encoded, exactly OptionsBinarySize bytes. It checks
+// the encoding only; Validate checks the values.
+func (o *Options) UnmarshalBinary(b []byte) error {
+	if len(b) != OptionsBinarySize {
+		return fmt.Errorf("options take %d bytes, got %d", OptionsBinarySize, len(b))
+	}
+	u64 := func(at int) uint64 { return binary.LittleEndian.Uint64(b[at:]) }
+	if b[16] > 1 {
+		return fmt.Errorf("scalable flag %d is not 0 or 1", b[16])
+	}
+	if growth := u64(17); growth > math.MaxUint32 {
+		return fmt.Errorf("growth %d out of range", growth)
+	}
+	*o = Options{
+		Capacity:         u64(0),
+		FPP:              math.Float64frombits(u64(8)),
+		Scalable:         b[16] == 1,
+		Growth:           uint(u64(17)),
+		Tightening:       math.Float64frombits(u64(25)),
+		ValidAfterCreate: time.Duration(u64(33)),
+		ValidAfterAccess: time.Duration(u64(41)),
+	}
+	return nil
 }
 
 // ErrInvalidOptions wraps every validation failure of Options.

@@ -18,9 +18,9 @@ const TombstoneRetention = 7 * 24 * time.Hour
 
 // Tombstone records that every incarnation of a name up to Generation was deleted, at DeletedAt.
 type Tombstone struct {
-	Name       string    `json:"name"`
-	Generation int64     `json:"generation"`
-	DeletedAt  time.Time `json:"deletedAt"`
+	Name       string
+	Generation int64
+	DeletedAt  time.Time
 }
 
 // bury records a tombstone; the caller holds changes.
@@ -240,9 +240,9 @@ func orWords(dst, src []uint64) bool {
 // replicas with equal digests hold the same bits (up to checksum collisions, which the next
 // write to the filter resolves).
 type Digest struct {
-	Name       string   `json:"name"`
-	Generation int64    `json:"generation"`
-	Layers     []uint32 `json:"layers"`
+	Name       string
+	Generation int64
+	Layers     []uint32
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -19,9 +19,9 @@ var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate
 // filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
 // validated.
 func filterName(c echo.Context, creating bool) (string, error) {
-	name, err := url.PathUnescape(c.Param("name"))
+	name, err := url.PathUnescape(c.Param(wire.NameParam))
 	if err != nil {
-		return "", invalidParameter("name", fmt.Sprintf("%q is not a valid percent-encoded path segment", c.Param("name")))
+		return "", invalidParameter("name", fmt.Sprintf("%q is not a valid percent-encoded path segment", c.Param(wire.NameParam)))
 	}
 	if err := filter.ValidateName(name); err != nil {
 		return "", engineError(err, creating)

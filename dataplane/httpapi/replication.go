@@ -23,7 +23,7 @@ import (
 
 // forwarded reports whether a peer sent this request on a client's behalf: it is served here,
 // not forwarded again.
-func forwarded(c echo.Context) bool { return c.Request().Header.Get(replication.ForwardedHeader) != "" }
+func forwarded(c echo.Context) bool { return c.Request().Header.Get(wire.ForwardedHeader) != "" }
 
 // consistency reads ?consistency=, or def when the request has none.
 func consistency(c echo.Context, def wire.Consistency) (wire.Consistency, error) {
@@ -116,11 +116,9 @@ func (s *Server) putMembership(c echo.Context) error {
 
 // applyOps applies a batch of a peer's writes.
 func (s *Server) applyOps(c echo.Context) error {
-	var req struct {
-		Ops []replication.Op `json:"ops"`
-	}
+	var req wire.ApplyRequest[replication.Op]
 	limit := replication.ApplyBodyLimit(s.Config.MaxHTTPRequestLength)
-	if c.Request().Header.Get(echo.HeaderContentType) == replication.OpsContentType {
+	if c.Request().Header.Get(echo.HeaderContentType) == wire.OpsContentType {
 		// What peers send; JSON is accepted too, for people and tools.
 		raw, err := readLimited(c, limit)
 		if err != nil {
@@ -136,7 +134,7 @@ func (s *Server) applyOps(c echo.Context) error {
 	if err != nil {
 		return badRequest(err.Error())
 	}
-	return c.JSON(http.StatusOK, map[string][]bool{"applied": applied})
+	return c.JSON(http.StatusOK, wire.ApplyResponse{Applied: applied})
 }
 
 func (s *Server) inventory(c echo.Context) error {

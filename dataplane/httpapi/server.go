@@ -1,4 +1,4 @@
-// Package server is the data plane's HTTP server: the REST API of filter-service, extended,
+// Package httpapi is the data plane's HTTP server: the REST API of filter-service, extended,
 // over the filter engine. It knows nothing of Kubernetes.
 package httpapi
 
@@ -89,41 +89,38 @@ func (s *Server) routes() {
 	e.JSONSerializer = jsonSerializer{}
 	e.Use(s.instrument(requestIDs()))
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", s.scrapeMetrics)
-	v1 := e.Group(wire.BasePath)
-	v1.GET("/ping", s.ping)
-	// Handlers wrapped once, here, rather than given as route middleware: echo answers every
-	// path under a group that has middleware itself, which would turn 405s into 404s, and
+	e.GET(wire.HealthzPath, s.healthz)
+	e.GET(wire.ReadyzPath, s.readyz)
+	e.GET(wire.MetricsPath, s.scrapeMetrics)
+	e.GET(wire.PingPath, s.ping)
+	// Handlers wrapped once, here, rather than given as route or group middleware: echo answers
+	// every path under a group that has middleware itself, which would turn 405s into 404s, and
 	// applies route middleware anew for every request.
 	ready := s.afterRecovery
-	filters := v1.Group("/bloomfilter")
-	filters.GET("/list", ready(s.listFilters))
-	filters.PUT("/:name", ready(s.createFilter))
-	filters.GET("/:name", ready(s.getFilter))
-	filters.DELETE("/:name", ready(s.deleteFilter))
-	filters.POST("/:name/check", ready(s.check))
-	filters.POST("/:name/multi-check", ready(s.multiCheck))
-	filters.POST("/:name/check-and-set", ready(s.checkAndSet))
-	filters.POST("/:name/multi-check-and-set", ready(s.multiCheckAndSet))
-	filters.POST("/:name/set", ready(s.set))
-	filters.POST("/:name/multi-set", ready(s.multiSet))
-	filters.GET("/:name/dump", ready(s.dump))
-	filters.POST("/:name/merge", ready(s.merge))
+	e.GET(wire.ListPath, ready(s.listFilters))
+	e.PUT(wire.FilterRoute, ready(s.createFilter))
+	e.GET(wire.FilterRoute, ready(s.getFilter))
+	e.DELETE(wire.FilterRoute, ready(s.deleteFilter))
+	e.POST(wire.FilterOpRoute(wire.OpCheck), ready(s.check))
+	e.POST(wire.FilterOpRoute(wire.OpMultiCheck), ready(s.multiCheck))
+	e.POST(wire.FilterOpRoute(wire.OpCheckAndSet), ready(s.checkAndSet))
+	e.POST(wire.FilterOpRoute(wire.OpMultiCheckAndSet), ready(s.multiCheckAndSet))
+	e.POST(wire.FilterOpRoute(wire.OpSet), ready(s.set))
+	e.POST(wire.FilterOpRoute(wire.OpMultiSet), ready(s.multiSet))
+	e.GET(wire.FilterOpRoute(wire.OpDump), ready(s.dump))
+	e.POST(wire.FilterOpRoute(wire.OpMerge), ready(s.merge))
 
 	// What the operator and peer pods call. Membership is served during recovery too, so that
 	// a pod learns its peers while it loads its files.
-	internal := e.Group(wire.InternalBasePath)
-	internal.GET("/membership", s.getMembership)
-	internal.PUT("/membership", s.putMembership)
-	internal.POST("/apply", ready(s.applyOps))
-	internal.GET("/inventory", ready(s.inventory))
-	e.GET(wire.FilterStatusPath(":name"), ready(s.filterStatus))
+	e.GET(wire.MembershipPath, s.getMembership)
+	e.PUT(wire.MembershipPath, s.putMembership)
+	e.POST(wire.ApplyPath, ready(s.applyOps))
+	e.GET(wire.InventoryPath, ready(s.inventory))
+	e.GET(wire.FilterStatusPath(":"+wire.NameParam), ready(s.filterStatus))
 	if s.docsPage != nil {
-		v1.GET("/docs", s.docsRedirect)
-		v1.GET("/docs/", s.docs)
-		v1.GET("/docs/openapi.json", s.openAPI)
+		e.GET(wire.DocsPath, s.docsRedirect)
+		e.GET(wire.DocsPath+"/", s.docs)
+		e.GET(wire.OpenAPIPath, s.openAPI)
 	}
 
 	s.routePaths = make(map[string]bool)

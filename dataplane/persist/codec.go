@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"time"
 	"unsafe"
 
@@ -48,7 +47,6 @@ type encoder struct{ buf []byte }
 func (e *encoder) u8(v byte)        { e.buf = append(e.buf, v) }
 func (e *encoder) u64(v uint64)     { e.buf = binary.LittleEndian.AppendUint64(e.buf, v) }
 func (e *encoder) i64(v int64)      { e.u64(uint64(v)) }
-func (e *encoder) f64(v float64)    { e.u64(math.Float64bits(v)) }
 func (e *encoder) uvarint(v uint64) { e.buf = binary.AppendUvarint(e.buf, v) }
 func (e *encoder) str(s string)     { e.uvarint(uint64(len(s))); e.buf = append(e.buf, s...) }
 func (e *encoder) time(t time.Time) {
@@ -56,17 +54,7 @@ func (e *encoder) time(t time.Time) {
 }
 
 func (e *encoder) options(o filter.Options) {
-	e.u64(o.Capacity)
-	e.f64(o.FPP)
-	if o.Scalable {
-		e.u8(1)
-	} else {
-		e.u8(0)
-	}
-	e.u64(uint64(o.Growth))
-	e.f64(o.Tightening)
-	e.i64(int64(o.ValidAfterCreate))
-	e.i64(int64(o.ValidAfterAccess))
+	e.buf, _ = o.AppendBinary(e.buf)
 }
 
 func encodeHeader(h snapshotHeader) []byte {
@@ -162,7 +150,9 @@ type decoder struct {
 	r    io.Reader
 	left uint64
 	err  error
-	tmp  [8]byte
+	// tmp holds the fixed-size fields as they are read: it is part of the decoder, which the
+	// reader's interface makes escape anyway, rather than one more allocation per field.
+	tmp [filter.OptionsBinarySize]byte
 }
 
 var errMalformed = errors.New("malformed record body")
@@ -205,7 +195,6 @@ func (d *decoder) u64() uint64 {
 }
 
 func (d *decoder) i64() int64      { return int64(d.u64()) }
-func (d *decoder) f64() float64    { return math.Float64frombits(d.u64()) }
 func (d *decoder) time() time.Time { return time.Unix(0, d.i64()) }
 
 func (d *decoder) uvarint() uint64 {
@@ -239,22 +228,14 @@ func (d *decoder) str() string {
 }
 
 func (d *decoder) options() filter.Options {
-	o := filter.Options{Capacity: d.u64(), FPP: d.f64()}
-	switch d.u8() {
-	case 0:
-	case 1:
-		o.Scalable = true
-	default:
-		d.fail("scalable flag is not 0 or 1")
+	var o filter.Options
+	d.read(d.tmp[:filter.OptionsBinarySize])
+	if d.err != nil {
+		return o
 	}
-	growth := d.u64()
-	if growth > math.MaxUint32 {
-		d.fail("growth %d out of range", growth)
+	if err := o.UnmarshalBinary(d.tmp[:filter.OptionsBinarySize]); err != nil {
+		d.fail("%v", err)
 	}
-	o.Growth = uint(growth)
-	o.Tightening = d.f64()
-	o.ValidAfterCreate = time.Duration(d.i64())
-	o.ValidAfterAccess = time.Duration(d.i64())
 	return o
 }
 

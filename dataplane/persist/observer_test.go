@@ -58,3 +58,31 @@ func TestRecoveryReportCountsRecoveredRecords(t *testing.T) {
 		t.Errorf("report %+v: want 4 recovered (2 filters, 2 log records), 0 skipped", rep)
 	}
 }
+
+// Stats.LogRecords and LogBytes count every record appended to the log, accesses included: they
+// are bloomery_log_appended_records_total and bloomery_log_appended_bytes_total.
+func TestStatsCountEveryAppendedRecord(t *testing.T) {
+	now := time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)
+	dir := t.TempDir()
+	p, store, _ := open(t, dir, func(o *Options) { o.Clock = func() time.Time { return now } })
+	f := mustCreate(t, store, "sliding", filter.Options{Capacity: 10, FPP: 0.1, ValidAfterAccess: time.Minute})
+	if err := f.Add("x"); err != nil {
+		t.Fatal(err)
+	}
+	records, bytes := p.Stats().LogRecords.Load(), p.Stats().LogBytes.Load()
+	at := time.Now()
+	p.Accessed("sliding", at)
+	if got, want := p.Stats().LogRecords.Load()-records, int64(1); got != want {
+		t.Errorf("an access added %d to LogRecords, want %d", got, want)
+	}
+	if got, want := p.Stats().LogBytes.Load()-bytes, int64(len(encodeAccess("sliding", at))+recordHeaderSize); got != want {
+		t.Errorf("an access added %d to LogBytes, want %d", got, want)
+	}
+	counted := p.Stats().LogRecords.Load()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, rep := open(t, dir, func(o *Options) { o.Clock = func() time.Time { return now } }); int64(rep.LogRecords) != counted {
+		t.Errorf("the log holds %d records, the stats counted %d", rep.LogRecords, counted)
+	}
+}

@@ -378,22 +378,31 @@ func (p *Persister) Added(name string, keys []string) error {
 // Accessed records that a filter with sliding expiry was used; failures only cost accuracy of
 // expiry after a restart, so they are not reported to the reader.
 func (p *Persister) Accessed(name string, at time.Time) {
-	_, _ = p.wal.append(encodeAccess(name, at))
+	_, _ = p.append(encodeAccess(name, at))
 }
 
 // Purged counts an expired filter's removal as an update; expiry itself needs no record.
 func (p *Persister) Purged(string) { p.updates.Add(1) }
 
 func (p *Persister) record(body []byte, updates int64) error {
-	ticket, err := p.wal.append(body)
+	ticket, err := p.append(body)
 	if err != nil {
 		return fmt.Errorf("persisting: %w", err)
 	}
 	p.updates.Add(updates)
-	p.stats.LogRecords.Add(1)
-	p.stats.LogBytes.Add(int64(len(body) + recordHeaderSize))
 	if err := p.wal.commit(ticket); err != nil {
 		return fmt.Errorf("persisting: %w", err)
 	}
 	return nil
+}
+
+// append appends a record to the log and counts it.
+func (p *Persister) append(body []byte) (uint64, error) {
+	ticket, err := p.wal.append(body)
+	if err != nil {
+		return 0, err
+	}
+	p.stats.LogRecords.Add(1)
+	p.stats.LogBytes.Add(int64(len(body) + recordHeaderSize))
+	return ticket, nil
 }

@@ -184,7 +184,7 @@ func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 }
 
 // peerServer is a fake peer answering every request with handle.
-func peerServer(t *testing.T, handle http.HandlerFunc) wire.Member {
+func peerServer(t testing.TB, handle http.HandlerFunc) wire.Member {
 	t.Helper()
 	hs := httptest.NewServer(handle)
 	t.Cleanup(hs.Close)
@@ -219,14 +219,13 @@ func TestBatchesStayWithinTheirBudget(t *testing.T) {
 	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
 		raw, _ := io.ReadAll(r.Body)
 		ops, err := DecodeOps(raw)
-		if err != nil || r.Header.Get("Content-Type") != OpsContentType {
+		if err != nil || r.Header.Get("Content-Type") != wire.OpsContentType {
 			t.Errorf("a batch does not decode: %v (%s)", err, r.Header.Get("Content-Type"))
 		}
-		req := applyRequest{Ops: ops}
 		mu.Lock()
 		sizes = append(sizes, len(raw))
 		mu.Unlock()
-		_ = json.NewEncoder(w).Encode(applyResponse{Applied: make([]bool, len(req.Ops))})
+		_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: make([]bool, len(ops))})
 	})
 	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), MaxBatchBytes: budget, PodName: "self"})
 	defer n.Close()

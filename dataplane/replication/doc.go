@@ -1,6 +1,7 @@
-// Package cluster replicates a data plane's filters across the pods of one cluster: the
-// membership the operator pushes, the forwarding of writes to peers with a consistency level, the
-// home pod of each filter's check-and-set, and the catch-up and anti-entropy that repair a replica
-// by OR-merging a peer's dump (docs/replication.md). It knows the engine and the wire contract,
-// not the HTTP server that mounts its handlers.
+// Package replication keeps a data plane's filters replicated across the pods of one cluster:
+// the membership the operator pushes, the senders that replicate each write to the peers with a
+// consistency level, the forwarding of a filter's check-and-sets to its home pod, the reads
+// widened to a quorum, and the catch-up and anti-entropy that repair a replica by OR-merging a
+// peer's dump (docs/replication.md). It knows the engine, and talks to peers through the client
+// of the wire contract; the HTTP server calls it, not the other way round.
 package replication

@@ -1,27 +1,14 @@
 package replication
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"strings"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
-
-// Answer is a peer's answer to a forwarded request, to hand back to the client as it is.
-type Answer struct {
-	Status      int
-	ContentType string
-	Body        []byte
-}
-
-// maxAnswer bounds a forwarded answer: booleans for at most one request body's values.
-const maxAnswer = 64 << 20
 
 // HomeOrder lists the members in the order that serves a filter's check-and-sets: its home
 // first, then who takes over. Self is this pod's name; the list is empty without membership.
@@ -34,32 +21,20 @@ func (n *Node) HomeOrder(name string) ([]wire.Member, string) { return n.members
 //
 // The peer may itself wait up to the replication timeout for its own peers, so the request gets
 // twice that.
-func (n *Node) Forward(ctx context.Context, peer wire.Member, method, requestURI, contentType string, body []byte) (Answer, error) {
+func (n *Node) Forward(ctx context.Context, peer wire.Member, method, requestURI, contentType string, body []byte) (client.Answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*n.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, peer.URL+requestURI, bytes.NewReader(body))
-	if err != nil {
-		return Answer{}, err
-	}
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set(ForwardedHeader, "1")
 	n.stats.ForwardedRequests.Add(1)
-	resp, err := n.http.Do(req)
+	a, err := n.peer(peer).Forward(ctx, method, requestURI, contentType, body)
 	if err != nil {
-		return Answer{}, fmt.Errorf("%s: %w", peer.Name, err)
+		return client.Answer{}, fmt.Errorf("%s: %w", peer.Name, err)
 	}
-	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if err != nil {
-		return Answer{}, fmt.Errorf("%s: reading its answer: %w", peer.Name, err)
-	}
-	if resp.StatusCode == http.StatusServiceUnavailable {
-		var e wire.ErrorBody
-		if json.Unmarshal(raw, &e) != nil || e.Code != wire.CodeReplication {
-			return Answer{}, fmt.Errorf("%s is unavailable: %s", peer.Name, readError(bytes.NewReader(raw)))
+	if a.Status == http.StatusServiceUnavailable {
+		if err := a.Err(); !client.IsReplicationFailed(err) {
+			return client.Answer{}, fmt.Errorf("%s is unavailable: %w", peer.Name, err)
 		}
 	}
-	return Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: raw}, nil
+	return a, nil
 }
 
 // CheckPeers asks enough peers for a read at level to reach that many pods with this one, in
@@ -73,27 +48,17 @@ func (n *Node) CheckPeers(ctx context.Context, name string, values []string, lev
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
-	body, err := json.Marshal(map[string][]string{"values": values})
-	if err != nil {
-		return err
-	}
 	type answer struct {
 		present []bool
 		err     error
 	}
 	answers := make(chan answer, len(peers))
-	path := wire.BasePath + "/bloomfilter/" + url.PathEscape(name) + "/multi-check"
 	for _, p := range peers {
 		go func() {
-			a, err := n.Forward(ctx, p, http.MethodPost, path, "application/json", body)
-			if err == nil && a.Status != http.StatusOK {
-				err = fmt.Errorf("%s answered %d: %s", p.Name, a.Status, readError(bytes.NewReader(a.Body)))
-			}
-			var got []bool
-			if err == nil {
-				if err = json.Unmarshal(a.Body, &got); err == nil && len(got) != len(values) {
-					err = fmt.Errorf("%s answered %d booleans for %d values", p.Name, len(got), len(values))
-				}
+			n.stats.ForwardedRequests.Add(1)
+			got, err := n.peer(p).MultiCheck(ctx, name, values)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", p.Name, err)
 			}
 			answers <- answer{got, err}
 		}()

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -90,12 +90,11 @@ func NewNode(opts Options) *Node {
 	n := &Node{
 		opts:    opts,
 		members: NewMembership(),
-		http: &http.Client{Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: opts.Timeout, KeepAlive: 30 * time.Second}).DialContext,
+		http: client.NewHTTPClient(client.TransportOptions{
+			DialTimeout:         opts.Timeout,
 			MaxIdleConns:        256,
 			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     90 * time.Second,
-		}},
+		}),
 		senders: make(map[wire.Member]*sender),
 		ctx:     ctx,
 		cancel:  cancel,
@@ -177,6 +176,20 @@ func (n *Node) currentSenders() []*sender {
 		return *active
 	}
 	return nil
+}
+
+// peer is the client of a member: its sender's while it is a peer, a new one otherwise.
+func (n *Node) peer(m wire.Member) *client.Client {
+	for _, s := range n.currentSenders() {
+		if s.peer == m {
+			return s.client
+		}
+	}
+	return n.newClient(m)
+}
+
+func (n *Node) newClient(m wire.Member) *client.Client {
+	return client.New(m.URL, client.WithHTTPClient(n.http), client.Forwarded())
 }
 
 // Known reports whether the pod was told its membership.

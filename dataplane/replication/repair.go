@@ -2,13 +2,10 @@ package replication
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net/http"
-	"net/url"
 	"slices"
 	"time"
 
@@ -18,12 +15,17 @@ import (
 )
 
 // Inventory lists what this pod holds: a digest of every live filter and the tombstones.
-func (n *Node) Inventory() Inventory {
+func (n *Node) Inventory() wire.Inventory {
 	now := time.Now()
-	inv := Inventory{Filters: []filter.Digest{}, Tombstones: n.opts.Store.Tombstones()}
+	tombstones := n.opts.Store.Tombstones()
+	inv := wire.Inventory{Filters: []wire.Digest{}, Tombstones: make([]wire.Tombstone, len(tombstones))}
+	for i, t := range tombstones {
+		inv.Tombstones[i] = wire.Tombstone{Name: t.Name, Generation: t.Generation, DeletedAt: t.DeletedAt}
+	}
 	n.opts.Store.Range(func(f *filter.Filter) bool {
 		if !f.Expired(now) {
-			inv.Filters = append(inv.Filters, f.Digest())
+			d := f.Digest()
+			inv.Filters = append(inv.Filters, wire.Digest{Name: d.Name, Generation: d.Generation, Layers: d.Layers})
 		}
 		return true
 	})
@@ -46,8 +48,8 @@ type RepairReport struct {
 // and reported in the error; the others are still repaired, and the report counts what was.
 func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (RepairReport, error) {
 	rep := RepairReport{Peer: peer.Name}
-	var inv Inventory
-	if err := n.getJSON(ctx, peer, inventoryPath, &inv); err != nil {
+	inv, err := n.inventory(ctx, peer)
+	if err != nil {
 		return rep, err
 	}
 	rep.Filters = len(inv.Filters)
@@ -101,7 +103,7 @@ func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, 
 	return nil
 }
 
-func sameDigest(a, b filter.Digest) bool {
+func sameDigest(a filter.Digest, b wire.Digest) bool {
 	return a.Generation == b.Generation && slices.Equal(a.Layers, b.Layers)
 }
 
@@ -136,24 +138,16 @@ func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string) (fil
 	defer cancel()
 	stalled := time.AfterFunc(n.opts.Timeout, cancel)
 	defer stalled.Stop()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peer.URL+wire.BasePath+"/bloomfilter/"+url.PathEscape(name)+"/dump", nil)
-	if err != nil {
-		return filter.State{}, err
-	}
-	req.Header.Set(ForwardedHeader, "1")
-	resp, err := n.http.Do(req)
+	body, size, err := n.peer(peer).Dump(ctx, name)
 	if err != nil {
 		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}
-	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return filter.State{}, fmt.Errorf("dump of %q from %s: %s: %s", name, peer.Name, resp.Status, readError(resp.Body))
-	}
+	defer func() { _ = body.Close() }()
 	limit := n.opts.MaxDumpBytes
-	if resp.ContentLength >= 0 {
-		limit = min(limit, resp.ContentLength)
+	if size >= 0 {
+		limit = min(limit, size)
 	}
-	st, err := persist.ReadDump(progress{resp.Body, func() { stalled.Reset(n.opts.Timeout) }}, limit)
+	st, err := persist.ReadDump(progress{body, func() { stalled.Reset(n.opts.Timeout) }}, limit)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: nothing received for %s", err, n.opts.Timeout)
@@ -180,26 +174,14 @@ func (p progress) Read(b []byte) (int, error) {
 	return n, err
 }
 
-func (n *Node) getJSON(ctx context.Context, peer wire.Member, path string, out any) error {
+func (n *Node) inventory(ctx context.Context, peer wire.Member) (wire.Inventory, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peer.URL+path, nil)
+	inv, err := n.peer(peer).Inventory(ctx)
 	if err != nil {
-		return err
+		return inv, fmt.Errorf("%s: %w", peer.Name, err)
 	}
-	req.Header.Set(ForwardedHeader, "1")
-	resp, err := n.http.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", peer.Name, err)
-	}
-	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: GET %s: %s: %s", peer.Name, path, resp.Status, readError(resp.Body))
-	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("%s: GET %s: decoding: %w", peer.Name, path, err)
-	}
-	return nil
+	return inv, nil
 }
 
 // catchUp repairs from every peer that answers, without pacing, then makes the merged bits

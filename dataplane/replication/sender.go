@@ -1,14 +1,11 @@
 package replication
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"sync/atomic"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -43,13 +40,14 @@ type pending struct {
 type sender struct {
 	node   *Node
 	peer   wire.Member
+	client *client.Client
 	queue  chan pending
 	quit   chan struct{}
 	queued atomic.Int64
 }
 
 func newSender(n *Node, peer wire.Member) *sender {
-	return &sender{node: n, peer: peer, queue: make(chan pending, queueLength), quit: make(chan struct{})}
+	return &sender{node: n, peer: peer, client: n.newClient(peer), queue: make(chan pending, queueLength), quit: make(chan struct{})}
 }
 
 func (s *sender) stop() { close(s.quit) }
@@ -127,11 +125,11 @@ func (s *sender) drain(err error) {
 }
 
 func (s *sender) send(ctx context.Context, batch []pending) {
-	req := applyRequest{Ops: make([]Op, len(batch))}
+	ops := make([]Op, len(batch))
 	for i, p := range batch {
-		req.Ops[i] = p.op
+		ops[i] = p.op
 	}
-	applied, err := s.post(ctx, req)
+	applied, err := s.post(ctx, ops)
 	for i, p := range batch {
 		switch {
 		case err != nil:
@@ -144,48 +142,19 @@ func (s *sender) send(ctx context.Context, batch []pending) {
 	}
 }
 
-func (s *sender) post(ctx context.Context, body applyRequest) ([]bool, error) {
-	// A buffer of its own per batch: the transport may still read a body after Do has returned
+func (s *sender) post(ctx context.Context, ops []Op) ([]bool, error) {
+	// A buffer of its own per batch: the transport may still read a body after the answer came
 	// (when the peer answers before reading it all).
-	raw := AppendOps(nil, body.Ops)
+	raw := AppendOps(nil, ops)
 	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.peer.URL+applyPath, bytes.NewReader(raw))
+	applied, err := s.client.Apply(ctx, raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
 	}
-	req.Header.Set("Content-Type", OpsContentType)
-	req.Header.Set(ForwardedHeader, "1")
-	resp, err := s.node.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
-	}
-	defer func() { drain(resp.Body); _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s answered %s: %s", s.peer.Name, resp.Status, readError(resp.Body))
-	}
-	var out applyResponse
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("%s: decoding its answer: %w", s.peer.Name, err)
-	}
-	if len(out.Applied) != len(body.Ops) {
-		return nil, fmt.Errorf("%s answered %d results for %d writes", s.peer.Name, len(out.Applied), len(body.Ops))
+	if len(applied) != len(ops) {
+		return nil, fmt.Errorf("%s answered %d results for %d writes", s.peer.Name, len(applied), len(ops))
 	}
 	s.node.stats.SentBatches.Add(1)
-	return out.Applied, nil
-}
-
-// drain reads what is left of a body, so that closing it puts the connection back in the pool.
-func drain(body io.Reader) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, 64<<10))
-}
-
-// readError reads an error answer's message.
-func readError(body io.Reader) string {
-	raw, _ := io.ReadAll(io.LimitReader(body, 4<<10))
-	var e wire.ErrorBody
-	if json.Unmarshal(raw, &e) == nil && e.Error != "" {
-		return e.Error
-	}
-	return string(bytes.TrimSpace(raw))
+	return applied, nil
 }

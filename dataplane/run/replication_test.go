@@ -186,7 +186,7 @@ func TestApplyBinaryBatches(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req.Header.Set("Content-Type", replication.OpsContentType)
+		req.Header.Set("Content-Type", wire.OpsContentType)
 		resp, err := s.http.Do(req)
 		if err != nil {
 			t.Fatal(err)

@@ -1,9 +1,8 @@
-// Package api is the wire contract of the data plane's REST API: paths, response bodies and error
-// codes. The server and the Go client both speak it, so they cannot drift apart.
+// Package wire is the contract of the data plane's HTTP API, public and internal: paths, headers,
+// request and answer bodies, and error codes. The server, the Go client, the pods calling each
+// other and the operator all speak it, so they cannot drift apart. It depends on nothing else of
+// Bloomery's, so that any of them may import it.
 package wire
-
-// BasePath prefixes every public endpoint (filter-service compatible).
-const BasePath = "/v1"
 
 // Error codes carried in ErrorBody.Code. 1 and 2 are filter-service's; the rest are ours.
 const (

@@ -1,11 +1,6 @@
 package wire
 
-// InternalBasePath prefixes the endpoints only the operator and peer pods call.
-const InternalBasePath = "/internal/v1"
-
-// MembershipPath is where the operator tells a pod who its peers are (PUT) and reads what the
-// pod believes (GET).
-const MembershipPath = InternalBasePath + "/membership"
+import "time"
 
 // Error codes of replication.
 const (
@@ -58,4 +53,44 @@ func (c Consistency) Count(n int) int {
 	default:
 		return n/2 + 1
 	}
+}
+
+// ApplyRequest is the JSON body of POST ApplyPath: a batch of a peer's writes, applied in order.
+// Op is the replication package's: it carries the engine's filter options, which this package
+// does not know. Peers send the batch in the binary form of OpsContentType instead.
+type ApplyRequest[Op any] struct {
+	Ops []Op `json:"ops"`
+}
+
+// ApplyResponse says, per op, whether the receiver holds its effect durably. False means it
+// lacks the incarnation the op was for (it missed the create): anti-entropy repairs it.
+type ApplyResponse struct {
+	Applied []bool `json:"applied"`
+}
+
+// Inventory is the answer of GET InventoryPath: what a pod holds, for catch-up and anti-entropy
+// to compare against.
+type Inventory struct {
+	// Filters are the live filters; expired ones are left out.
+	Filters    []Digest    `json:"filters"`
+	Tombstones []Tombstone `json:"tombstones"`
+}
+
+// Digest summarises one filter for anti-entropy: pods whose digests of a filter are equal hold
+// the same bits, up to checksum collisions.
+type Digest struct {
+	Name string `json:"name"`
+	// Generation is the incarnation: its creation time in Unix nanoseconds, the same on every pod.
+	Generation int64 `json:"generation"`
+	// Layers are the CRC-32C (Castagnoli) of each layer's bits.
+	Layers []uint32 `json:"layers"`
+}
+
+// Tombstone is a deleted filter, kept so that a pod that missed the delete learns of it.
+type Tombstone struct {
+	Name string `json:"name"`
+	// Generation: every incarnation created up to it is deleted.
+	Generation int64 `json:"generation"`
+	// DeletedAt is when the pod recorded the tombstone.
+	DeletedAt time.Time `json:"deletedAt"`
 }

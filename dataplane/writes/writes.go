@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -161,7 +162,7 @@ func (s *Service) HomeElsewhere(name string) bool {
 // ForwardToHome sends req to the filter's home, or to the next pod in the filter's order while
 // the ones before are unreachable, and returns the answer to give. It returns nil when every pod
 // before this one failed: the request is then served here.
-func (s *Service) ForwardToHome(ctx context.Context, name string, req Request) *replication.Answer {
+func (s *Service) ForwardToHome(ctx context.Context, name string, req Request) *client.Answer {
 	order, self := s.node.HomeOrder(name)
 	for _, m := range order {
 		if m.Name == self {

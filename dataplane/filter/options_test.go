@@ -1,0 +1,55 @@
+package filter
+
+import (
+	"encoding/hex"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The encoding is in snapshots and logs on disk and in batches between pods of different
+// versions: its bytes must not change.
+func TestOptionsBinaryRoundTrip(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{
+			Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, ValidAfterCreate: time.Hour, ValidAfterAccess: time.Minute},
+			"e803000000000000" + "7b14ae47e17a843f" + "01" + "0200000000000000" + "000000000000e03f" + "00a0b83046030000" + "005847f80d000000",
+		},
+		{Options{}, strings.Repeat("00", OptionsBinarySize)},
+	} {
+		b, err := tc.o.AppendBinary([]byte("prefix"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hex.EncodeToString(b[len("prefix"):]); string(b[:len("prefix")]) != "prefix" || got != tc.want {
+			t.Fatalf("%+v encodes as %s, want %s after what was there", tc.o, got, tc.want)
+		}
+		var back Options
+		if err := back.UnmarshalBinary(b[len("prefix"):]); err != nil || back != tc.o {
+			t.Fatalf("%+v decodes as %+v, %v", tc.o, back, err)
+		}
+	}
+}
+
+func TestOptionsUnmarshalBinaryRefusesWhatAppendBinaryDoesNotMake(t *testing.T) {
+	good, _ := Options{Capacity: 1, FPP: 0.5}.AppendBinary(nil)
+	scalable2 := append([]byte(nil), good...)
+	scalable2[16] = 2
+	growth := append([]byte(nil), good...)
+	growth[17+4] = 1 // 2^32
+	for name, b := range map[string][]byte{
+		"empty":           nil,
+		"short":           good[:OptionsBinarySize-1],
+		"long":            append(append([]byte(nil), good...), 0),
+		"scalable flag":   scalable2,
+		"growth > 2^32-1": growth,
+	} {
+		var o Options
+		if err := o.UnmarshalBinary(b); err == nil {
+			t.Errorf("%s: decoded as %+v, want an error", name, o)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package wire
+
+import "net/url"
+
+// BasePath prefixes every public endpoint (filter-service compatible).
+const BasePath = "/v1"
+
+// Public paths beside the filters'.
+const (
+	PingPath    = BasePath + "/ping"
+	DocsPath    = BasePath + "/docs"
+	OpenAPIPath = DocsPath + "/openapi.json"
+)
+
+// Paths of the probes and of the metrics, outside BasePath: the kubelet and Prometheus call
+// them, as the operator configures.
+const (
+	HealthzPath = "/healthz"
+	ReadyzPath  = "/readyz"
+	MetricsPath = "/metrics"
+)
+
+// FiltersPath prefixes the paths of the filters; ListPath lists their names.
+const (
+	FiltersPath = BasePath + "/bloomfilter"
+	ListPath    = FiltersPath + "/list"
+)
+
+// FilterOp is an operation on one filter: the last segment of its path.
+type FilterOp string
+
+// The operations on a filter.
+const (
+	OpCheck            FilterOp = "check"
+	OpMultiCheck       FilterOp = "multi-check"
+	OpCheckAndSet      FilterOp = "check-and-set"
+	OpMultiCheckAndSet FilterOp = "multi-check-and-set"
+	OpSet              FilterOp = "set"
+	OpMultiSet         FilterOp = "multi-set"
+	// OpDump answers the filter's state in the snapshot's record format; OpMerge ORs one in.
+	OpDump  FilterOp = "dump"
+	OpMerge FilterOp = "merge"
+)
+
+// FilterPath is the path of the filter name: create (PUT), describe (GET) and delete (DELETE).
+func FilterPath(name string) string { return FiltersPath + "/" + url.PathEscape(name) }
+
+// FilterOpPath is the path of an operation on the filter name.
+func FilterOpPath(name string, op FilterOp) string { return FilterPath(name) + "/" + string(op) }
+
+// NameParam is the parameter of the route templates that holds a filter's name, still
+// percent-encoded.
+const NameParam = "name"
+
+// FilterRoute is the route template of FilterPath, in the :param syntax of routers such as echo.
+const FilterRoute = FiltersPath + "/:" + NameParam
+
+// FilterOpRoute is the route template of FilterOpPath.
+func FilterOpRoute(op FilterOp) string { return FilterRoute + "/" + string(op) }
+
+// InternalBasePath prefixes the endpoints only the operator and peer pods call.
+const InternalBasePath = "/internal/v1"
+
+// The internal endpoints.
+const (
+	// MembershipPath is where the operator tells a pod who its peers are (PUT) and reads what
+	// the pod believes (GET).
+	MembershipPath = InternalBasePath + "/membership"
+	// ApplyPath takes a batch of a peer's writes (POST ApplyRequest, answered ApplyResponse).
+	ApplyPath = InternalBasePath + "/apply"
+	// InventoryPath answers what the pod holds (GET, answered Inventory).
+	InventoryPath = InternalBasePath + "/inventory"
+)
+
+// ForwardedHeader marks a request one pod sent another, on a client's behalf or its own: the
+// receiver serves it locally and does not forward it again.
+const ForwardedHeader = "X-Bloomery-Forwarded"
+
+// OpsContentType is the media type of a batch of writes in the replication package's binary
+// form, the body peers send to ApplyPath.
+const OpsContentType = "application/x-bloomery-ops"
