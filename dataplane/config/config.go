@@ -1,5 +1,6 @@
 // Package config is the data plane's configuration: the Config type, its defaults, its validation
-// and the YAML file both roles share (the operator renders it, the data plane loads it).
+// and the YAML file both roles share, File (the operator fills and renders it, the data plane
+// loads it).
 package config
 
 import (
@@ -17,8 +18,8 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// Config is the data plane's effective configuration. Its YAML keys are filter-service's where
-// filter-service has one, so an existing configuration.yaml keeps working.
+// Config is the data plane's effective configuration: Default, then what the file sets (see File
+// for the keys), then the flags.
 type Config struct {
 	// Port is where the HTTP API listens (flag -p); 0 asks the kernel for a free port, which the
 	// "Listening" log line then names.
@@ -97,9 +98,9 @@ type LogSync string
 
 // The log sync policies.
 const (
-	LogSyncAlways      LogSync = "always"   // before a write is answered
-	LogSyncEverySecond LogSync = "everysec" // about once a second
-	LogSyncNo          LogSync = "no"       // when the kernel writes it back
+	LogSyncAlways      LogSync = "always"   // fsync before a write is answered
+	LogSyncEverySecond LogSync = "everysec" // fsync about once a second
+	LogSyncNo          LogSync = "no"       // fsync left to the kernel
 )
 
 // LogSyncPolicies are LogSync's values.

@@ -15,9 +15,10 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// File is the YAML configuration file, one field a key. A nil field is a key the file leaves
-// out: the data plane takes it from Default, and the operator writes only the keys it means to
-// set. The check tag names the rule a value must pass when it is loaded: positive,
+// File is the YAML configuration file, one field a key. The keys are filter-service's where it
+// has one, so that an existing configuration.yaml keeps working. A nil field is a key the file
+// leaves out: the data plane takes it from Default, and the operator writes only the keys it
+// means to set. The check tag names the rule a value must pass when it is loaded: positive,
 // nonNegative, probability or nonEmpty. An enum must be one of its values.
 type File struct {
 	DefaultExpectedInsertions *int64   `yaml:"defaultExpectedInsertions,omitempty" check:"positive"`
