@@ -81,7 +81,7 @@ func TestDataPlaneConfigIsReadByTheDataPlane(t *testing.T) {
 
 func TestDataPlaneConfigDefaultsAndEnums(t *testing.T) {
 	t.Parallel()
-	for policy, want := range map[bloomeryv1alpha1.LogSyncPolicy]string{
+	for policy, want := range map[bloomeryv1alpha1.LogSyncPolicy]config.LogSync{
 		"":                                  "everysec",
 		bloomeryv1alpha1.LogSyncEverySecond: "everysec",
 		bloomeryv1alpha1.LogSyncAlways:      "always",

@@ -1,19 +1,25 @@
 // Package config is the data plane's configuration: the Config type, its defaults, its validation
-// and the YAML file both roles share (the operator renders it, the data plane loads it).
+// and the YAML file both roles share, File (the operator fills and renders it, the data plane
+// loads it).
 package config
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// Config is the data plane's effective configuration. Its YAML keys are filter-service's where
-// filter-service has one, so an existing configuration.yaml keeps working.
+// Config is the data plane's effective configuration: Default, then what the file sets (see File
+// for the keys), then the flags.
 type Config struct {
 	// Port is where the HTTP API listens (flag -p); 0 asks the kernel for a free port, which the
 	// "Listening" log line then names.
@@ -25,71 +31,98 @@ type Config struct {
 	DocsEnabled bool
 
 	// Filter defaults, used when a create request leaves a field out.
-	DefaultExpectedInsertions uint64  // defaultExpectedInsertions
-	DefaultFPP                float64 // defaultFalsePositiveProbability
+	DefaultExpectedInsertions uint64
+	DefaultFPP                float64
 	// DefaultValidAfterCreate is the expiry of a filter created without one; 0 means never.
-	DefaultValidAfterCreate time.Duration // defaultValidSecondsAfterCreate
+	DefaultValidAfterCreate time.Duration
 
 	// Memory limits; 0 means unlimited.
-	MaxFilterBytes uint64 // maxFilterBytes: the most one filter may hold, all layers together
-	MaxTotalBytes  uint64 // maxTotalBytes: the most all filters together may hold
+	MaxFilterBytes uint64 // the most one filter may hold, all layers together
+	MaxTotalBytes  uint64 // the most all filters together may hold
 
 	// HTTP.
-	MaxHTTPConnections   int           // maxHttpConnections
-	MaxHTTPRequestLength int64         // maxHttpRequestLength, bytes
-	RequestTimeout       time.Duration // requestTimeoutSeconds (alias defaultRequestTimeoutSeconds)
-	IdleTimeout          time.Duration // idleTimeoutMillis: keep-alive connections idle this long are closed
+	MaxHTTPConnections   int
+	MaxHTTPRequestLength int64 // bytes
+	RequestTimeout       time.Duration
+	IdleTimeout          time.Duration // keep-alive connections idle this long are closed
 	ChannelOptions       ChannelOptions
 
-	PurgeInterval           time.Duration // purgeFilterIntervalMillis
-	GracefulShutdownTimeout time.Duration // gracefulShutdownTimeoutMillis
+	PurgeInterval           time.Duration
+	GracefulShutdownTimeout time.Duration
 	// ShutdownDrainDelay is how long /readyz answers 503 at the start of a graceful shutdown while
-	// the API still serves, before the server stops accepting connections
-	// (shutdownDrainDelayMillis). Load balancers and Kubernetes endpoints take a few seconds to
-	// stop sending traffic to a pod; a few seconds here lets them, where a pod is behind one. 0,
-	// the default, stops at once, as a process run by hand should (the precedent is
-	// kube-apiserver's --shutdown-delay-duration); whoever deploys the data plane behind a Service
-	// sets it.
+	// the API still serves, before the server stops accepting connections. Load balancers and
+	// Kubernetes endpoints take a few seconds to stop sending traffic to a pod; a few seconds here
+	// lets them, where a pod is behind one. 0, the default, stops at once, as a process run by hand
+	// should (the precedent is kube-apiserver's --shutdown-delay-duration); whoever deploys the
+	// data plane behind a Service sets it.
 	ShutdownDrainDelay time.Duration
 
 	// MetricsMaxLabelledFilters caps the filters that get /metrics series of their own, labelled
-	// with their names; the others count only in the totals (metricsMaxLabelledFilters).
+	// with their names; the others count only in the totals.
 	MetricsMaxLabelledFilters int
 
 	// Persistence. InMemory turns it off (flag --in-memory, for tests and benchmarks).
 	InMemory                                bool
-	DataDir                                 string                        // persistentStorageDirectory (flag --data-dir wins)
-	TriggerPersistenceCriteria              []TriggerPersistenceCriterion // triggerPersistenceCriteria
+	DataDir                                 string // flag --data-dir wins over the file
+	TriggerPersistenceCriteria              []TriggerPersistenceCriterion
 	AllowRecoverFromCorruptedPersistentFile bool
-	// LogSync is when the log of updates reaches the disk: always, everysec or no (logSync,
-	// flag --log-sync).
-	LogSync string // allowRecoverFromCorruptedPersistentFile
-	// ChannelBufferSizeForFilterPersistence is filter-service's
-	// defaultChannelBufferSizeForFilterPersistence, the buffer between its filters and its
+	// LogSync is when the log of updates reaches the disk (flag --log-sync wins over the file).
+	LogSync LogSync
+	// ChannelBufferSizeForFilterPersistence is filter-service's buffer between its filters and its
 	// persistence thread. It is accepted and validated so that an existing configuration.yaml keeps
 	// working, but nothing reads it: our snapshot and log writers size their own buffers.
 	ChannelBufferSizeForFilterPersistence int
 
 	// Replication across the pods of a cluster (docs/replication.md).
 	// WriteConsistency is how many pods must hold a write before it is answered, unless the
-	// request asks otherwise: one, quorum (a majority) or all (writeConsistency).
-	WriteConsistency string
+	// request asks otherwise.
+	WriteConsistency wire.Consistency
 	// PodName is the pod's name when it runs in Kubernetes (env POD_NAME): a membership that
 	// calls this pod by another name is refused.
 	PodName string
 	// AwaitMembership keeps /readyz at 503 until the operator has told the pod its peers and the
-	// pod has caught up from them (awaitMembership). A pod run by hand is ready alone.
+	// pod has caught up from them. A pod run by hand is ready alone.
 	AwaitMembership bool
-	// ReplicationTimeout bounds how long a write waits for its peers (replicationTimeoutMillis).
+	// ReplicationTimeout bounds how long a write waits for its peers.
 	ReplicationTimeout time.Duration
 	// AntiEntropyInterval is the period of the pass that compares filters with a peer and merges
-	// what differs (antiEntropyIntervalSeconds); 0 turns it off.
+	// what differs; 0 turns it off.
 	AntiEntropyInterval time.Duration
 
-	// Logging.
-	LogLevel  string // logLevel: debug, info, warn, error
-	LogFormat string // logFormat: json or text
+	LogLevel  LogLevel  // flag --log-level wins over the file
+	LogFormat LogFormat // flag --log-format wins over the file
 }
+
+// LogSync says when the log of updates reaches the disk; the values are Redis's appendfsync.
+type LogSync string
+
+// The log sync policies.
+const (
+	LogSyncAlways      LogSync = "always"   // fsync before a write is answered
+	LogSyncEverySecond LogSync = "everysec" // fsync about once a second
+	LogSyncNo          LogSync = "no"       // fsync left to the kernel
+)
+
+// LogSyncPolicies are LogSync's values.
+var LogSyncPolicies = []LogSync{LogSyncAlways, LogSyncEverySecond, LogSyncNo}
+
+// LogLevel is the least severe level logged, as slog.Level reads it.
+type LogLevel string
+
+// LogFormat is how a log line is written.
+type LogFormat string
+
+// The log formats.
+const (
+	LogFormatJSON LogFormat = "json"
+	LogFormatText LogFormat = "text"
+)
+
+var (
+	logLevels         = []LogLevel{"debug", "info", "warn", "error"}
+	logFormats        = []LogFormat{LogFormatJSON, LogFormatText}
+	consistencyLevels = []wire.Consistency{wire.ConsistencyOne, wire.ConsistencyQuorum, wire.ConsistencyAll}
+)
 
 // ChannelOptions are filter-service's socket options (channelOptions).
 type ChannelOptions struct {
@@ -105,10 +138,11 @@ type ChannelOptions struct {
 }
 
 // TriggerPersistenceCriterion asks for a snapshot when more than UpdatesMoreThan updates happened
-// within Period.
+// within Period. It mirrors the persister's criterion, which the operator, a user of this
+// package, must not import.
 type TriggerPersistenceCriterion struct {
-	Period          time.Duration // periodInSeconds
-	UpdatesMoreThan int64         // updatesMoreThan
+	Period          time.Duration
+	UpdatesMoreThan int64
 }
 
 // Default is the configuration used when no file sets a key. The filter defaults are
@@ -133,12 +167,12 @@ func Default() Config {
 		},
 		AllowRecoverFromCorruptedPersistentFile: true,
 		ChannelBufferSizeForFilterPersistence:   102400,
-		LogSync:                                 "everysec",
-		WriteConsistency:                        "quorum",
+		LogSync:                                 LogSyncEverySecond,
+		WriteConsistency:                        wire.ConsistencyQuorum,
 		ReplicationTimeout:                      2 * time.Second,
 		AntiEntropyInterval:                     30 * time.Second,
 		LogLevel:                                "info",
-		LogFormat:                               "json",
+		LogFormat:                               LogFormatJSON,
 	}
 }
 
@@ -160,31 +194,29 @@ func (c Config) Validate() error {
 	}
 	check("defaultExpectedInsertions", rulePositive(c.DefaultExpectedInsertions))
 	check("defaultFalsePositiveProbability", ruleProbability(c.DefaultFPP))
-	check("defaultValidSecondsAfterCreate", ruleNonNegativeDuration(c.DefaultValidAfterCreate))
+	check("defaultValidSecondsAfterCreate", ruleNonNegative(c.DefaultValidAfterCreate))
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
 	check("maxHttpRequestLength", rulePositive(c.MaxHTTPRequestLength))
-	check("requestTimeoutSeconds", rulePositiveDuration(c.RequestTimeout))
-	check("idleTimeoutMillis", rulePositiveDuration(c.IdleTimeout))
-	check("purgeFilterIntervalMillis", rulePositiveDuration(c.PurgeInterval))
-	check("gracefulShutdownTimeoutMillis", ruleNonNegativeDuration(c.GracefulShutdownTimeout))
-	check("shutdownDrainDelayMillis", ruleNonNegativeDuration(c.ShutdownDrainDelay))
+	check("requestTimeoutSeconds", rulePositive(c.RequestTimeout))
+	check("idleTimeoutMillis", rulePositive(c.IdleTimeout))
+	check("purgeFilterIntervalMillis", rulePositive(c.PurgeInterval))
+	check("gracefulShutdownTimeoutMillis", ruleNonNegative(c.GracefulShutdownTimeout))
+	check("shutdownDrainDelayMillis", ruleNonNegative(c.ShutdownDrainDelay))
 	check("metricsMaxLabelledFilters", ruleNonNegative(c.MetricsMaxLabelledFilters))
 	// 0 is the "not configured" value of the socket options, which the file cannot set.
 	check("channelOptions.SO_RCVBUF", ruleNonNegative(c.ChannelOptions.SoRcvBuf))
 	check("channelOptions.SO_SNDBUF", ruleNonNegative(c.ChannelOptions.SoSndBuf))
 	check("channelOptions.SO_BACKLOG", ruleNonNegative(c.ChannelOptions.SoBacklog))
-	if c.DataDir == "" {
-		check("persistentStorageDirectory (or --data-dir)", errors.New("must not be empty"))
-	}
+	check("persistentStorageDirectory (or --data-dir)", ruleNonEmpty(c.DataDir))
 	for i, tc := range c.TriggerPersistenceCriteria {
-		check(fmt.Sprintf("triggerPersistenceCriteria[%d].periodInSeconds", i), rulePositiveDuration(tc.Period))
+		check(fmt.Sprintf("triggerPersistenceCriteria[%d].periodInSeconds", i), rulePositive(tc.Period))
 		check(fmt.Sprintf("triggerPersistenceCriteria[%d].updatesMoreThan", i), rulePositive(tc.UpdatesMoreThan))
 	}
 	check("defaultChannelBufferSizeForFilterPersistence", rulePositive(c.ChannelBufferSizeForFilterPersistence))
-	check("logSync", ruleOneOf(c.LogSync, logSyncPolicies))
+	check("logSync", ruleOneOf(c.LogSync, LogSyncPolicies))
 	check("writeConsistency", ruleOneOf(c.WriteConsistency, consistencyLevels))
-	check("replicationTimeoutMillis", rulePositiveDuration(c.ReplicationTimeout))
-	check("antiEntropyIntervalSeconds", ruleNonNegativeDuration(c.AntiEntropyInterval))
+	check("replicationTimeoutMillis", rulePositive(c.ReplicationTimeout))
+	check("antiEntropyIntervalSeconds", ruleNonNegative(c.AntiEntropyInterval))
 	check("logLevel", ruleOneOf(c.LogLevel, logLevels))
 	check("logFormat", ruleOneOf(c.LogFormat, logFormats))
 	if len(errs) == 0 {
@@ -206,41 +238,20 @@ func (p configProblems) Error() string {
 
 func (p configProblems) Unwrap() []error { return p }
 
-var (
-	logLevels       = []string{"debug", "info", "warn", "error"}
-	logSyncPolicies = []string{"always", "everysec", "no"}
-	logFormats      = []string{"json", "text"}
-	// consistencyLevels are api.Consistency's values.
-	consistencyLevels = []string{"one", "quorum", "all"}
-)
+// The rules below are shared by Validate and Load. Their messages leave the naming of the key to
+// the caller and print the value as its type does: a time.Duration as "1.5s", a File's Seconds
+// as the file writes it.
 
-// The rules below are shared by Validate and Load; their messages leave the naming of the
-// key to the caller.
-
-func rulePositive[T int | int64 | uint64](v T) error {
+func rulePositive[T ~int | ~int64 | ~uint64](v T) error {
 	if v <= 0 {
-		return fmt.Errorf("must be greater than 0, got %d", v)
+		return fmt.Errorf("must be greater than 0, got %v", v)
 	}
 	return nil
 }
 
-func ruleNonNegative[T int | int64](v T) error {
+func ruleNonNegative[T ~int | ~int64](v T) error {
 	if v < 0 {
-		return fmt.Errorf("must be 0 or greater, got %d", v)
-	}
-	return nil
-}
-
-func rulePositiveDuration(d time.Duration) error {
-	if d <= 0 {
-		return fmt.Errorf("must be greater than 0, got %s", d)
-	}
-	return nil
-}
-
-func ruleNonNegativeDuration(d time.Duration) error {
-	if d < 0 {
-		return fmt.Errorf("must be 0 or greater, got %s", d)
+		return fmt.Errorf("must be 0 or greater, got %v", v)
 	}
 	return nil
 }
@@ -252,80 +263,99 @@ func ruleProbability(p float64) error {
 	return nil
 }
 
-func ruleOneOf(v string, allowed []string) error {
-	if !slices.Contains(allowed, v) {
-		return fmt.Errorf("must be one of %s; got %q", strings.Join(allowed, ", "), v)
+func ruleNonEmpty(s string) error {
+	if s == "" {
+		return errors.New("must not be empty")
 	}
 	return nil
 }
 
-// LogValue presents the configuration under its YAML keys and in their units, so that the
-// start-up log line reads like the file it came from.
-func (c Config) LogValue() slog.Value {
-	criteria := make([]criterionLog, len(c.TriggerPersistenceCriteria))
-	for i, tc := range c.TriggerPersistenceCriteria {
-		criteria[i] = criterionLog{PeriodInSeconds: secondsValue(tc.Period).Any(), UpdatesMoreThan: tc.UpdatesMoreThan}
+func ruleOneOf[T ~string](v T, allowed []T) error {
+	if slices.Contains(allowed, v) {
+		return nil
 	}
-	return slog.GroupValue(
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+	}
+	return fmt.Errorf("must be one of %s; got %q", strings.Join(names, ", "), v)
+}
+
+// LogValue presents the configuration under its YAML keys and in their units, so that the
+// start-up log line reads like the file it came from. The flags come first, then the file's keys.
+func (c Config) LogValue() slog.Value {
+	attrs := []slog.Attr{
 		slog.Int("port", c.Port),
 		slog.String("address", c.Address),
 		slog.Bool("docs", c.DocsEnabled),
-		slog.Uint64("defaultExpectedInsertions", c.DefaultExpectedInsertions),
-		slog.Float64("defaultFalsePositiveProbability", c.DefaultFPP),
-		slog.Attr{Key: "defaultValidSecondsAfterCreate", Value: secondsValue(c.DefaultValidAfterCreate)},
-		slog.Uint64("maxFilterBytes", c.MaxFilterBytes),
-		slog.Uint64("maxTotalBytes", c.MaxTotalBytes),
-		slog.Int("maxHttpConnections", c.MaxHTTPConnections),
-		slog.Int64("maxHttpRequestLength", c.MaxHTTPRequestLength),
-		slog.Attr{Key: "requestTimeoutSeconds", Value: secondsValue(c.RequestTimeout)},
-		slog.Int64("idleTimeoutMillis", c.IdleTimeout.Milliseconds()),
-		slog.Int64("purgeFilterIntervalMillis", c.PurgeInterval.Milliseconds()),
-		slog.Int64("gracefulShutdownTimeoutMillis", c.GracefulShutdownTimeout.Milliseconds()),
-		slog.Int64("shutdownDrainDelayMillis", c.ShutdownDrainDelay.Milliseconds()),
-		slog.Int("metricsMaxLabelledFilters", c.MetricsMaxLabelledFilters),
-		slog.Group("channelOptions",
-			slog.Int("SO_RCVBUF", c.ChannelOptions.SoRcvBuf),
-			slog.Int("SO_SNDBUF", c.ChannelOptions.SoSndBuf),
-			slog.Int("SO_BACKLOG", c.ChannelOptions.SoBacklog),
-			slog.Bool("TCP_NODELAY", c.ChannelOptions.TCPNoDelay),
-		),
 		slog.Bool("inMemory", c.InMemory),
-		slog.String("persistentStorageDirectory", c.DataDir),
-		slog.Any("triggerPersistenceCriteria", criteria),
-		slog.Bool("allowRecoverFromCorruptedPersistentFile", c.AllowRecoverFromCorruptedPersistentFile),
-		slog.Int("defaultChannelBufferSizeForFilterPersistence", c.ChannelBufferSizeForFilterPersistence),
-		slog.String("logSync", c.LogSync),
-		slog.String("writeConsistency", c.WriteConsistency),
 		slog.String("podName", c.PodName),
-		slog.Bool("awaitMembership", c.AwaitMembership),
-		slog.Int64("replicationTimeoutMillis", c.ReplicationTimeout.Milliseconds()),
-		slog.Attr{Key: "antiEntropyIntervalSeconds", Value: secondsValue(c.AntiEntropyInterval)},
-		slog.String("logLevel", c.LogLevel),
-		slog.String("logFormat", c.LogFormat),
-	)
-}
-
-// criterionLog is a TriggerPersistenceCriterion as the file writes it, in JSON and in text logs.
-type criterionLog struct {
-	PeriodInSeconds any   `json:"periodInSeconds"`
-	UpdatesMoreThan int64 `json:"updatesMoreThan"`
-}
-
-func (c criterionLog) String() string {
-	return fmt.Sprintf("{periodInSeconds: %v, updatesMoreThan: %d}", c.PeriodInSeconds, c.UpdatesMoreThan)
-}
-
-// secondsValue is a whole number of seconds as an integer (large values would otherwise print as
-// 1.2096e+06) and anything finer as a fraction.
-func secondsValue(d time.Duration) slog.Value {
-	if d%time.Second == 0 {
-		return slog.Int64Value(int64(d / time.Second))
 	}
-	return slog.Float64Value(d.Seconds())
+	f := c.file()
+	return slog.GroupValue(append(attrs, fileAttrs(reflect.ValueOf(f))...)...)
+}
+
+// fileAttrs are the keys a File struct sets, under their names.
+func fileAttrs(v reflect.Value) []slog.Attr {
+	var attrs []slog.Attr
+	for i := range v.NumField() {
+		field := v.Field(i)
+		if field.Kind() == reflect.Pointer {
+			if field.IsNil() {
+				continue
+			}
+			field = field.Elem()
+		}
+		attrs = append(attrs, slog.Attr{Key: yamlKey(v.Type().Field(i)), Value: fileLogValue(field)})
+	}
+	return attrs
+}
+
+func fileLogValue(v reflect.Value) slog.Value {
+	switch v.Kind() {
+	case reflect.Struct:
+		return slog.GroupValue(fileAttrs(v)...)
+	case reflect.Slice:
+		items := make([]logObject, v.Len())
+		for i := range items {
+			items[i] = fileAttrs(v.Index(i))
+		}
+		return slog.AnyValue(items)
+	default:
+		return slog.AnyValue(v.Interface())
+	}
+}
+
+// logObject is a mapping inside a list, which slog's groups cannot express: it writes itself as
+// a JSON object, and as "{key: value, ...}" in text logs.
+type logObject []slog.Attr
+
+func (o logObject) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for i, a := range o {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		v, err := json.Marshal(a.Value.Resolve().Any())
+		if err != nil {
+			return nil, err
+		}
+		b = append(strconv.AppendQuote(b, a.Key), ':')
+		b = append(b, v...)
+	}
+	return append(b, '}'), nil
+}
+
+func (o logObject) String() string {
+	parts := make([]string, len(o))
+	for i, a := range o {
+		parts[i] = fmt.Sprintf("%s: %v", a.Key, a.Value.Resolve())
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
 }
 
 // CheckLogLevel checks a --log-level value.
-func CheckLogLevel(v string) error { return ruleOneOf(v, logLevels) }
+func CheckLogLevel(v string) error { return ruleOneOf(LogLevel(v), logLevels) }
 
 // CheckLogFormat checks a --log-format value.
-func CheckLogFormat(v string) error { return ruleOneOf(v, logFormats) }
+func CheckLogFormat(v string) error { return ruleOneOf(LogFormat(v), logFormats) }

@@ -7,14 +7,14 @@ import (
 	"io"
 	"io/fs"
 	"math"
-	"math/bits"
 	"os"
-	"regexp"
+	"reflect"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // ConfigError is a problem with a configuration file. Its message names the file, the key (as a
@@ -42,16 +42,16 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // quoted "1000" is a string, not a number) and values out of range are refused with a
 // *ConfigError naming the key. It checks only what the file sets; Validate checks the whole.
 func Load(path string) (Config, error) {
-	cfg, _, err := LoadWithKeys(path)
+	cfg, _, err := LoadWithFile(path)
 	return cfg, err
 }
 
-// LoadWithKeys is Load, and the top-level keys the file set: a flag's default may depend on
-// whether the file chose (see --log-format).
-func LoadWithKeys(path string) (Config, map[string]*yaml.Node, error) {
-	cfg := Default()
+// LoadWithFile is Load, and the keys the file set: a flag's default may depend on whether the
+// file chose (see --log-format).
+func LoadWithFile(path string) (Config, File, error) {
+	cfg, f := Default(), File{}
 	if path == "" {
-		return cfg, nil, &ConfigError{Path: `""`, Msg: "no file name given"}
+		return cfg, f, &ConfigError{Path: `""`, Msg: "no file name given"}
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -59,23 +59,17 @@ func LoadWithKeys(path string) (Config, map[string]*yaml.Node, error) {
 		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			msg = pe.Err.Error() // the path is already in the message
 		}
-		return cfg, nil, &ConfigError{Path: path, Msg: "cannot read the file: " + msg, Err: err}
+		return cfg, f, &ConfigError{Path: path, Msg: "cannot read the file: " + msg, Err: err}
 	}
 	root, err := parseYAML(path, data)
 	if err != nil || root == nil {
-		return cfg, nil, err
+		return cfg, f, err
 	}
-	seen, err := decodeMapping(yamlField{path: path, n: root}, configKeys, &cfg)
-	if err != nil {
-		return cfg, nil, err
+	if err := (decoder{path: path}).mapping("", root, reflect.ValueOf(&f).Elem()); err != nil {
+		return cfg, File{}, err
 	}
-	if a, b := seen["requestTimeoutSeconds"], seen["defaultRequestTimeoutSeconds"]; a != nil && b != nil {
-		later := max(a.Line, b.Line)
-		return cfg, nil, &ConfigError{Path: path, Key: "requestTimeoutSeconds", Line: later,
-			Msg: fmt.Sprintf(`keys "requestTimeoutSeconds" (line %d) and "defaultRequestTimeoutSeconds" (line %d) `+
-				"are the same setting; keep one", a.Line, b.Line)}
-	}
-	return cfg, seen, nil
+	f.apply(&cfg)
+	return cfg, f, nil
 }
 
 // parseYAML returns the top-level mapping of a one-document file, or nil for a file with no
@@ -112,133 +106,114 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 	return root, nil
 }
 
-// configKeys are the top-level keys: filter-service's, then ours.
-var configKeys = map[string]keySetter[Config]{
-	"defaultExpectedInsertions": intSetter(rulePositive[int64], func(c *Config) *uint64 { return &c.DefaultExpectedInsertions }),
-	"defaultFalsePositiveProbability": func(f yamlField, c *Config) error {
-		v, err := f.float(ruleProbability)
-		if err != nil {
-			return err
-		}
-		c.DefaultFPP = v
-		return nil
-	},
-	// Unlike filter-service, 0 is allowed: filters created without an expiry never expire.
-	"defaultValidSecondsAfterCreate": durationSetter(time.Second, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.DefaultValidAfterCreate }),
-	"maxHttpConnections":             intSetter(rulePositive[int64], func(c *Config) *int { return &c.MaxHTTPConnections }),
-	"maxHttpRequestLength":           intSetter(rulePositive[int64], func(c *Config) *int64 { return &c.MaxHTTPRequestLength }),
-	"requestTimeoutSeconds":          durationSetter(time.Second, rulePositive[int64], func(c *Config) *time.Duration { return &c.RequestTimeout }),
-	"defaultRequestTimeoutSeconds":   durationSetter(time.Second, rulePositive[int64], func(c *Config) *time.Duration { return &c.RequestTimeout }),
-	"idleTimeoutMillis":              durationSetter(time.Millisecond, rulePositive[int64], func(c *Config) *time.Duration { return &c.IdleTimeout }),
-	"purgeFilterIntervalMillis":      durationSetter(time.Millisecond, rulePositive[int64], func(c *Config) *time.Duration { return &c.PurgeInterval }),
-	"gracefulShutdownTimeoutMillis":  durationSetter(time.Millisecond, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.GracefulShutdownTimeout }),
-	"channelOptions": func(f yamlField, c *Config) error {
-		_, err := decodeMapping(f, channelOptionKeys, &c.ChannelOptions)
-		return err
-	},
-	"triggerPersistenceCriteria": decodeCriteria,
-	"persistentStorageDirectory": func(f yamlField, c *Config) error {
-		v, err := f.string()
-		if err != nil {
-			return err
-		}
-		if v == "" {
-			return f.errorf("must not be empty")
-		}
-		c.DataDir = v
-		return nil
-	},
-	"allowRecoverFromCorruptedPersistentFile":      boolSetter(func(c *Config) *bool { return &c.AllowRecoverFromCorruptedPersistentFile }),
-	"defaultChannelBufferSizeForFilterPersistence": intSetter(rulePositive[int64], func(c *Config) *int { return &c.ChannelBufferSizeForFilterPersistence }),
+// decoder fills a File from the file's YAML tree, naming each problem by its key and line. It
+// walks the tree itself, rather than leave it to yaml.v3's Decode, because yaml.v3 takes 1.5 for
+// an integer, "yes" for a boolean and 42 for a string, and its errors name neither the key nor a
+// likely fix.
+type decoder struct{ path string }
 
-	"maxFilterBytes": byteSizeSetter(func(c *Config) *uint64 { return &c.MaxFilterBytes }),
-	"maxTotalBytes":  byteSizeSetter(func(c *Config) *uint64 { return &c.MaxTotalBytes }),
-	"logLevel":       enumSetter(logLevels, func(c *Config) *string { return &c.LogLevel }),
-	"logSync":        enumSetter(logSyncPolicies, func(c *Config) *string { return &c.LogSync }),
-	"logFormat":      enumSetter(logFormats, func(c *Config) *string { return &c.LogFormat }),
-
-	"shutdownDrainDelayMillis":  durationSetter(time.Millisecond, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.ShutdownDrainDelay }),
-	"metricsMaxLabelledFilters": intSetter(ruleNonNegative[int64], func(c *Config) *int { return &c.MetricsMaxLabelledFilters }),
-
-	"writeConsistency":           enumSetter(consistencyLevels, func(c *Config) *string { return &c.WriteConsistency }),
-	"awaitMembership":            boolSetter(func(c *Config) *bool { return &c.AwaitMembership }),
-	"replicationTimeoutMillis":   durationSetter(time.Millisecond, rulePositive[int64], func(c *Config) *time.Duration { return &c.ReplicationTimeout }),
-	"antiEntropyIntervalSeconds": durationSetter(time.Second, ruleNonNegative[int64], func(c *Config) *time.Duration { return &c.AntiEntropyInterval }),
-}
-
-var channelOptionKeys = map[string]keySetter[ChannelOptions]{
-	"SO_RCVBUF":   intSetter(rulePositive[int64], func(o *ChannelOptions) *int { return &o.SoRcvBuf }),
-	"SO_SNDBUF":   intSetter(rulePositive[int64], func(o *ChannelOptions) *int { return &o.SoSndBuf }),
-	"SO_BACKLOG":  intSetter(rulePositive[int64], func(o *ChannelOptions) *int { return &o.SoBacklog }),
-	"TCP_NODELAY": boolSetter(func(o *ChannelOptions) *bool { return &o.TCPNoDelay }),
-}
-
-var criterionKeys = map[string]keySetter[TriggerPersistenceCriterion]{
-	"periodInSeconds": durationSetter(time.Second, rulePositive[int64], func(tc *TriggerPersistenceCriterion) *time.Duration { return &tc.Period }),
-	"updatesMoreThan": intSetter(rulePositive[int64], func(tc *TriggerPersistenceCriterion) *int64 { return &tc.UpdatesMoreThan }),
-}
-
-// decodeCriteria replaces the default criteria by the file's list. An empty list, and for
-// filter-service's sake a null one, turns periodic snapshots off.
-func decodeCriteria(f yamlField, c *Config) error {
-	if f.n.Kind == yaml.ScalarNode && f.n.ShortTag() == "!!null" {
-		c.TriggerPersistenceCriteria = nil
-		return nil
+// value fills v, the field of key, from n; rule is the field's check tag.
+func (d decoder) value(key string, n *yaml.Node, v reflect.Value, rule string) error {
+	n = resolveAlias(n)
+	if v.Kind() == reflect.Pointer {
+		v.Set(reflect.New(v.Type().Elem()))
+		v = v.Elem()
 	}
-	if f.n.Kind != yaml.SequenceNode {
-		return f.wrongType("a list of {periodInSeconds, updatesMoreThan} mappings")
+	var err error
+	switch u, custom := reflect.TypeAssert[yaml.Unmarshaler](v.Addr()); {
+	case custom:
+		err = u.UnmarshalYAML(n)
+	case v.Kind() == reflect.Struct:
+		return d.mapping(key, n, v)
+	case v.Kind() == reflect.Slice:
+		return d.list(key, n, v)
+	default:
+		err = decodeScalar(n, v)
 	}
-	criteria := make([]TriggerPersistenceCriterion, len(f.n.Content))
-	for i, item := range f.n.Content {
-		elem := f.child(fmt.Sprintf("%s[%d]", f.key, i), item)
-		seen, err := decodeMapping(elem, criterionKeys, &criteria[i])
-		if err != nil {
-			return err
-		}
-		for _, required := range []string{"periodInSeconds", "updatesMoreThan"} {
-			if seen[required] == nil {
-				return elem.errorf("missing %q", required)
-			}
-		}
+	if err == nil {
+		err = checkValue(v.Interface(), rule)
 	}
-	c.TriggerPersistenceCriteria = criteria
+	if err != nil {
+		return d.errorf(key, n, "%s", err)
+	}
 	return nil
 }
 
-// A keySetter decodes one key's value into its place in T.
-type keySetter[T any] func(f yamlField, dst *T) error
-
-// decodeMapping applies a YAML mapping to dst, key by key. It returns the key nodes it saw, by
-// name, for checks that span keys.
-func decodeMapping[T any](f yamlField, keys map[string]keySetter[T], dst *T) (map[string]*yaml.Node, error) {
-	if f.n.Kind != yaml.MappingNode {
-		return nil, f.wrongType("a mapping")
+// mapping fills the struct v from n: its pointer fields are optional keys, the others required.
+func (d decoder) mapping(key string, n *yaml.Node, v reflect.Value) error {
+	if n.Kind != yaml.MappingNode {
+		return d.errorf(key, n, "%s", wrongType("a mapping", n))
 	}
-	seen := make(map[string]*yaml.Node, len(f.n.Content)/2)
-	for i := 0; i+1 < len(f.n.Content); i += 2 {
-		keyNode, valueNode := resolveAlias(f.n.Content[i]), f.n.Content[i+1]
+	fields := fieldsByKey(v.Type())
+	seen := make(map[string]*yaml.Node, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		keyNode, valueNode := resolveAlias(n.Content[i]), n.Content[i+1]
 		name := keyNode.Value
-		child := f.child(joinKey(f.key, name), valueNode)
-		set, ok := keys[name]
+		child := joinKey(key, name)
+		field, ok := fields[name]
 		if !ok {
-			msg := fmt.Sprintf("unknown key %q", child.key)
-			if s := suggestKey(name, keys); s != "" {
-				msg += fmt.Sprintf(`; did you mean "%s"?`, joinKey(f.key, s))
+			msg := fmt.Sprintf("unknown key %q", child)
+			if s := suggestKey(name, keysOf(v.Type())); s != "" {
+				msg += fmt.Sprintf(`; did you mean "%s"?`, joinKey(key, s))
 			}
-			return nil, &ConfigError{Path: f.path, Key: child.key, Line: keyNode.Line, Msg: msg}
+			return &ConfigError{Path: d.path, Key: child, Line: keyNode.Line, Msg: msg}
 		}
 		// The YAML library keeps duplicate keys in a node, and a silent "last one wins" would hide
 		// which value is in effect.
 		if prev := seen[name]; prev != nil {
-			return nil, &ConfigError{Path: f.path, Key: child.key, Line: keyNode.Line,
-				Msg: fmt.Sprintf("key %q is set twice, at lines %d and %d", child.key, prev.Line, keyNode.Line)}
+			return &ConfigError{Path: d.path, Key: child, Line: keyNode.Line,
+				Msg: fmt.Sprintf("key %q is set twice, at lines %d and %d", child, prev.Line, keyNode.Line)}
 		}
 		seen[name] = keyNode
-		if err := set(child, dst); err != nil {
-			return nil, err
+		if err := d.value(child, valueNode, v.FieldByIndex(field.Index), field.Tag.Get("check")); err != nil {
+			return err
 		}
 	}
-	return seen, nil
+	return d.complete(key, n, v.Type(), seen)
+}
+
+// complete checks that seen has every required key of t and at most one name of each setting.
+func (d decoder) complete(key string, n *yaml.Node, t reflect.Type, seen map[string]*yaml.Node) error {
+	for _, field := range reflect.VisibleFields(t) {
+		name := yamlKey(field)
+		if field.Type.Kind() != reflect.Pointer && seen[name] == nil {
+			return d.errorf(key, n, "missing %q", name)
+		}
+		other := field.Tag.Get("aliasOf")
+		if a, b := seen[other], seen[name]; a != nil && b != nil {
+			return &ConfigError{Path: d.path, Key: joinKey(key, other), Line: max(a.Line, b.Line),
+				Msg: fmt.Sprintf(`keys %q (line %d) and %q (line %d) are the same setting; keep one`,
+					joinKey(key, other), a.Line, joinKey(key, name), b.Line)}
+		}
+	}
+	return nil
+}
+
+// list fills the slice v from n; a null is an empty list, as filter-service reads one.
+func (d decoder) list(key string, n *yaml.Node, v reflect.Value) error {
+	if n.ShortTag() == "!!null" {
+		v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		expected := fmt.Sprintf("a list of {%s} mappings", strings.Join(keysOf(v.Type().Elem()), ", "))
+		return d.errorf(key, n, "%s", wrongType(expected, n))
+	}
+	v.Set(reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content)))
+	for i, item := range n.Content {
+		if err := d.value(fmt.Sprintf("%s[%d]", key, i), item, v.Index(i), ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d decoder) errorf(key string, n *yaml.Node, format string, args ...any) *ConfigError {
+	msg := fmt.Sprintf(format, args...)
+	if key != "" {
+		msg = fmt.Sprintf("key %q: %s", key, msg)
+	}
+	return &ConfigError{Path: d.path, Key: key, Line: n.Line, Msg: msg}
 }
 
 func joinKey(parent, key string) string {
@@ -248,194 +223,129 @@ func joinKey(parent, key string) string {
 	return parent + "." + key
 }
 
-func intSetter[T any, V int | int64 | uint64](rule func(int64) error, get func(*T) *V) keySetter[T] {
-	return func(f yamlField, dst *T) error {
-		v, err := f.int(rule)
+// fieldsByKey are the fields of a File struct by YAML key.
+func fieldsByKey(t reflect.Type) map[string]reflect.StructField {
+	fields := make(map[string]reflect.StructField, t.NumField())
+	for _, f := range reflect.VisibleFields(t) {
+		fields[yamlKey(f)] = f
+	}
+	return fields
+}
+
+// keysOf are the keys of a File struct, in the order of its fields.
+func keysOf(t reflect.Type) []string {
+	var keys []string
+	for _, f := range reflect.VisibleFields(t) {
+		keys = append(keys, yamlKey(f))
+	}
+	return keys
+}
+
+// yamlKey is the key a field of a File struct is written under.
+func yamlKey(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+	return name
+}
+
+// decodeScalar reads a plain value, strictly: the YAML type must be the field's.
+func decodeScalar(n *yaml.Node, v reflect.Value) error {
+	switch v.Kind() {
+	case reflect.Int, reflect.Int64:
+		i, err := decodeInt(n)
 		if err != nil {
 			return err
 		}
-		if limit := maxOf[V](); v > limit { // only where int is 32 bits
-			return f.errorf("must be at most %d, got %d", limit, v)
+		if v.OverflowInt(i) {
+			return outOfRange(n)
 		}
-		*get(dst) = V(v)
+		v.SetInt(i)
 		return nil
-	}
-}
-
-func maxOf[V int | int64 | uint64]() int64 {
-	var v V
-	switch any(v).(type) {
-	case int:
-		return math.MaxInt
-	default: // int64, and uint64 which the file fills from a YAML int64
-		return math.MaxInt64
-	}
-}
-
-// durationSetter reads an integer count of unit; the key's name says the unit.
-func durationSetter[T any](unit time.Duration, rule func(int64) error, get func(*T) *time.Duration) keySetter[T] {
-	return func(f yamlField, dst *T) error {
-		v, err := f.int(rule)
-		if err != nil {
-			return err
+	case reflect.String:
+		if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+			return wrongType("a string", n)
 		}
-		if limit := int64(math.MaxInt64 / unit); v > limit {
-			return f.errorf("must be at most %d, got %d", limit, v)
-		}
-		*get(dst) = time.Duration(v) * unit
+		v.SetString(n.Value)
 		return nil
-	}
-}
-
-func boolSetter[T any](get func(*T) *bool) keySetter[T] {
-	return func(f yamlField, dst *T) error {
-		if f.n.ShortTag() != "!!bool" {
-			return f.wrongType("a boolean (true or false)")
+	case reflect.Bool:
+		if n.ShortTag() != "!!bool" {
+			return wrongType("a boolean (true or false)", n)
 		}
-		var v bool
-		if err := f.n.Decode(&v); err != nil {
-			return f.errorf("%s", err)
-		}
-		*get(dst) = v
-		return nil
-	}
-}
-
-func enumSetter[T any](allowed []string, get func(*T) *string) keySetter[T] {
-	return func(f yamlField, dst *T) error {
-		v, err := f.string()
-		if err != nil {
-			return err
-		}
-		if err := ruleOneOf(v, allowed); err != nil {
-			return f.errorf("%s", err)
-		}
-		*get(dst) = v
-		return nil
-	}
-}
-
-// byteSizeSetter takes a count of bytes: an integer, or a string with a Kubernetes-style suffix
-// ("512Mi", "2Gi", "1G") as a BloomCluster's limits are written.
-func byteSizeSetter[T any](get func(*T) *uint64) keySetter[T] {
-	return func(f yamlField, dst *T) error {
-		const expected = `a byte size (an integer, or a string such as "512Mi" or "2Gi")`
-		switch tag := f.n.ShortTag(); {
-		case tag == "!!int" || tag == "!!float" && isDecimalInteger(strings.TrimLeft(f.n.Value, "+-")):
-			v, err := f.int(ruleNonNegative[int64])
-			if err != nil {
-				return err
-			}
-			*get(dst) = uint64(v)
-			return nil
-		case tag == "!!str":
-			v, err := parseByteSize(f.n.Value)
-			if err != nil {
-				return f.errorf("invalid byte size %q: %s", f.n.Value, err)
-			}
-			*get(dst) = v
-			return nil
-		default:
-			return f.wrongType(expected)
+	case reflect.Float64: // an integer such as 1 is a number too
+		if tag := n.ShortTag(); tag != "!!float" && tag != "!!int" {
+			return wrongType("a number", n)
 		}
 	}
+	return n.Decode(v.Addr().Interface())
 }
 
-var byteSizePattern = regexp.MustCompile(`^([0-9]+)([KMGTPE]i|[kMGTPE])?$`)
-
-var byteSizeMultipliers = map[string]uint64{
-	"":  1,
-	"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
-}
-
-// parseByteSize reads "1048576", "512Mi" (binary suffixes Ki, Mi, Gi, Ti, Pi, Ei) or "1G" (decimal
-// k, M, G, T, P, E): the suffixes of Kubernetes quantities.
-func parseByteSize(s string) (uint64, error) {
-	m := byteSizePattern.FindStringSubmatch(s)
-	if m == nil {
-		return 0, errors.New("expected a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024) " +
-			"or k, M, G, T, P, E (powers of 1000)")
-	}
-	tooLarge := fmt.Errorf("more than %d bytes", uint64(math.MaxUint64))
-	n, err := strconv.ParseUint(m[1], 10, 64)
-	if err != nil {
-		return 0, tooLarge
-	}
-	hi, lo := bits.Mul64(n, byteSizeMultipliers[m[2]])
-	if hi != 0 {
-		return 0, tooLarge
-	}
-	return lo, nil
-}
-
-// yamlField is one value being decoded, with what its errors must name.
-type yamlField struct {
-	path string // the file
-	key  string // the full key path, "" for the top level
-	n    *yaml.Node
-}
-
-// child is the value n of key, a path below f.
-func (f yamlField) child(key string, n *yaml.Node) yamlField {
-	return yamlField{path: f.path, key: key, n: resolveAlias(n)}
-}
-
-func (f yamlField) errorf(format string, args ...any) *ConfigError {
-	msg := fmt.Sprintf(format, args...)
-	if f.key != "" {
-		msg = fmt.Sprintf("key %q: %s", f.key, msg)
-	}
-	return &ConfigError{Path: f.path, Key: f.key, Line: f.n.Line, Msg: msg}
-}
-
-func (f yamlField) wrongType(expected string) *ConfigError {
-	return f.errorf("expected %s, got %s", expected, describeNode(f.n))
-}
-
-// int reads a YAML integer (not a float, not a quoted string) and checks it against rule.
-func (f yamlField) int(rule func(int64) error) (int64, error) {
-	switch f.n.ShortTag() {
+// decodeInt reads a YAML integer: not a float, not a quoted string.
+func decodeInt(n *yaml.Node) (int64, error) {
+	switch n.ShortTag() {
 	case "!!int":
 	case "!!float":
 		// The YAML library gives integers beyond int64 the float tag; say what is wrong with them.
-		if isDecimalInteger(strings.TrimLeft(f.n.Value, "+-")) {
-			return 0, f.errorf("expected an integer, got %s, which is out of range", f.n.Value)
+		if isDecimalInteger(n.Value) {
+			return 0, outOfRange(n)
 		}
-		return 0, f.wrongType("an integer")
+		return 0, wrongType("an integer", n)
 	default:
-		return 0, f.wrongType("an integer")
+		return 0, wrongType("an integer", n)
 	}
 	var v int64
-	if err := f.n.Decode(&v); err != nil {
-		return 0, f.errorf("expected an integer, got %s, which is out of range", f.n.Value)
-	}
-	if err := rule(v); err != nil {
-		return 0, f.errorf("%s", err)
+	if err := n.Decode(&v); err != nil {
+		return 0, outOfRange(n)
 	}
 	return v, nil
 }
 
-// float reads a YAML number; an integer such as 1 is a number too.
-func (f yamlField) float(rule func(float64) error) (float64, error) {
-	if tag := f.n.ShortTag(); tag != "!!float" && tag != "!!int" {
-		return 0, f.wrongType("a number")
+// checkValue checks a value the file set against its field's check tag, and an enum against its
+// values.
+func checkValue(v any, rule string) error {
+	switch v := v.(type) {
+	case int:
+		return checkCount(v, rule)
+	case int64:
+		return checkCount(v, rule)
+	case Seconds:
+		return checkCount(v, rule)
+	case Millis:
+		return checkCount(v, rule)
+	case float64:
+		if rule == "probability" {
+			return ruleProbability(v)
+		}
+	case string:
+		if rule == "nonEmpty" {
+			return ruleNonEmpty(v)
+		}
+	case LogSync:
+		return ruleOneOf(v, LogSyncPolicies)
+	case wire.Consistency:
+		return ruleOneOf(v, consistencyLevels)
+	case LogLevel:
+		return ruleOneOf(v, logLevels)
+	case LogFormat:
+		return ruleOneOf(v, logFormats)
 	}
-	var v float64
-	if err := f.n.Decode(&v); err != nil {
-		return 0, f.errorf("expected a number, got %s", describeNode(f.n))
-	}
-	if err := rule(v); err != nil {
-		return 0, f.errorf("%s", err)
-	}
-	return v, nil
+	return nil
 }
 
-func (f yamlField) string() (string, error) {
-	if f.n.Kind != yaml.ScalarNode || f.n.ShortTag() != "!!str" {
-		return "", f.wrongType("a string")
+func checkCount[T ~int | ~int64](v T, rule string) error {
+	switch rule {
+	case "positive":
+		return rulePositive(v)
+	case "nonNegative":
+		return ruleNonNegative(v)
 	}
-	return f.n.Value, nil
+	return nil
+}
+
+func wrongType(expected string, n *yaml.Node) error {
+	return fmt.Errorf("expected %s, got %s", expected, describeNode(n))
+}
+
+func outOfRange(n *yaml.Node) error {
+	return fmt.Errorf("expected an integer, got %s, which is out of range", n.Value)
 }
 
 // resolveAlias follows YAML aliases (*name) to the anchored node.
@@ -479,7 +389,10 @@ func describeNode(n *yaml.Node) string {
 	}
 }
 
+// isDecimalInteger tells an integer too large for int64, which the YAML library tags as a float,
+// from a real fraction.
 func isDecimalInteger(s string) bool {
+	s = strings.TrimLeft(s, "+-")
 	if s == "" {
 		return false
 	}
@@ -493,11 +406,11 @@ func isDecimalInteger(s string) bool {
 
 // suggestKey returns the known key that an unknown one was most likely meant to be, or "" when no
 // single key stands out.
-func suggestKey[T any](unknown string, keys map[string]keySetter[T]) string {
+func suggestKey(unknown string, keys []string) string {
 	lower := strings.ToLower(unknown)
 	var prefixed []string
 	best, bestDistance, tie := "", math.MaxInt, false
-	for name := range keys {
+	for _, name := range keys {
 		known := strings.ToLower(name)
 		if known == lower {
 			return name

@@ -50,7 +50,7 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 	if forwarded(c) {
 		return false, writeError(s.Writes.AcceptForwarded(), false)
 	}
-	name, err := url.PathUnescape(c.Param("name"))
+	name, err := url.PathUnescape(c.Param(wire.NameParam))
 	if err != nil || !s.Writes.HomeElsewhere(name) {
 		return false, nil //nolint:nilerr // served here, where filterName answers the error
 	}

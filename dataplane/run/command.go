@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/internal/cli"
@@ -76,8 +75,8 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	fs.BoolVarP(&o.docs, "docs", "d", def.DocsEnabled, "serve the API documentation: a page at /v1/docs/ that lists and calls every endpoint, and its OpenAPI document")
 	fs.StringVar(&o.dataDir, "data-dir", "", "`DIR` to keep the data in; overrides persistentStorageDirectory (default \""+def.DataDir+"\")")
 	fs.BoolVar(&o.inMemory, "in-memory", false, "keep filters in memory only: no data directory, snapshots or log (for tests and benchmarks)")
-	fs.StringVar(&o.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+def.LogSync+"\")")
-	fs.StringVar(&o.logLevel, "log-level", "", "`LEVEL` of the logs: debug (which logs every request), info, warn or error; overrides logLevel (default \""+def.LogLevel+"\")")
+	fs.StringVar(&o.logSync, "log-sync", "", "when the update log reaches the disk: always, everysec or no; overrides logSync (default \""+string(def.LogSync)+"\")")
+	fs.StringVar(&o.logLevel, "log-level", "", "`LEVEL` of the logs: debug (which logs every request), info, warn or error; overrides logLevel (default \""+string(def.LogLevel)+"\")")
 	fs.StringVar(&o.logFormat, "log-format", "", "`FORMAT` of the logs, json or text; overrides logFormat (default: text on a terminal, else json)")
 	fs.IntVar(&o.pprofPort, "pprof", 0, "serve Go's profiler (net/http/pprof, /debug/pprof/) on 127.0.0.1:`PORT`, apart from the API; 0, the default, serves none")
 }
@@ -86,10 +85,10 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 // it. terminal says whether the logs go to a terminal, where text reads better than JSON.
 func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config, error) {
 	cfg := config.Default()
-	var fileKeys map[string]*yaml.Node
+	var file config.File
 	if fs.Changed("config") {
 		var err error
-		if cfg, fileKeys, err = config.LoadWithKeys(o.configFile); err != nil {
+		if cfg, file, err = config.LoadWithFile(o.configFile); err != nil {
 			return cfg, err
 		}
 	}
@@ -105,22 +104,22 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 	// The pod's name, from the downward API in the operator's StatefulSet.
 	cfg.PodName = os.Getenv("POD_NAME")
 	if fs.Changed("log-sync") {
-		cfg.LogSync = o.logSync
+		cfg.LogSync = config.LogSync(o.logSync)
 	}
 	if fs.Changed("log-level") {
 		if err := config.CheckLogLevel(o.logLevel); err != nil {
 			return cfg, fmt.Errorf("--log-level: %w", err)
 		}
-		cfg.LogLevel = o.logLevel
+		cfg.LogLevel = config.LogLevel(o.logLevel)
 	}
 	switch {
 	case fs.Changed("log-format"):
 		if err := config.CheckLogFormat(o.logFormat); err != nil {
 			return cfg, fmt.Errorf("--log-format: %w", err)
 		}
-		cfg.LogFormat = o.logFormat
-	case terminal && fileKeys["logFormat"] == nil:
-		cfg.LogFormat = "text"
+		cfg.LogFormat = config.LogFormat(o.logFormat)
+	case terminal && file.LogFormat == nil:
+		cfg.LogFormat = config.LogFormatText
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("invalid configuration: %w", err)
@@ -173,7 +172,7 @@ func newDataPlaneLogger(cfg config.Config, w io.Writer) *slog.Logger {
 		level = slog.LevelInfo // unreachable after Validate
 	}
 	opts := &slog.HandlerOptions{Level: level}
-	if cfg.LogFormat == "text" {
+	if cfg.LogFormat == config.LogFormatText {
 		return slog.New(slog.NewTextHandler(w, opts))
 	}
 	return slog.New(slog.NewJSONHandler(w, opts))

@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/spf13/pflag"
+
+	"github.com/bloomery/bloomery/dataplane/config"
 )
 
 // parseFlags parses args as `bloomery dataplane` would and builds the configuration.
@@ -46,7 +47,7 @@ func TestLogFlags(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if cfg.LogLevel != tt.level || cfg.LogFormat != tt.format {
+			if string(cfg.LogLevel) != tt.level || string(cfg.LogFormat) != tt.format {
 				t.Errorf("level %q, format %q; want %q and %q", cfg.LogLevel, cfg.LogFormat, tt.level, tt.format)
 			}
 		})

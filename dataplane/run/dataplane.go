@@ -12,7 +12,6 @@ import (
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
-	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
@@ -42,7 +41,7 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 	d.node = replication.NewNode(replication.Options{
 		Store:               d.store,
 		Log:                 log,
-		WriteConsistency:    wire.Consistency(cfg.WriteConsistency),
+		WriteConsistency:    cfg.WriteConsistency,
 		Timeout:             cfg.ReplicationTimeout,
 		AwaitMembership:     cfg.AwaitMembership,
 		AntiEntropyInterval: cfg.AntiEntropyInterval,
@@ -96,7 +95,8 @@ func (d *DataPlane) lastSnapshot() time.Time {
 	return time.Time{}
 }
 
-// persistOptions is the part of the configuration the persister takes.
+// persistOptions is the part of the configuration the persister takes. The configuration has
+// types of its own because the operator, which builds it too, must not import the persister.
 func persistOptions(c config.Config, log *slog.Logger, syncObserver func(time.Duration)) persist.Options {
 	criteria := make([]persist.Criterion, len(c.TriggerPersistenceCriteria))
 	for i, tc := range c.TriggerPersistenceCriteria {
@@ -104,7 +104,7 @@ func persistOptions(c config.Config, log *slog.Logger, syncObserver func(time.Du
 	}
 	return persist.Options{
 		Dir:                  c.DataDir,
-		Sync:                 persist.SyncPolicy(c.LogSync),
+		Sync:                 persist.SyncPolicy(c.LogSync), // the same spellings; TestLogSyncPolicies holds them together
 		AllowCorruptSnapshot: c.AllowRecoverFromCorruptedPersistentFile,
 		Criteria:             criteria,
 		Log:                  log,

@@ -243,7 +243,7 @@ func TestPersistenceMetrics(t *testing.T) {
 	dir := t.TempDir()
 	configure := func(cfg *config.Config) {
 		cfg.DataDir = dir
-		cfg.LogSync = "always"
+		cfg.LogSync = config.LogSyncAlways
 		cfg.TriggerPersistenceCriteria = []config.TriggerPersistenceCriterion{{Period: 20 * time.Millisecond, UpdatesMoreThan: 2}}
 	}
 	ts, stop := startRun(t, newServer(t, configure))

@@ -1,0 +1,286 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/bits"
+	"regexp"
+	"strconv"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// File is the YAML configuration file, one field a key. The keys are filter-service's where it
+// has one, so that an existing configuration.yaml keeps working. A nil field is a key the file
+// leaves out: the data plane takes it from Default, and the operator writes only the keys it
+// means to set. The check tag names the rule a value must pass when it is loaded: positive,
+// nonNegative, probability or nonEmpty. An enum must be one of its values.
+type File struct {
+	DefaultExpectedInsertions *int64   `yaml:"defaultExpectedInsertions,omitempty" check:"positive"`
+	DefaultFPP                *float64 `yaml:"defaultFalsePositiveProbability,omitempty" check:"probability"`
+	// Unlike filter-service, 0 is allowed: filters created without an expiry never expire.
+	DefaultValidAfterCreate *Seconds  `yaml:"defaultValidSecondsAfterCreate,omitempty" check:"nonNegative"`
+	MaxFilterBytes          *ByteSize `yaml:"maxFilterBytes,omitempty"`
+	MaxTotalBytes           *ByteSize `yaml:"maxTotalBytes,omitempty"`
+	MaxHTTPConnections      *int      `yaml:"maxHttpConnections,omitempty" check:"positive"`
+	MaxHTTPRequestLength    *int64    `yaml:"maxHttpRequestLength,omitempty" check:"positive"`
+	RequestTimeout          *Seconds  `yaml:"requestTimeoutSeconds,omitempty" check:"positive"`
+	// RequestTimeoutAlias is filter-service's older name of requestTimeoutSeconds; a file that sets
+	// both is refused rather than have one silently win.
+	RequestTimeoutAlias       *Seconds            `yaml:"defaultRequestTimeoutSeconds,omitempty" check:"positive" aliasOf:"requestTimeoutSeconds"`
+	IdleTimeout               *Millis             `yaml:"idleTimeoutMillis,omitempty" check:"positive"`
+	PurgeInterval             *Millis             `yaml:"purgeFilterIntervalMillis,omitempty" check:"positive"`
+	GracefulShutdownTimeout   *Millis             `yaml:"gracefulShutdownTimeoutMillis,omitempty" check:"nonNegative"`
+	ShutdownDrainDelay        *Millis             `yaml:"shutdownDrainDelayMillis,omitempty" check:"nonNegative"`
+	MetricsMaxLabelledFilters *int                `yaml:"metricsMaxLabelledFilters,omitempty" check:"nonNegative"`
+	ChannelOptions            *FileChannelOptions `yaml:"channelOptions,omitempty"`
+	DataDir                   *string             `yaml:"persistentStorageDirectory,omitempty" check:"nonEmpty"`
+	// TriggerPersistenceCriteria replaces the default criteria. An empty list, and for
+	// filter-service's sake a null one, turns periodic snapshots off.
+	TriggerPersistenceCriteria              *[]FileCriterion  `yaml:"triggerPersistenceCriteria,omitempty"`
+	AllowRecoverFromCorruptedPersistentFile *bool             `yaml:"allowRecoverFromCorruptedPersistentFile,omitempty"`
+	ChannelBufferSizeForFilterPersistence   *int              `yaml:"defaultChannelBufferSizeForFilterPersistence,omitempty" check:"positive"`
+	LogSync                                 *LogSync          `yaml:"logSync,omitempty"`
+	WriteConsistency                        *wire.Consistency `yaml:"writeConsistency,omitempty"`
+	AwaitMembership                         *bool             `yaml:"awaitMembership,omitempty"`
+	ReplicationTimeout                      *Millis           `yaml:"replicationTimeoutMillis,omitempty" check:"positive"`
+	AntiEntropyInterval                     *Seconds          `yaml:"antiEntropyIntervalSeconds,omitempty" check:"nonNegative"`
+	LogLevel                                *LogLevel         `yaml:"logLevel,omitempty"`
+	LogFormat                               *LogFormat        `yaml:"logFormat,omitempty"`
+}
+
+// FileChannelOptions are the file's channelOptions. It cannot set 0, which in ChannelOptions
+// means the kernel's default.
+type FileChannelOptions struct {
+	SoRcvBuf   *int  `yaml:"SO_RCVBUF,omitempty" check:"positive"`
+	SoSndBuf   *int  `yaml:"SO_SNDBUF,omitempty" check:"positive"`
+	SoBacklog  *int  `yaml:"SO_BACKLOG,omitempty" check:"positive"`
+	TCPNoDelay *bool `yaml:"TCP_NODELAY,omitempty"`
+}
+
+// FileCriterion is one of the file's triggerPersistenceCriteria; both keys are required.
+type FileCriterion struct {
+	Period          Seconds `yaml:"periodInSeconds" check:"positive"`
+	UpdatesMoreThan int64   `yaml:"updatesMoreThan" check:"positive"`
+}
+
+// apply sets over c the keys f sets.
+func (f File) apply(c *Config) {
+	if f.DefaultExpectedInsertions != nil {
+		c.DefaultExpectedInsertions = uint64(*f.DefaultExpectedInsertions) // positive once loaded
+	}
+	set(&c.DefaultFPP, f.DefaultFPP)
+	setDuration(&c.DefaultValidAfterCreate, f.DefaultValidAfterCreate)
+	setBytes(&c.MaxFilterBytes, f.MaxFilterBytes)
+	setBytes(&c.MaxTotalBytes, f.MaxTotalBytes)
+	set(&c.MaxHTTPConnections, f.MaxHTTPConnections)
+	set(&c.MaxHTTPRequestLength, f.MaxHTTPRequestLength)
+	setDuration(&c.RequestTimeout, f.RequestTimeoutAlias)
+	setDuration(&c.RequestTimeout, f.RequestTimeout)
+	setDuration(&c.IdleTimeout, f.IdleTimeout)
+	setDuration(&c.PurgeInterval, f.PurgeInterval)
+	setDuration(&c.GracefulShutdownTimeout, f.GracefulShutdownTimeout)
+	setDuration(&c.ShutdownDrainDelay, f.ShutdownDrainDelay)
+	set(&c.MetricsMaxLabelledFilters, f.MetricsMaxLabelledFilters)
+	if o := f.ChannelOptions; o != nil {
+		set(&c.ChannelOptions.SoRcvBuf, o.SoRcvBuf)
+		set(&c.ChannelOptions.SoSndBuf, o.SoSndBuf)
+		set(&c.ChannelOptions.SoBacklog, o.SoBacklog)
+		set(&c.ChannelOptions.TCPNoDelay, o.TCPNoDelay)
+	}
+	set(&c.DataDir, f.DataDir)
+	if f.TriggerPersistenceCriteria != nil {
+		c.TriggerPersistenceCriteria = make([]TriggerPersistenceCriterion, len(*f.TriggerPersistenceCriteria))
+		for i, fc := range *f.TriggerPersistenceCriteria {
+			c.TriggerPersistenceCriteria[i] = TriggerPersistenceCriterion{Period: time.Duration(fc.Period), UpdatesMoreThan: fc.UpdatesMoreThan}
+		}
+	}
+	set(&c.AllowRecoverFromCorruptedPersistentFile, f.AllowRecoverFromCorruptedPersistentFile)
+	set(&c.ChannelBufferSizeForFilterPersistence, f.ChannelBufferSizeForFilterPersistence)
+	set(&c.LogSync, f.LogSync)
+	set(&c.WriteConsistency, f.WriteConsistency)
+	set(&c.AwaitMembership, f.AwaitMembership)
+	setDuration(&c.ReplicationTimeout, f.ReplicationTimeout)
+	setDuration(&c.AntiEntropyInterval, f.AntiEntropyInterval)
+	set(&c.LogLevel, f.LogLevel)
+	set(&c.LogFormat, f.LogFormat)
+}
+
+func set[T any](dst, src *T) {
+	if src != nil {
+		*dst = *src
+	}
+}
+
+func setDuration[U Seconds | Millis](dst *time.Duration, src *U) {
+	if src != nil {
+		*dst = time.Duration(*src)
+	}
+}
+
+func setBytes(dst *uint64, src *ByteSize) {
+	if src != nil {
+		*dst = uint64(*src)
+	}
+}
+
+// file is c as a file that sets every key but the alias, so that it logs under the file's keys.
+func (c Config) file() File {
+	criteria := make([]FileCriterion, len(c.TriggerPersistenceCriteria))
+	for i, tc := range c.TriggerPersistenceCriteria {
+		criteria[i] = FileCriterion{Period: Seconds(tc.Period), UpdatesMoreThan: tc.UpdatesMoreThan}
+	}
+	o := c.ChannelOptions
+	return File{
+		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
+		DefaultFPP:                new(c.DefaultFPP),
+		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),
+		MaxFilterBytes:            new(ByteSize(c.MaxFilterBytes)),
+		MaxTotalBytes:             new(ByteSize(c.MaxTotalBytes)),
+		MaxHTTPConnections:        new(c.MaxHTTPConnections),
+		MaxHTTPRequestLength:      new(c.MaxHTTPRequestLength),
+		RequestTimeout:            new(Seconds(c.RequestTimeout)),
+		IdleTimeout:               new(Millis(c.IdleTimeout)),
+		PurgeInterval:             new(Millis(c.PurgeInterval)),
+		GracefulShutdownTimeout:   new(Millis(c.GracefulShutdownTimeout)),
+		ShutdownDrainDelay:        new(Millis(c.ShutdownDrainDelay)),
+		MetricsMaxLabelledFilters: new(c.MetricsMaxLabelledFilters),
+		ChannelOptions: &FileChannelOptions{
+			SoRcvBuf: new(o.SoRcvBuf), SoSndBuf: new(o.SoSndBuf), SoBacklog: new(o.SoBacklog), TCPNoDelay: new(o.TCPNoDelay),
+		},
+		DataDir:                                 new(c.DataDir),
+		TriggerPersistenceCriteria:              &criteria,
+		AllowRecoverFromCorruptedPersistentFile: new(c.AllowRecoverFromCorruptedPersistentFile),
+		ChannelBufferSizeForFilterPersistence:   new(c.ChannelBufferSizeForFilterPersistence),
+		LogSync:                                 new(c.LogSync),
+		WriteConsistency:                        new(c.WriteConsistency),
+		AwaitMembership:                         new(c.AwaitMembership),
+		ReplicationTimeout:                      new(Millis(c.ReplicationTimeout)),
+		AntiEntropyInterval:                     new(Seconds(c.AntiEntropyInterval)),
+		LogLevel:                                new(c.LogLevel),
+		LogFormat:                               new(c.LogFormat),
+	}
+}
+
+// Seconds is a duration the file writes as a whole number of seconds, as its key's name says.
+type Seconds time.Duration
+
+// Millis is a duration the file writes as a whole number of milliseconds.
+type Millis time.Duration
+
+// UnmarshalYAML takes an integer count of seconds.
+func (s *Seconds) UnmarshalYAML(n *yaml.Node) error {
+	return decodeCount(n, time.Second, (*time.Duration)(s))
+}
+
+// UnmarshalYAML takes an integer count of milliseconds.
+func (m *Millis) UnmarshalYAML(n *yaml.Node) error {
+	return decodeCount(n, time.Millisecond, (*time.Duration)(m))
+}
+
+// MarshalYAML writes the count of seconds.
+func (s Seconds) MarshalYAML() (any, error) { return count(time.Duration(s), time.Second), nil }
+
+// MarshalYAML writes the count of milliseconds.
+func (m Millis) MarshalYAML() (any, error) { return count(time.Duration(m), time.Millisecond), nil }
+
+// String is the count of seconds, so that a problem quotes the value as the file wrote it.
+func (s Seconds) String() string { return fmt.Sprint(count(time.Duration(s), time.Second)) }
+
+// String is the count of milliseconds, so that a problem quotes the value as the file wrote it.
+func (m Millis) String() string { return fmt.Sprint(count(time.Duration(m), time.Millisecond)) }
+
+// LogValue is the count of seconds, so that the start-up log reads like the file.
+func (s Seconds) LogValue() slog.Value { return slog.AnyValue(count(time.Duration(s), time.Second)) }
+
+// LogValue is the count of milliseconds, so that the start-up log reads like the file.
+func (m Millis) LogValue() slog.Value {
+	return slog.AnyValue(count(time.Duration(m), time.Millisecond))
+}
+
+// count is d in units: an integer when whole (large values would otherwise print as 1.2096e+06),
+// else a fraction.
+func count(d, unit time.Duration) any {
+	if d%unit == 0 {
+		return int64(d / unit)
+	}
+	return float64(d) / float64(unit)
+}
+
+// decodeCount reads an integer count of unit into d.
+func decodeCount(n *yaml.Node, unit time.Duration, d *time.Duration) error {
+	v, err := decodeInt(n)
+	if err != nil {
+		return err
+	}
+	limit := int64(math.MaxInt64 / unit)
+	switch {
+	case v > limit:
+		return fmt.Errorf("must be at most %d, got %d", limit, v)
+	case v < -limit:
+		return fmt.Errorf("must be at least %d, got %d", -limit, v)
+	}
+	*d = time.Duration(v) * unit
+	return nil
+}
+
+// ByteSize is a count of bytes: an integer, or a string with a Kubernetes quantity's suffix
+// ("512Mi", "2Gi", "1G"), as a BloomCluster's limits are written.
+type ByteSize uint64
+
+// UnmarshalYAML takes an integer or a string with a suffix.
+func (b *ByteSize) UnmarshalYAML(n *yaml.Node) error {
+	switch tag := n.ShortTag(); {
+	case tag == "!!int" || tag == "!!float" && isDecimalInteger(n.Value):
+		v, err := decodeInt(n)
+		if err != nil {
+			return err
+		}
+		if err := ruleNonNegative(v); err != nil {
+			return err
+		}
+		*b = ByteSize(v)
+	case tag == "!!str":
+		v, err := parseByteSize(n.Value)
+		if err != nil {
+			return fmt.Errorf("invalid byte size %q: %w", n.Value, err)
+		}
+		*b = ByteSize(v)
+	default:
+		return wrongType(`a byte size (an integer, or a string such as "512Mi" or "2Gi")`, n)
+	}
+	return nil
+}
+
+var byteSizePattern = regexp.MustCompile(`^([0-9]+)([KMGTPE]i|[kMGTPE])?$`)
+
+var byteSizeMultipliers = map[string]uint64{
+	"":  1,
+	"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+	"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60,
+}
+
+// parseByteSize reads "1048576", "512Mi" (binary suffixes Ki, Mi, Gi, Ti, Pi, Ei) or "1G" (decimal
+// k, M, G, T, P, E): the suffixes of Kubernetes quantities.
+func parseByteSize(s string) (uint64, error) {
+	m := byteSizePattern.FindStringSubmatch(s)
+	if m == nil {
+		return 0, errors.New("expected a whole number with an optional suffix Ki, Mi, Gi, Ti, Pi, Ei (powers of 1024) " +
+			"or k, M, G, T, P, E (powers of 1000)")
+	}
+	tooLarge := fmt.Errorf("more than %d bytes", uint64(math.MaxUint64))
+	n, err := strconv.ParseUint(m[1], 10, 64)
+	if err != nil {
+		return 0, tooLarge
+	}
+	hi, lo := bits.Mul64(n, byteSizeMultipliers[m[2]])
+	if hi != 0 {
+		return 0, tooLarge
+	}
+	return lo, nil
+}
