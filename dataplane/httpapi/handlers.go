@@ -145,8 +145,8 @@ func (s *Server) lookup(c echo.Context) (*filter.Filter, error) {
 	return f, nil
 }
 
-// single reads {"value": "..."} and the filter it is meant for.
-func (s *Server) single(c echo.Context) (*filter.Filter, string, error) {
+// readValue reads {"value": "..."} and the filter it is meant for.
+func (s *Server) readValue(c echo.Context) (*filter.Filter, string, error) {
 	value, err := s.singleValue(c)
 	if err != nil {
 		return nil, "", err
@@ -187,15 +187,16 @@ func (s *Server) singleValue(c echo.Context) (string, error) {
 	return b.string("value")
 }
 
-// batch reads {"values": [...]} and the filter it is meant for.
-type batch struct {
+// valueBatch is the body {"values": [...]}: the elements that are strings, and where they stand.
+type valueBatch struct {
 	values     []string
 	isString   []bool
 	allStrings bool
 }
 
-func (s *Server) batch(c echo.Context) (*filter.Filter, batch, error) {
-	var bt batch
+// readValues reads {"values": [...]} and the filter it is meant for.
+func (s *Server) readValues(c echo.Context) (*filter.Filter, valueBatch, error) {
+	var bt valueBatch
 	values, b, ok, err := decodeHot(c, s.Config.MaxHTTPRequestLength, fastValues)
 	switch {
 	case err != nil:
@@ -216,7 +217,7 @@ func (s *Server) batch(c echo.Context) (*filter.Filter, batch, error) {
 
 // strings are the batch's string values; answers maps the answers for them back onto every
 // element, with false for the elements that are not strings.
-func (bt batch) strings() []string {
+func (bt valueBatch) strings() []string {
 	if bt.allStrings {
 		return bt.values
 	}
@@ -229,7 +230,7 @@ func (bt batch) strings() []string {
 	return out
 }
 
-func (bt batch) answers(forStrings []bool) []bool {
+func (bt valueBatch) answers(forStrings []bool) []bool {
 	if bt.allStrings {
 		return forStrings
 	}
@@ -249,7 +250,7 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, value, err := s.single(c)
+	f, value, err := s.readValue(c)
 	if err != nil {
 		return err
 	}
@@ -269,7 +270,7 @@ func (s *Server) multiCheck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, bt, err := s.batch(c)
+	f, bt, err := s.readValues(c)
 	if err != nil {
 		return err
 	}
@@ -292,7 +293,7 @@ func (s *Server) checkAndSet(c echo.Context) error {
 	if handled, err := s.forwardToHome(c); handled || err != nil {
 		return err
 	}
-	f, value, err := s.single(c)
+	f, value, err := s.readValue(c)
 	if err != nil {
 		return err
 	}
@@ -311,7 +312,7 @@ func (s *Server) multiCheckAndSet(c echo.Context) error {
 	if handled, err := s.forwardToHome(c); handled || err != nil {
 		return err
 	}
-	f, bt, err := s.batch(c)
+	f, bt, err := s.readValues(c)
 	if err != nil {
 		return err
 	}
@@ -327,7 +328,7 @@ func (s *Server) set(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, value, err := s.single(c)
+	f, value, err := s.readValue(c)
 	if err != nil {
 		return err
 	}
@@ -342,7 +343,7 @@ func (s *Server) multiSet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, bt, err := s.batch(c)
+	f, bt, err := s.readValues(c)
 	if err != nil {
 		return err
 	}

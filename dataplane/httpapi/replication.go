@@ -18,8 +18,9 @@ import (
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
-// The server's side of replication (docs/replication.md): the request paths consult the
-// cluster node, which does the talking to peers.
+// The HTTP side of replication (docs/replication.md): the consistency parameter, forwarding to a
+// filter's home (decided by the write service), quorum reads, and the internal endpoints that the
+// operator and the peers call.
 
 // forwarded reports whether a peer sent this request on a client's behalf: it is served here,
 // not forwarded again.
