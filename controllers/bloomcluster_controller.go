@@ -93,15 +93,7 @@ func (r *BloomClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		log.FromContext(ctx).V(1).Info("Namespace is being deleted; BloomCluster left to the namespace controller")
 		return ctrl.Result{}, nil
 	}
-	if perr := r.patchStatus(ctx, original, &cluster); perr != nil {
-		if apierrors.IsConflict(perr) && err == nil {
-			// The cache is behind the API server; the newer object's event brings a new pass.
-			log.FromContext(ctx).V(1).Info("Status of BloomCluster changed meanwhile; requeued")
-			return ctrl.Result{RequeueAfter: time.Second}, nil
-		}
-		return ctrl.Result{}, errors.Join(err, perr)
-	}
-	return result, err
+	return statusPatched(ctx, "BloomCluster", result, err, r.patchStatus(ctx, original, &cluster))
 }
 
 // errNamespaceTerminating stops a pass whose namespace is being deleted.

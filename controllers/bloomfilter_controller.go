@@ -90,16 +90,7 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// The status patch is locked to the version the pass last saw: its own update (the
 	// finalizer) is not a concurrent change.
 	original.ResourceVersion = bf.ResourceVersion
-	if perr := r.patchStatus(ctx, original, &bf); perr != nil {
-		if apierrors.IsConflict(perr) && err == nil {
-			// The status was computed from an object that changed since; the newer object's
-			// event brings a new pass.
-			log.FromContext(ctx).V(1).Info("BloomFilter changed meanwhile; requeued")
-			return ctrl.Result{RequeueAfter: time.Second}, nil
-		}
-		return ctrl.Result{}, errors.Join(err, perr)
-	}
-	return result, err
+	return statusPatched(ctx, "BloomFilter", result, err, r.patchStatus(ctx, original, &bf))
 }
 
 // reconcile runs the steps of one pass; the caller writes the status they computed.

@@ -71,29 +71,35 @@ func snapshotCriteria(triggers []bloomeryv1alpha1.SnapshotTrigger) *[]config.Fil
 	return &criteria
 }
 
-// logSyncValue maps the API's enum onto the data plane's (Redis's appendfsync values).
-func logSyncValue(p bloomeryv1alpha1.LogSyncPolicy) config.LogSync {
-	switch p {
-	case bloomeryv1alpha1.LogSyncAlways:
-		return config.LogSyncAlways
-	case bloomeryv1alpha1.LogSyncNo:
-		return config.LogSyncNo
-	default:
-		return config.LogSyncEverySecond
+// The API's enums in the data plane's spelling (for log sync, Redis's appendfsync values; for
+// consistency, that of the ?consistency= query parameter). An unset field takes the API's default.
+var (
+	logSyncValues = map[bloomeryv1alpha1.LogSyncPolicy]config.LogSync{
+		bloomeryv1alpha1.LogSyncAlways:      config.LogSyncAlways,
+		bloomeryv1alpha1.LogSyncEverySecond: config.LogSyncEverySecond,
+		bloomeryv1alpha1.LogSyncNo:          config.LogSyncNo,
 	}
+	consistencyValues = map[bloomeryv1alpha1.Consistency]wire.Consistency{
+		bloomeryv1alpha1.ConsistencyOne:    wire.ConsistencyOne,
+		bloomeryv1alpha1.ConsistencyQuorum: wire.ConsistencyQuorum,
+		bloomeryv1alpha1.ConsistencyAll:    wire.ConsistencyAll,
+	}
+)
+
+func logSyncValue(p bloomeryv1alpha1.LogSyncPolicy) config.LogSync {
+	return valueOr(logSyncValues, p, config.LogSyncEverySecond)
 }
 
-// consistencyValue maps the API's enum onto the data plane's, which is also that of the
-// ?consistency= query parameter.
 func consistencyValue(c bloomeryv1alpha1.Consistency) wire.Consistency {
-	switch c {
-	case bloomeryv1alpha1.ConsistencyOne:
-		return wire.ConsistencyOne
-	case bloomeryv1alpha1.ConsistencyAll:
-		return wire.ConsistencyAll
-	default:
-		return wire.ConsistencyQuorum
+	return valueOr(consistencyValues, c, wire.ConsistencyQuorum)
+}
+
+// valueOr is m[k], or def when m has no k.
+func valueOr[K comparable, V any](m map[K]V, k K, def V) V {
+	if v, ok := m[k]; ok {
+		return v
 	}
+	return def
 }
 
 // configHash identifies a configuration in the pod template's annotation.

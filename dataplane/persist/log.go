@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/tick"
 )
 
 // SyncPolicy says when the log reaches the disk.
@@ -263,16 +265,7 @@ func (w *wal) run(ctx context.Context) {
 		w.runFlusher(ctx)
 		return
 	}
-	ticker := time.NewTicker(flushInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			_ = w.flush(w.policy == SyncEverySecond)
-		}
-	}
+	tick.Every(ctx, flushInterval, func() { _ = w.flush(w.policy == SyncEverySecond) })
 }
 
 func (w *wal) runFlusher(ctx context.Context) {

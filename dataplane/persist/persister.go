@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/internal/tick"
 )
 
 // Criterion asks for a snapshot every Period when more than UpdatesMoreThan updates happened
@@ -262,21 +263,15 @@ func (p *Persister) Run(ctx context.Context) {
 	wg.Wait()
 }
 
+// trigger takes a snapshot every period in which more than the criterion's updates happened.
 func (p *Persister) trigger(ctx context.Context, c Criterion) {
-	ticker := time.NewTicker(c.Period)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			if updates := p.updates.Load(); updates > c.UpdatesMoreThan {
-				if err := p.Snapshot(); err != nil {
-					p.opts.Log.Error("Snapshot failed", "error", err.Error(), "updates", updates)
-				}
+	tick.Every(ctx, c.Period, func() {
+		if updates := p.updates.Load(); updates > c.UpdatesMoreThan {
+			if err := p.Snapshot(); err != nil {
+				p.opts.Log.Error("Snapshot failed", "error", err.Error(), "updates", updates)
 			}
 		}
-	}
+	})
 }
 
 // Snapshot writes every live filter to snapshot.tmp, makes it snapshot.db, and drops the log

@@ -12,6 +12,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/tick"
 )
 
 // Inventory lists what this pod holds: a digest of every live filter and the tombstones.
@@ -235,16 +236,7 @@ func (n *Node) Run(ctx context.Context) {
 	if n.opts.AntiEntropyInterval <= 0 {
 		return
 	}
-	ticker := time.NewTicker(n.opts.AntiEntropyInterval)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			n.antiEntropy(ctx)
-		}
-	}
+	tick.Every(ctx, n.opts.AntiEntropyInterval, func() { n.antiEntropy(ctx) })
 }
 
 // antiEntropy repairs from one peer chosen at random. Every pod pulls on its own timer, so a

@@ -15,6 +15,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/httpapi"
 	"github.com/bloomery/bloomery/dataplane/persist"
+	"github.com/bloomery/bloomery/internal/tick"
 )
 
 // Run serves on ln until ctx is cancelled, then shuts down gracefully and takes a final snapshot.
@@ -173,22 +174,18 @@ func (hs *httpServer) shutdown(ctx context.Context, timeout time.Duration) error
 // them; purging gives their memory back. Tombstones, kept for days, are swept once a minute:
 // the sweep holds the lock that creates and deletes take.
 func (d *DataPlane) purgeExpired(ctx context.Context) {
-	ticker := time.NewTicker(d.cfg.PurgeInterval)
-	defer ticker.Stop()
-	tombstones := time.NewTicker(time.Minute)
-	defer tombstones.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			for _, name := range d.store.PurgeExpired() {
-				d.log.Info("Purged expired filter", "filter", name)
-			}
-		case <-tombstones.C:
+	var sweeps sync.WaitGroup
+	sweeps.Go(func() {
+		tick.Every(ctx, time.Minute, func() {
 			if n := d.store.PurgeTombstones(); n > 0 {
 				d.log.Info("Forgot tombstones of deleted filters past their retention", "tombstones", n, "retention", filter.TombstoneRetention.String())
 			}
+		})
+	})
+	tick.Every(ctx, d.cfg.PurgeInterval, func() {
+		for _, name := range d.store.PurgeExpired() {
+			d.log.Info("Purged expired filter", "filter", name)
 		}
-	}
+	})
+	sweeps.Wait()
 }
