@@ -17,9 +17,9 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// ConfigError is a problem with a configuration file. Its message names the file, the key (as a
+// Error is a problem with a configuration file. Its message names the file, the key (as a
 // path such as "triggerPersistenceCriteria[1].updatesMoreThan") and the line where known.
-type ConfigError struct {
+type Error struct {
 	Path string // the file, as given
 	Key  string // empty for problems with the file as a whole
 	Line int    // 0 when unknown
@@ -27,7 +27,7 @@ type ConfigError struct {
 	Err  error  // the underlying error (file system, YAML syntax), if any
 }
 
-func (e *ConfigError) Error() string {
+func (e *Error) Error() string {
 	msg := "config " + e.Path + ": " + e.Msg
 	if e.Line > 0 {
 		msg += fmt.Sprintf(" (line %d)", e.Line)
@@ -35,12 +35,12 @@ func (e *ConfigError) Error() string {
 	return msg
 }
 
-func (e *ConfigError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 // Load reads a YAML configuration file over Default: keys the file leaves out keep their
 // defaults, and an empty file is the defaults. Unknown keys, values of the wrong YAML type (a
 // quoted "1000" is a string, not a number) and values out of range are refused with a
-// *ConfigError naming the key. It checks only what the file sets; Validate checks the whole.
+// *Error naming the key. It checks only what the file sets; Validate checks the whole.
 func Load(path string) (Config, error) {
 	cfg, _, err := LoadWithFile(path)
 	return cfg, err
@@ -51,7 +51,7 @@ func Load(path string) (Config, error) {
 func LoadWithFile(path string) (Config, File, error) {
 	cfg, f := Default(), File{}
 	if path == "" {
-		return cfg, f, &ConfigError{Path: `""`, Msg: "no file name given"}
+		return cfg, f, &Error{Path: `""`, Msg: "no file name given"}
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -59,7 +59,7 @@ func LoadWithFile(path string) (Config, File, error) {
 		if pe, ok := errors.AsType[*fs.PathError](err); ok {
 			msg = pe.Err.Error() // the path is already in the message
 		}
-		return cfg, f, &ConfigError{Path: path, Msg: "cannot read the file: " + msg, Err: err}
+		return cfg, f, &Error{Path: path, Msg: "cannot read the file: " + msg, Err: err}
 	}
 	root, err := parseYAML(path, data)
 	if err != nil || root == nil {
@@ -81,15 +81,15 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, nil
 		}
-		return nil, &ConfigError{Path: path, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		return nil, &Error{Path: path, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		return nil, &ConfigError{Path: path, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
+		return nil, &Error{Path: path, Msg: "invalid YAML: " + strings.TrimPrefix(err.Error(), "yaml: "), Err: err}
 	default:
-		return nil, &ConfigError{Path: path, Line: next.Line, Msg: "holds more than one YAML document; " +
+		return nil, &Error{Path: path, Line: next.Line, Msg: "holds more than one YAML document; " +
 			"the configuration must be a single mapping"}
 	}
 	root := resolveAlias(&doc)
@@ -100,7 +100,7 @@ func parseYAML(path string, data []byte) (*yaml.Node, error) {
 		return nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
-		return nil, &ConfigError{Path: path, Line: root.Line,
+		return nil, &Error{Path: path, Line: root.Line,
 			Msg: "expected a mapping of configuration keys at the top level, got " + describeNode(root)}
 	}
 	return root, nil
@@ -156,12 +156,12 @@ func (d decoder) mapping(key string, n *yaml.Node, v reflect.Value) error {
 			if s := suggestKey(name, keysOf(v.Type())); s != "" {
 				msg += fmt.Sprintf(`; did you mean "%s"?`, joinKey(key, s))
 			}
-			return &ConfigError{Path: d.path, Key: child, Line: keyNode.Line, Msg: msg}
+			return &Error{Path: d.path, Key: child, Line: keyNode.Line, Msg: msg}
 		}
 		// The YAML library keeps duplicate keys in a node, and a silent "last one wins" would hide
 		// which value is in effect.
 		if prev := seen[name]; prev != nil {
-			return &ConfigError{Path: d.path, Key: child, Line: keyNode.Line,
+			return &Error{Path: d.path, Key: child, Line: keyNode.Line,
 				Msg: fmt.Sprintf("key %q is set twice, at lines %d and %d", child, prev.Line, keyNode.Line)}
 		}
 		seen[name] = keyNode
@@ -181,7 +181,7 @@ func (d decoder) complete(key string, n *yaml.Node, t reflect.Type, seen map[str
 		}
 		other := field.Tag.Get("aliasOf")
 		if a, b := seen[other], seen[name]; a != nil && b != nil {
-			return &ConfigError{Path: d.path, Key: joinKey(key, other), Line: max(a.Line, b.Line),
+			return &Error{Path: d.path, Key: joinKey(key, other), Line: max(a.Line, b.Line),
 				Msg: fmt.Sprintf(`keys %q (line %d) and %q (line %d) are the same setting; keep one`,
 					joinKey(key, other), a.Line, joinKey(key, name), b.Line)}
 		}
@@ -208,12 +208,12 @@ func (d decoder) list(key string, n *yaml.Node, v reflect.Value) error {
 	return nil
 }
 
-func (d decoder) errorf(key string, n *yaml.Node, format string, args ...any) *ConfigError {
+func (d decoder) errorf(key string, n *yaml.Node, format string, args ...any) *Error {
 	msg := fmt.Sprintf(format, args...)
 	if key != "" {
 		msg = fmt.Sprintf("key %q: %s", key, msg)
 	}
-	return &ConfigError{Path: d.path, Key: key, Line: n.Line, Msg: msg}
+	return &Error{Path: d.path, Key: key, Line: n.Line, Msg: msg}
 }
 
 func joinKey(parent, key string) string {

@@ -288,9 +288,9 @@ func TestLoadConfigOutOfRange(t *testing.T) {
 			if err == nil || !strings.HasPrefix(err.Error(), wantMsg) {
 				t.Fatalf("Load(%q) = %v\nwant an error starting %q", oneKey(tt.key, tt.value), err, wantMsg)
 			}
-			var ce *ConfigError
+			var ce *Error
 			if !errors.As(err, &ce) || ce.Key != tt.key || ce.Line == 0 {
-				t.Errorf("error %#v: want a *ConfigError with Key %q and a line", err, tt.key)
+				t.Errorf("error %#v: want a *Error with Key %q and a line", err, tt.key)
 			}
 		})
 	}

@@ -35,7 +35,7 @@ func TestJournalAttachedWhileWriting(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := 0; i < 1000; i++ {
+		for range 1000 {
 			if _, err := f.CheckAndSet("before-or-after"); err != nil {
 				t.Error(err)
 				return

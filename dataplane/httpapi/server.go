@@ -58,10 +58,10 @@ type Phase int32
 const (
 	// Serving is the zero value: a Server that nothing is recovered into serves at once.
 	Serving Phase = iota
-	// Recovering: the HTTP server answers, so probes and /metrics work, but the filter API
+	// Recovering is while the filters are loaded: probes and /metrics answer, the filter API
 	// answers 503 until the filters are back.
 	Recovering
-	// Draining: a graceful shutdown began; /readyz answers 503 while the API still serves.
+	// Draining is once a graceful shutdown began: /readyz answers 503 while the API still serves.
 	Draining
 )
 
