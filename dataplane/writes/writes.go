@@ -74,8 +74,8 @@ func (s *Service) Delete(ctx context.Context, level wire.Consistency, name strin
 // CheckAndSet adds key to f and reports whether it may have been present before.
 func (s *Service) CheckAndSet(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) (bool, error) {
 	present, err := f.CheckAndSet(key)
-	if err != nil {
-		return false, err
+	if err != nil || !s.node.Replicating() { // alone, the one-key slice is not worth making
+		return present, err
 	}
 	return present, s.replicateAdd(ctx, level, f, []string{key})
 }
