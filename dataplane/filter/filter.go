@@ -55,14 +55,29 @@ func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter,
 	if err != nil {
 		return nil, err
 	}
-	if err := s.memory.reserve(name, shape.SizeBytes(), 0); err != nil {
-		return nil, err
-	}
 	f := &Filter{name: name, opts: opts, created: created, store: s}
 	f.lastAccess.Store(max(f.created.UnixNano(), s.clock().UnixNano()))
 	f.journaledAccess.Store(f.created.UnixNano())
-	f.appendLayer(shape, newLayer(shape, nil))
+	if err := f.addLayer(shape, nil); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// addLayer reserves a layer's memory in the store's budget, allocates it holding a copy of words
+// (nil: all zero) and appends it. A refused reservation or allocation leaves the filter and the
+// budget as they were. The caller holds mu for writing, or is the only one who can reach f.
+func (f *Filter) addLayer(shape LayerShape, words []uint64) error {
+	if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.sizeBytes.Load()); err != nil {
+		return err
+	}
+	layer, err := newLayer(shape, words)
+	if err != nil {
+		f.store.memory.release(shape.SizeBytes())
+		return fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
+	}
+	f.appendLayer(shape, layer)
+	return nil
 }
 
 func (f *Filter) appendLayer(shape LayerShape, layer *bloom.BloomFilter) {
@@ -120,10 +135,7 @@ func (f *Filter) CheckMany(keys []string) []bool {
 // calls with the same new key exactly one answers false.
 func (f *Filter) CheckAndSet(key string) (bool, error) {
 	f.touch()
-	f.mu.Lock()
-	f.set.Add(1)
-	present, err := f.checkAndSetLocked(key)
-	f.mu.Unlock()
+	present, err := f.checkAndSetOne(key)
 	if err != nil {
 		return false, err
 	}
@@ -139,15 +151,28 @@ func (f *Filter) CheckAndSet(key string) (bool, error) {
 func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	f.touch()
 	out := make([]bool, len(keys))
-	f.mu.Lock()
-	f.set.Add(uint64(len(keys)))
-	n, err := f.checkAndSetManyLocked(keys, out)
-	f.mu.Unlock()
+	n, err := f.checkAndSetMany(keys, out)
 	out = out[:n]
 	if jerr := f.journalAdded(keys[:n]); err == nil {
 		err = jerr
 	}
 	return out, err
+}
+
+// checkAndSetOne and checkAndSetMany take the write lock around the locked forms; the lock is
+// released by defer, so that nothing, not even a panic, leaves the filter locked.
+func (f *Filter) checkAndSetOne(key string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set.Add(1)
+	return f.checkAndSetLocked(key)
+}
+
+func (f *Filter) checkAndSetMany(keys []string, out []bool) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.set.Add(uint64(len(keys)))
+	return f.checkAndSetManyLocked(keys, out)
 }
 
 // checkAndSetManyLocked answers CheckAndSet for keys into out and returns how many it answered:
@@ -263,11 +288,7 @@ func (f *Filter) growIfFullLocked() error {
 	if err != nil {
 		return err
 	}
-	if err := f.store.memory.reserve(f.name, next.SizeBytes(), f.sizeBytes.Load()); err != nil {
-		return err
-	}
-	f.appendLayer(next, newLayer(next, nil))
-	return nil
+	return f.addLayer(next, nil)
 }
 
 // locations appends key's locations for every layer to dst, as bloom.Locations computes them,

@@ -20,15 +20,19 @@ const offHeapMinBytes = 64 << 10
 // offHeapBytes counts the bytes of bit arrays mapped outside the heap and not yet unmapped.
 var offHeapBytes atomic.Int64
 
-// newLayer makes a layer of the given shape holding a copy of words (nil: all zero).
-func newLayer(shape LayerShape, words []uint64) *bloom.BloomFilter {
+// newLayer makes a layer of the given shape holding a copy of words (nil: all zero). It fails
+// when the system refuses the memory of a large one.
+func newLayer(shape LayerShape, words []uint64) (*bloom.BloomFilter, error) {
 	n := int(shape.SizeBytes() / 8)
 	if shape.SizeBytes() < offHeapMinBytes {
 		own := make([]uint64, n)
 		copy(own, words)
-		return bloom.FromWithM(own, shape.Bits, shape.Hashes)
+		return bloom.FromWithM(own, shape.Bits, shape.Hashes), nil
 	}
-	own, unmap := allocWords(n)
+	own, unmap, err := allocWords(n)
+	if err != nil {
+		return nil, err
+	}
 	offHeapBytes.Add(int64(n) * 8)
 	release := func() {
 		unmap()
@@ -39,5 +43,5 @@ func newLayer(shape LayerShape, words []uint64) *bloom.BloomFilter {
 	// The words go back to the system once nothing can reach the layer: a reader that looked
 	// the filter up before it was deleted may still be probing it.
 	runtime.AddCleanup(layer, func(release func()) { release() }, release)
-	return layer
+	return layer, nil
 }

@@ -208,10 +208,9 @@ func (f *Filter) merge(st State) (MergeResult, error) {
 		if f.dropped {
 			return res, nil
 		}
-		if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.sizeBytes.Load()); err != nil {
+		if err := f.addLayer(shape, layer.Words); err != nil {
 			return res, err
 		}
-		f.appendLayer(shape, newLayer(shape, layer.Words))
 		f.newestItems = st.NewestItems
 		res.LayersChanged++
 		res.BytesChanged += shape.SizeBytes()

@@ -65,19 +65,15 @@ func (s *Store) Restore(st State) error {
 	if err := st.validate(); err != nil {
 		return err
 	}
-	var size uint64
-	for _, layer := range st.Layers {
-		size += uint64(len(layer.Words)) * 8
-	}
-	if err := s.memory.reserve(st.Name, size, 0); err != nil {
-		return err
-	}
 	f := &Filter{name: st.Name, opts: st.Options, created: st.Created, store: s}
 	f.lastAccess.Store(st.LastAccess.UnixNano())
 	f.journaledAccess.Store(st.LastAccess.UnixNano())
 	for i, layer := range st.Layers {
 		shape, _ := st.Options.LayerShape(i)
-		f.appendLayer(shape, newLayer(shape, layer.Words))
+		if err := f.addLayer(shape, layer.Words); err != nil {
+			s.memory.release(f.sizeBytes.Load())
+			return err
+		}
 	}
 	f.items.Store(st.Items)
 	f.newestItems = st.NewestItems

@@ -3,18 +3,22 @@
 package filter
 
 import (
+	"fmt"
 	"syscall"
 	"unsafe"
 )
 
+// mmap is syscall.Mmap; tests make it refuse.
+var mmap = syscall.Mmap
+
 // allocWords maps n zeroed words of anonymous memory; release unmaps them. Pages cost RSS only
-// once written, as heap pages do.
-func allocWords(n int) (words []uint64, release func()) {
-	mem, err := syscall.Mmap(-1, 0, n*8, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+// once written, as heap pages do. The system may refuse the mapping (an address-space limit, an
+// overcommit policy) even within the memory budget: that is an error for the one write that
+// needed the memory, not the end of the process.
+func allocWords(n int) (words []uint64, release func(), err error) {
+	mem, err := mmap(-1, 0, n*8, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
-		// The memory budget was reserved before the allocation, so the system refusing it is
-		// as fatal as the heap failing to grow would be.
-		panic("filter: mapping a bit array of " + FormatBytes(uint64(n)*8) + ": " + err.Error())
+		return nil, nil, fmt.Errorf("mapping a bit array of %s: %w", FormatBytes(uint64(n)*8), err)
 	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), n), func() { _ = syscall.Munmap(mem) }
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), n), func() { _ = syscall.Munmap(mem) }, nil
 }
