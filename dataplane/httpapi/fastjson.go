@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -33,15 +35,34 @@ func readRaw(c echo.Context, limit int64) (raw []byte, pooled *[]byte, ok bool, 
 		return nil, nil, false, nil
 	}
 	pooled = bodyBuffers.Get().(*[]byte)
-	if int64(cap(*pooled)) < n {
-		*pooled = make([]byte, n)
-	}
-	raw = (*pooled)[:n]
-	if _, err := io.ReadFull(req.Body, raw); err != nil {
+	raw, err = readDeclared(req.Body, (*pooled)[:0], n)
+	if err != nil {
 		releaseRaw(pooled, raw)
 		return nil, nil, true, badRequest("could not read the request body: " + err.Error())
 	}
 	return raw, pooled, true, nil
+}
+
+// readDeclared appends the n bytes a request declared to buf, which grows with the bytes that
+// arrive rather than with the declaration: a client that declares a large body and sends little
+// costs little.
+func readDeclared(r io.Reader, buf []byte, n int64) ([]byte, error) {
+	for int64(len(buf)) < n {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, int(min(n-int64(len(buf)), int64(max(cap(buf), 4<<10)))))
+		}
+		m, err := r.Read(buf[len(buf):int(min(int64(cap(buf)), n))])
+		buf = buf[:len(buf)+m]
+		switch {
+		case errors.Is(err, io.EOF) && int64(len(buf)) < n:
+			return buf, io.ErrUnexpectedEOF
+		case errors.Is(err, io.EOF):
+			return buf, nil
+		case err != nil:
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // releaseRaw returns a buffer of readRaw to the pool once nothing refers to raw any more.

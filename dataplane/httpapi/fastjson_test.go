@@ -1,6 +1,9 @@
 package httpapi
 
 import (
+	"bytes"
+	"errors"
+	"io"
 	"slices"
 	"testing"
 )
@@ -70,4 +73,42 @@ func FuzzFastPath(f *testing.F) {
 			}
 		}
 	})
+}
+
+// trickle gives its bytes a few at a time, as a slow client's body arrives.
+type trickle struct{ data []byte }
+
+func (t *trickle) Read(p []byte) (int, error) {
+	if len(t.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, t.data[:min(len(t.data), 7)])
+	t.data = t.data[n:]
+	return n, nil
+}
+
+// A body is read into memory as its bytes arrive: a declared length does not allocate by itself.
+func TestReadDeclaredGrowsWithTheBytes(t *testing.T) {
+	const declared = 10 << 20
+	got, err := readDeclared(&trickle{data: []byte(`{"value":"x"}`)}, nil, declared)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a body shorter than declared: %v, want io.ErrUnexpectedEOF", err)
+	}
+	if string(got) != `{"value":"x"}` || cap(got) > 64<<10 {
+		t.Errorf("read %q into %d bytes of buffer for a %d-byte declaration", got, cap(got), declared)
+	}
+
+	want := bytes.Repeat([]byte("0123456789"), 100_000)
+	got, err = readDeclared(&trickle{data: want}, make([]byte, 0, 16), int64(len(want)))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("a whole body of %d bytes: %d bytes, %v", len(want), len(got), err)
+	}
+	if cap(got) > 4*len(want) {
+		t.Errorf("%d bytes of buffer for %d bytes of body", cap(got), len(want))
+	}
+	// Bytes after the declared length are left for whoever reads next.
+	rest := &trickle{data: []byte("abcdef")}
+	if got, err := readDeclared(rest, nil, 3); err != nil || string(got) != "abc" {
+		t.Errorf("3 declared bytes: %q, %v", got, err)
+	}
 }
