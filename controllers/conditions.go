@@ -29,6 +29,9 @@ const (
 	// Pods whose API listens did not answer the operator's membership push: they cannot turn
 	// ready, and their peers do not know them (a NetworkPolicy, or a broken pod).
 	ReasonMembershipNotDelivered = "MembershipNotDelivered"
+	// Pods hold the largest membership epoch there is (only pushed by someone other than the
+	// operator): no newer membership can reach them until they restart.
+	ReasonMembershipEpochExhausted = "MembershipEpochExhausted"
 
 	// BloomFilter
 	ReasonOnAllPods       = "OnAllPods"

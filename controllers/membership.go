@@ -61,9 +61,13 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 	outcomes := r.pushMembership(ctx, c, targets)
 	var next uint64 // past the highest epoch a pod holds for another set; 0 if none does
 	var retry bool
-	var unreachable []string
+	var unreachable, exhausted []string
 	for i, o := range outcomes {
 		switch {
+		case o.ahead && o.podEpoch >= wire.MaxEpoch:
+			// No epoch is left above the pod's for the operator to push; only a restart of the
+			// pod, which forgets its membership, lets it follow the cluster again.
+			exhausted = append(exhausted, targets[i].addr.Name)
 		case o.ahead:
 			next = max(next, o.podEpoch+1)
 		case o.err != nil:
@@ -72,6 +76,12 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 				unreachable = append(unreachable, targets[i].addr.Name)
 			}
 		}
+	}
+	if len(exhausted) > 0 {
+		st.notApplied = append(st.notApplied, degradation{ReasonMembershipEpochExhausted, fmt.Sprintf(
+			"pods %s hold membership epoch %d, the largest there is, so they can be told no newer membership; delete them to restart them with none",
+			strings.Join(exhausted, ", "), uint64(wire.MaxEpoch))})
+		return ctrl.Result{RequeueAfter: membershipRetry}, nil
 	}
 	if next > 0 {
 		r.startEpoch(ctx, c, int64(next), members, "a pod holds an epoch at least as high as status.membershipEpoch")

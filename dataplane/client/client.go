@@ -288,11 +288,12 @@ func (c *Client) roundTrip(ctx context.Context, method, path, contentType string
 	switch out := out.(type) {
 	case nil:
 	case *[]byte:
-		if *out, err = io.ReadAll(resp.Body); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+		if *out, err = readAnswer(resp.Body); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, err)
 		}
 	default:
-		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		// A longer answer is cut, and fails to decode.
+		if err := json.NewDecoder(io.LimitReader(resp.Body, maxAnswer)).Decode(out); err != nil {
 			return resp.StatusCode, fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
 		}
 	}
@@ -325,6 +326,22 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	return resp, nil
+}
+
+// maxAnswer bounds an answer read into memory: the largest, booleans for the values of one
+// request body, is far smaller; a pod that sends more is not to be believed.
+const maxAnswer = 64 << 20
+
+// readAnswer reads a whole answer of at most maxAnswer bytes.
+func readAnswer(body io.Reader) ([]byte, error) {
+	raw, err := io.ReadAll(io.LimitReader(body, maxAnswer+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("reading the answer: %w", err)
+	case len(raw) > maxAnswer:
+		return nil, fmt.Errorf("the answer is larger than %d bytes", maxAnswer)
+	}
+	return raw, nil
 }
 
 func success(status int) bool { return status >= 200 && status <= 299 }

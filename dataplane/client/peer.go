@@ -68,9 +68,6 @@ func (a Answer) Err() error {
 	return errorOf(a.Status, a.Body)
 }
 
-// maxAnswer bounds a forwarded answer: booleans for at most one request body's values.
-const maxAnswer = 64 << 20
-
 // Forward sends a request the way a client sent it to another pod (requestURI is its path and
 // query), and answers the pod's answer whatever its status: errors included, it is the client's.
 func (c *Client) Forward(ctx context.Context, method, requestURI, contentType string, body []byte) (Answer, error) {
@@ -79,9 +76,9 @@ func (c *Client) Forward(ctx context.Context, method, requestURI, contentType st
 		return Answer{}, err
 	}
 	defer func() { _ = discard(resp.Body) }()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	raw, err := readAnswer(resp.Body)
 	if err != nil {
-		return Answer{}, fmt.Errorf("%s %s: reading the answer: %w", method, requestURI, err)
+		return Answer{}, fmt.Errorf("%s %s: %w", method, requestURI, err)
 	}
 	return Answer{Status: resp.StatusCode, ContentType: resp.Header.Get("Content-Type"), Body: raw}, nil
 }

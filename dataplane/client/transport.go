@@ -39,5 +39,7 @@ func NewHTTPClient(o TransportOptions) *http.Client {
 	if o.ProxyFromEnvironment {
 		t.Proxy = http.ProxyFromEnvironment
 	}
-	return &http.Client{Transport: t}
+	// A pod never redirects; a redirect would send the request, and whatever it carries, to an
+	// address the caller did not choose.
+	return &http.Client{Transport: t, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,5 +24,31 @@ func TestNewHTTPClient(t *testing.T) {
 	o.ProxyFromEnvironment = true
 	if tr := client.NewHTTPClient(o).Transport.(*http.Transport); tr.Proxy == nil {
 		t.Error("with ProxyFromEnvironment: no proxy function")
+	}
+}
+
+// A pod's answer that redirects is an error, and the request never goes where it points: a peer
+// or the operator would otherwise send its request, and what it carries, to an address it did
+// not choose.
+func TestRedirectsAreNotFollowed(t *testing.T) {
+	var reached atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		reached.Add(1)
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer elsewhere.Close()
+	pod := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, elsewhere.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer pod.Close()
+	c := client.New(pod.URL)
+	if _, err := c.Inventory(t.Context()); err == nil {
+		t.Error("a redirected call succeeded")
+	}
+	if _, err := c.Forward(t.Context(), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{"value":"x"}`)); err != nil {
+		t.Errorf("Forward hands any answer back: %v", err)
+	}
+	if n := reached.Load(); n != 0 {
+		t.Errorf("the redirect target was called %d times", n)
 	}
 }

@@ -3,6 +3,7 @@ package filter
 import (
 	"fmt"
 	"hash/crc32"
+	"math"
 	"time"
 	"unsafe"
 )
@@ -36,12 +37,21 @@ func (s *Store) bury(name string, generation int64) {
 func (s *Store) nextCreated(name string) time.Time {
 	next := s.clock().UnixNano()
 	if f, ok := s.Lookup(name); ok {
-		next = max(next, f.Generation()+1)
+		next = max(next, successor(f.Generation()))
 	}
 	if t, ok := s.tombstones[name]; ok {
-		next = max(next, t.Generation+1)
+		next = max(next, successor(t.Generation))
 	}
 	return time.Unix(0, next)
+}
+
+// successor is the generation after g; at the largest it stays there rather than wrap to the
+// smallest, which every incarnation would then outlive.
+func successor(g int64) int64 {
+	if g == math.MaxInt64 {
+		return g
+	}
+	return g + 1
 }
 
 // stale reports whether an incarnation of name at generation is dead: tombstoned, or older than

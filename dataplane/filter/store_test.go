@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"math"
 	"sync"
 	"testing"
 	"time"
@@ -51,5 +52,22 @@ func TestJournalAttachedWhileWriting(t *testing.T) {
 	defer j.mu.Unlock()
 	if j.added == 0 {
 		t.Error("a write after SetJournal was not journaled")
+	}
+}
+
+// A new incarnation's generation never falls below the one it replaces, even at the largest
+// generation, where adding one would wrap to the smallest.
+func TestGenerationsDoNotWrap(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	opts := Options{Capacity: 100, FPP: 0.01}
+	if _, err := s.CreateReplica("f", opts, time.Unix(0, math.MaxInt64)); err != nil {
+		t.Fatal(err)
+	}
+	f, created, err := s.Create("f", opts, true)
+	if err != nil || !created {
+		t.Fatalf("overwrite = %v, %v", created, err)
+	}
+	if f.Generation() != math.MaxInt64 {
+		t.Errorf("generation after the largest: %d, want it to stay at %d", f.Generation(), int64(math.MaxInt64))
 	}
 }

@@ -75,12 +75,23 @@ func (n *Node) logFailure(op Op, err error) bool {
 	return err == nil
 }
 
+// MaxGenerationSkew bounds how far ahead of this pod's clock a replicated create or delete may
+// be. Generations are creation times, which only grow: one far in the future would make every
+// later create of the name lose to it, and a delete at it would leave a tombstone that outlives
+// every create for as long as the skew.
+const MaxGenerationSkew = 10 * time.Minute
+
 func checkOp(op Op) error {
 	if err := filter.ValidateName(op.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadOp, err)
 	}
 	if op.Generation <= 0 {
 		return fmt.Errorf("%w: generation must be > 0, got %d", ErrBadOp, op.Generation)
+	}
+	if op.Kind != OpAdd {
+		if err := checkGeneration(op.Generation, time.Now()); err != nil {
+			return fmt.Errorf("%w: %s of %q: %w", ErrBadOp, op.Kind, op.Name, err)
+		}
 	}
 	switch op.Kind {
 	case OpCreate:
@@ -93,6 +104,15 @@ func checkOp(op Op) error {
 	case OpDelete, OpAdd:
 	default:
 		return fmt.Errorf("%w: unknown op %q", ErrBadOp, op.Kind)
+	}
+	return nil
+}
+
+// checkGeneration refuses a generation more than MaxGenerationSkew ahead of now. Adds need no
+// check: one at a generation no pod holds applies nowhere.
+func checkGeneration(generation int64, now time.Time) error {
+	if limit := now.Add(MaxGenerationSkew).UnixNano(); generation > limit {
+		return fmt.Errorf("generation %d is more than %s ahead of this pod's clock (%d)", generation, MaxGenerationSkew, now.UnixNano())
 	}
 	return nil
 }

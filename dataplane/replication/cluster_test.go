@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,10 +66,57 @@ func TestMembershipValidation(t *testing.T) {
 		{wire.Membership{Epoch: 1, Self: "a", Members: members("a", "a")}, `members[1].name: "a" appears twice`},
 		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "10.0.0.1:8080"}}}, `members[0].url: "10.0.0.1:8080" is not an http(s) URL with a host`},
 		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{URL: "http://a"}}}, `members[0].name: must not be empty`},
+		{wire.Membership{Epoch: wire.MaxEpoch + 1, Self: "a", Members: members("a")}, `epoch: must be at most 9007199254740991, got 9007199254740992`},
+		{wire.Membership{Epoch: 1<<64 - 1, Self: "a", Members: members("a")}, `epoch: must be at most 9007199254740991, got 18446744073709551615`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://a"}}}, `members[0].url: "http://a" has no port`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://a:1/x"}}}, `members[0].url: "http://a:1/x" must be a scheme, a host and a port only`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://a:1?to=b"}}}, `members[0].url: "http://a:1?to=b" must be a scheme, a host and a port only`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://u:p@a:1"}}}, `members[0].url: "http://u:p@a:1" must be a scheme, a host and a port only`},
+		{wire.Membership{Epoch: 1, Self: "a", Members: members(numbered(MaxMembers + 1)...)}, `members: at most 256, got 257`},
 	} {
 		if err := Validate(tc.m); err == nil || err.Error() != tc.want {
 			t.Errorf("Validate(%+v) = %v, want %q", tc.m, err, tc.want)
 		}
+	}
+}
+
+func numbered(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprint("pod-", i)
+	}
+	return names
+}
+
+// Replicated creates and deletes far ahead of the pod's clock are refused: their generation would
+// outlive every later create of the name.
+func TestGenerationsAheadOfTheClockAreRefused(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	n := NewNode(Options{Store: store})
+	defer n.Close()
+	opts := filter.Options{Capacity: 100, FPP: 0.01}
+	if _, _, err := store.Create("f", opts, false); err != nil {
+		t.Fatal(err)
+	}
+	ahead := time.Now().Add(MaxGenerationSkew + time.Minute).UnixNano()
+	for _, op := range []Op{
+		{Kind: OpDelete, Name: "f", Generation: math.MaxInt64},
+		{Kind: OpDelete, Name: "f", Generation: ahead},
+		{Kind: OpCreate, Name: "f", Generation: ahead, Options: &opts},
+	} {
+		if _, err := n.Apply([]Op{op}); !errors.Is(err, ErrBadOp) || !strings.Contains(err.Error(), "ahead of this pod's clock") {
+			t.Errorf("%s at generation %d: %v, want ErrBadOp naming the clock", op.Kind, op.Generation, err)
+		}
+	}
+	if _, err := store.Get("f"); err != nil {
+		t.Errorf("the filter after refused ops: %v", err)
+	}
+	if len(store.Tombstones()) != 0 {
+		t.Errorf("tombstones after refused deletes: %v", store.Tombstones())
+	}
+	within := time.Now().Add(time.Minute).UnixNano()
+	if applied, err := n.Apply([]Op{{Kind: OpDelete, Name: "f", Generation: within}}); err != nil || !applied[0] {
+		t.Errorf("a delete a minute ahead (clocks drift): %v, %v", applied, err)
 	}
 }
 

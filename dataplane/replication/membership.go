@@ -28,11 +28,20 @@ type Membership struct {
 // NewMembership is the membership of a pod that has not been told any.
 func NewMembership() *Membership { return &Membership{changed: make(chan struct{})} }
 
-// Validate checks a membership on its own: an epoch above 0 (0 means never told), Self among
-// the members, names unique, URLs absolute.
+// MaxMembers bounds the pods of one cluster: every pod sends every write to every other.
+const MaxMembers = 256
+
+// Validate checks a membership on its own: an epoch between 1 (0 means never told) and MaxEpoch,
+// at most MaxMembers members, Self among them, names unique, each URL a scheme, a host and a port.
 func Validate(m wire.Membership) error {
 	if m.Epoch == 0 {
 		return errors.New("epoch: must be greater than 0")
+	}
+	if m.Epoch > wire.MaxEpoch {
+		return fmt.Errorf("epoch: must be at most %d, got %d", uint64(wire.MaxEpoch), m.Epoch)
+	}
+	if len(m.Members) > MaxMembers {
+		return fmt.Errorf("members: at most %d, got %d", MaxMembers, len(m.Members))
 	}
 	seen := make(map[string]bool, len(m.Members))
 	self := false
@@ -44,14 +53,28 @@ func Validate(m wire.Membership) error {
 			return fmt.Errorf("members[%d].name: %q appears twice", i, member.Name)
 		}
 		seen[member.Name] = true
-		u, err := url.Parse(member.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("members[%d].url: %q is not an http(s) URL with a host", i, member.URL)
+		if err := checkMemberURL(member.URL); err != nil {
+			return fmt.Errorf("members[%d].url: %q %w", i, member.URL, err)
 		}
 		self = self || member.Name == m.Self
 	}
 	if len(m.Members) > 0 && !self {
 		return fmt.Errorf("self: %q is not one of the members", m.Self)
+	}
+	return nil
+}
+
+// checkMemberURL accepts the base URL of a pod's API: http or https, a host and a port, nothing
+// else. Peers call paths under it, so a path, a query or credentials in it would be sent along.
+func checkMemberURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return errors.New("is not an http(s) URL with a host")
+	case u.Port() == "":
+		return errors.New("has no port")
+	case u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "":
+		return errors.New("must be a scheme, a host and a port only")
 	}
 	return nil
 }

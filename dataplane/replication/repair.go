@@ -57,6 +57,10 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 	store := n.opts.Store
 	var errs []error
 	for _, t := range inv.Tombstones {
+		if err := checkGeneration(t.Generation, time.Now()); err != nil {
+			errs = append(errs, fmt.Errorf("refusing %s's tombstone of %q: %w", peer.Name, t.Name, err))
+			continue
+		}
 		if deleted, err := store.DeleteReplica(t.Name, t.Generation); err != nil {
 			errs = append(errs, fmt.Errorf("applying %s's tombstone of %q: %w", peer.Name, t.Name, err))
 		} else if deleted {

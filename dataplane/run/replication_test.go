@@ -83,6 +83,38 @@ func TestApplyRefusesMalformedOps(t *testing.T) {
 	}
 }
 
+// Internal input that could not come from a peer or the operator is refused and changes nothing:
+// a delete at the largest generation, which would leave a tombstone outliving every create, and
+// epochs the operator could not count past.
+func TestInternalInputThatCannotHurt(t *testing.T) {
+	s := newTestServer(t, nil)
+	create(t, s, "f", client.CreateOptions{})
+	msg := s.send(t, http.MethodPost, wire.ApplyPath, `{"ops":[{"op":"delete","name":"f","generation":9223372036854775807}]}`).
+		wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	if !strings.Contains(msg, "generation 9223372036854775807 is more than 10m0s ahead") {
+		t.Errorf("a delete far in the future: %q", msg)
+	}
+	if _, err := s.client.Get(t.Context(), "f"); err != nil {
+		t.Errorf("the filter after the refused delete: %v", err)
+	}
+	if _, _, err := s.client.Create(t.Context(), "f", client.CreateOptions{Overwrite: true}); err != nil {
+		t.Errorf("a create after the refused delete: %v", err)
+	}
+
+	for _, epoch := range []string{"9007199254740992", "18446744073709551615"} {
+		push := `{"epoch":` + epoch + `,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`
+		msg := s.send(t, http.MethodPut, wire.MembershipPath, push).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		if !strings.Contains(msg, "epoch: must be at most 9007199254740991") {
+			t.Errorf("epoch %s: %q", epoch, msg)
+		}
+	}
+	var m wire.Membership
+	s.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
+	if m.Epoch != 0 {
+		t.Errorf("after refused pushes the pod holds epoch %d, want 0", m.Epoch)
+	}
+}
+
 func TestDumpAndMerge(t *testing.T) {
 	src, dst := newTestServer(t, nil), newTestServer(t, nil)
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}

@@ -11,6 +11,11 @@ const (
 	CodeReplication = 9
 )
 
+// MaxEpoch bounds membership epochs, far above what any cluster's changes reach: pods refuse
+// higher ones, so that the operator's next epoch (one more than the highest a pod holds) never
+// wraps, and JSON numbers and the BloomCluster's status hold every epoch exactly.
+const MaxEpoch = 1<<53 - 1
+
 // Member is one pod of a cluster.
 type Member struct {
 	// Name is the pod's name, unique in the cluster.
