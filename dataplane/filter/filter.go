@@ -288,6 +288,9 @@ func (f *Filter) growIfFullLocked() error {
 	if err != nil {
 		return err
 	}
+	if err := checkHashes(len(f.layers), next); err != nil {
+		return fmt.Errorf("%w: filter %q: %w", ErrTooLarge, f.name, err)
+	}
 	return f.addLayer(next, nil)
 }
 

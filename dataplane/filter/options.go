@@ -21,6 +21,20 @@ const (
 // keeps error rates of deep layers away from float underflow.
 const MaxLayers = 48
 
+// MaxHashes bounds the hash functions of one layer, and so the work of every check and set of a
+// key: each halves the false positive rate, so 64 reach about 5e-20, and more would make every
+// request pay for a rate no one can observe.
+const MaxHashes = 64
+
+// checkHashes refuses a layer whose shape needs more than MaxHashes hash functions. It guards new
+// layers only: a layer that exists keeps serving whatever its shape.
+func checkHashes(i int, shape LayerShape) error {
+	if shape.Hashes <= MaxHashes {
+		return nil
+	}
+	return fmt.Errorf("layer %d would need %d hash functions per key, more than the %d a layer may use", i, shape.Hashes, MaxHashes)
+}
+
 // maxLayerBits bounds one layer before anything is allocated: 2^40 bits is 128 GiB.
 const maxLayerBits = 1 << 40
 
@@ -121,6 +135,15 @@ func (o Options) Validate() error {
 		return err
 	}
 	return nil
+}
+
+// smallestFPP is the smallest fpp whose first layer needs no more than MaxHashes hash functions.
+func (o Options) smallestFPP() float64 {
+	p := math.Exp2(-MaxHashes)
+	if o.Scalable {
+		p /= 1 - o.Tightening // the first layer's rate is fpp·(1−r)
+	}
+	return p
 }
 
 // LayerShape is a layer's capacity and its bloom parameters (m bits, k hashes).

@@ -142,6 +142,11 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 	if err := opts.Validate(); err != nil {
 		return nil, false, err
 	}
+	// Validate took the first layer's shape already.
+	if shape, _ := opts.LayerShape(0); checkHashes(0, shape) != nil {
+		return nil, false, fmt.Errorf("%w: fpp %v needs %d hash functions per key, more than the %d a layer may use; the smallest fpp is about %.1e",
+			ErrInvalidOptions, opts.FPP, shape.Hashes, MaxHashes, opts.smallestFPP())
+	}
 	s.changes.Lock()
 	defer s.changes.Unlock()
 	if !overwrite {

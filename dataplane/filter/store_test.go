@@ -1,7 +1,9 @@
 package filter
 
 import (
+	"errors"
 	"math"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,5 +71,32 @@ func TestGenerationsDoNotWrap(t *testing.T) {
 	}
 	if f.Generation() != math.MaxInt64 {
 		t.Errorf("generation after the largest: %d, want it to stay at %d", f.Generation(), int64(math.MaxInt64))
+	}
+}
+
+// A false positive rate so small that a key would need more than MaxHashes hash functions is
+// refused at create, and a scalable filter stops growing before a layer would need them.
+func TestHashFunctionsAreBounded(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	_, _, err := s.Create("tiny", Options{Capacity: 1000, FPP: 1e-30}, false)
+	if !errors.Is(err, ErrInvalidOptions) || !strings.Contains(err.Error(), "the smallest fpp is about 5.4e-20") {
+		t.Errorf("fpp 1e-30: %v, want ErrInvalidOptions naming the smallest fpp", err)
+	}
+	if _, _, err := s.Create("small", Options{Capacity: 1000, FPP: 1e-19}, false); err != nil {
+		t.Errorf("fpp 1e-19, 63 hash functions: %v", err)
+	}
+
+	// The first layer needs 63 hash functions; every next one, tightened by half, one more.
+	opts := Options{Capacity: 100, FPP: math.Exp2(-61), Scalable: true, Growth: 2, Tightening: 0.5}
+	f, _, err := s.Create("deep", opts, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.CheckAndSetMany(keys("k", 100*(1+2)+1))
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "layer 2 would need 65 hash functions") {
+		t.Fatalf("growth past %d hash functions: %v, want ErrTooLarge naming the layer", MaxHashes, err)
+	}
+	if n := len(f.State().Layers); n != 2 {
+		t.Errorf("%d layers, want the 2 of at most %d hash functions", n, MaxHashes)
 	}
 }
