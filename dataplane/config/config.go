@@ -39,6 +39,9 @@ type Config struct {
 	// Memory limits; 0 means unlimited.
 	MaxFilterBytes uint64 // the most one filter may hold, all layers together
 	MaxTotalBytes  uint64 // the most all filters together may hold
+	// MaxFilters bounds the filters a pod holds: each costs memory and a share of every scrape and
+	// snapshot beyond its bits.
+	MaxFilters int
 
 	// HTTP.
 	MaxHTTPConnections   int
@@ -153,6 +156,7 @@ func Default() Config {
 		DefaultExpectedInsertions: 1_000_000,
 		DefaultFPP:                0.0001,
 		DefaultValidAfterCreate:   24 * time.Hour,
+		MaxFilters:                100_000,
 		MaxHTTPConnections:        1000,
 		MaxHTTPRequestLength:      10 << 20,
 		RequestTimeout:            5 * time.Second,
@@ -195,6 +199,7 @@ func (c Config) Validate() error {
 	check("defaultExpectedInsertions", rulePositive(c.DefaultExpectedInsertions))
 	check("defaultFalsePositiveProbability", ruleProbability(c.DefaultFPP))
 	check("defaultValidSecondsAfterCreate", ruleNonNegative(c.DefaultValidAfterCreate))
+	check("maxFilters", rulePositive(c.MaxFilters))
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
 	check("maxHttpRequestLength", rulePositive(c.MaxHTTPRequestLength))
 	check("requestTimeoutSeconds", rulePositive(c.RequestTimeout))

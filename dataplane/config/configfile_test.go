@@ -47,6 +47,7 @@ channelOptions:
   TCP_NODELAY: false
 maxFilterBytes: 64Mi
 maxTotalBytes: 1073741824
+maxFilters: 5000
 logSync: always
 logLevel: debug
 logFormat: text
@@ -81,6 +82,7 @@ antiEntropyIntervalSeconds: 120
 	want.ChannelOptions = ChannelOptions{SoRcvBuf: 128 << 10, SoSndBuf: 256 << 10, SoBacklog: 1024, TCPNoDelay: false}
 	want.MaxFilterBytes = 64 << 20
 	want.MaxTotalBytes = 1 << 30
+	want.MaxFilters = 5000
 	want.LogSync = "always"
 	want.LogLevel = "debug"
 	want.LogFormat = "text"

@@ -27,6 +27,7 @@ type File struct {
 	DefaultValidAfterCreate *Seconds  `yaml:"defaultValidSecondsAfterCreate,omitempty" check:"nonNegative"`
 	MaxFilterBytes          *ByteSize `yaml:"maxFilterBytes,omitempty"`
 	MaxTotalBytes           *ByteSize `yaml:"maxTotalBytes,omitempty"`
+	MaxFilters              *int      `yaml:"maxFilters,omitempty" check:"positive"`
 	MaxHTTPConnections      *int      `yaml:"maxHttpConnections,omitempty" check:"positive"`
 	MaxHTTPRequestLength    *int64    `yaml:"maxHttpRequestLength,omitempty" check:"positive"`
 	RequestTimeout          *Seconds  `yaml:"requestTimeoutSeconds,omitempty" check:"positive"`
@@ -78,6 +79,7 @@ func (f File) apply(c *Config) {
 	setDuration(&c.DefaultValidAfterCreate, f.DefaultValidAfterCreate)
 	setBytes(&c.MaxFilterBytes, f.MaxFilterBytes)
 	setBytes(&c.MaxTotalBytes, f.MaxTotalBytes)
+	set(&c.MaxFilters, f.MaxFilters)
 	set(&c.MaxHTTPConnections, f.MaxHTTPConnections)
 	set(&c.MaxHTTPRequestLength, f.MaxHTTPRequestLength)
 	setDuration(&c.RequestTimeout, f.RequestTimeoutAlias)
@@ -142,6 +144,7 @@ func (c Config) file() File {
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),
 		MaxFilterBytes:            new(ByteSize(c.MaxFilterBytes)),
 		MaxTotalBytes:             new(ByteSize(c.MaxTotalBytes)),
+		MaxFilters:                new(c.MaxFilters),
 		MaxHTTPConnections:        new(c.MaxHTTPConnections),
 		MaxHTTPRequestLength:      new(c.MaxHTTPRequestLength),
 		RequestTimeout:            new(Seconds(c.RequestTimeout)),

@@ -126,6 +126,9 @@ func (s *Store) CreateReplica(name string, opts Options, created time.Time) (boo
 	if f, ok := s.Lookup(name); s.stale(name, generation) || ok && f.Generation() == generation {
 		return false, nil
 	}
+	if err := s.roomFor(name); err != nil {
+		return false, err
+	}
 	fresh, err := newFilter(s, name, opts, created)
 	if err != nil {
 		return false, err

@@ -45,6 +45,7 @@ func ValidateName(name string) error {
 type Limits struct {
 	FilterBytes uint64 // one filter, all its layers together
 	TotalBytes  uint64 // all filters of the store together
+	Filters     int    // filters in the store, expired ones until they are purged
 }
 
 // budget is the store's memory account; filters reserve from it before they allocate.
@@ -108,6 +109,8 @@ type Store struct {
 	// over all filters never go down when one is deleted, purged or replaced.
 	retiredChecked atomic.Uint64
 	retiredSet     atomic.Uint64
+	// count is how many filters the map holds.
+	count atomic.Int64
 }
 
 // NewStore returns an empty store. clock is the time source for expiry; nil means time.Now.
@@ -154,6 +157,9 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 			return existing, false, nil
 		}
 	}
+	if err := s.roomFor(name); err != nil {
+		return nil, false, err
+	}
 	fresh, err := newFilter(s, name, opts, s.nextCreated(name))
 	if err != nil {
 		return nil, false, err
@@ -181,7 +187,19 @@ func (s *Store) install(fresh *Filter) error {
 func (s *Store) publish(f *Filter) {
 	if old, loaded := s.filters.Swap(f.name, f); loaded {
 		s.retire(old.(*Filter))
+	} else {
+		s.count.Add(1)
 	}
+}
+
+// roomFor refuses a filter of a new name once the store holds as many as its limit allows; a
+// filter that replaces one of its name takes no more room. The caller holds changes.
+func (s *Store) roomFor(name string) error {
+	limit := s.memory.limits.Filters
+	if _, exists := s.filters.Load(name); exists || limit <= 0 || s.count.Load() < int64(limit) {
+		return nil
+	}
+	return fmt.Errorf("%w: this pod holds %d filters, the most it may (maxFilters)", ErrOutOfMemory, limit)
 }
 
 // retire gives back the memory of a filter already removed from the map and keeps its counts.
@@ -246,6 +264,7 @@ func (s *Store) deleteUpTo(name string, generation int64) (bool, error) {
 		s.bury(name, generation)
 	}
 	if ok && s.filters.CompareAndDelete(name, f) {
+		s.count.Add(-1)
 		s.retire(f)
 		return true, nil
 	}
@@ -277,6 +296,7 @@ func (s *Store) PurgeExpired() []string {
 	var purged []string
 	s.filters.Range(func(k, v any) bool {
 		if f := v.(*Filter); f.Expired(now) && s.filters.CompareAndDelete(k, v) {
+			s.count.Add(-1)
 			s.retire(f)
 			purged = append(purged, f.name)
 			if j := s.currentJournal(); j != nil {

@@ -100,3 +100,41 @@ func TestHashFunctionsAreBounded(t *testing.T) {
 		t.Errorf("%d layers, want the 2 of at most %d hash functions", n, MaxHashes)
 	}
 }
+
+// The store holds at most Limits.Filters filters: a create of another name is refused, a replica
+// too, and room returns as filters are deleted or purged; replacing a filter takes no more room.
+func TestFilterCountLimit(t *testing.T) {
+	now := time.Now()
+	s := NewStore(Limits{Filters: 2}, func() time.Time { return now })
+	opts := Options{Capacity: 100, FPP: 0.01}
+	if _, _, err := s.Create("a", opts, false); err != nil {
+		t.Fatal(err)
+	}
+	expiring := opts
+	expiring.ValidAfterCreate = time.Minute
+	if _, _, err := s.Create("b", expiring, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Create("c", opts, false); !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "maxFilters") {
+		t.Errorf("a third filter: %v, want ErrOutOfMemory naming maxFilters", err)
+	}
+	if _, err := s.CreateReplica("c", opts, now); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("a third filter from a peer: %v, want ErrOutOfMemory", err)
+	}
+	if _, created, err := s.Create("a", opts, true); err != nil || !created {
+		t.Errorf("overwriting a filter at the limit: %v, %v", created, err)
+	}
+	if _, _, err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Create("c", opts, false); err != nil {
+		t.Errorf("a create after a delete made room: %v", err)
+	}
+	now = now.Add(2 * time.Minute)
+	if purged := s.PurgeExpired(); len(purged) != 1 {
+		t.Fatalf("purged %v, want b", purged)
+	}
+	if _, _, err := s.Create("d", opts, false); err != nil {
+		t.Errorf("a create after a purge made room: %v", err)
+	}
+}

@@ -1032,6 +1032,19 @@ func TestMemoryLimits(t *testing.T) {
 		}
 	})
 
+	t.Run("filter count limit refuses another name", func(t *testing.T) {
+		t.Parallel()
+		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilters = 1 })
+		create(t, s, "one", client.CreateOptions{})
+		_, _, err := s.client.Create(t.Context(), "two", client.CreateOptions{})
+		if e := wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace); !strings.Contains(e.Message, "maxFilters") {
+			t.Errorf("message %q should name maxFilters", e.Message)
+		}
+		if names, _ := s.client.List(t.Context()); !slices.Equal(names, []string{"one"}) {
+			t.Errorf("list = %q, want [one]", names)
+		}
+	})
+
 	t.Run("total limit refuses the filter that does not fit", func(t *testing.T) {
 		t.Parallel()
 		opts := client.CreateOptions{ExpectedInsertions: new(uint64(10_000)), FPP: new(0.01)}

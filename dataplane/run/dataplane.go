@@ -36,7 +36,7 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 	d := &DataPlane{
 		cfg:   cfg,
 		log:   log,
-		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes}, nil),
+		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes, Filters: cfg.MaxFilters}, nil),
 	}
 	d.node = replication.NewNode(replication.Options{
 		Store:               d.store,
