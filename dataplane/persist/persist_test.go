@@ -397,7 +397,7 @@ func TestTornLogTail(t *testing.T) {
 	_, _ = fh.Write(appendRecord(nil, appendAdd(nil, "f", []string{"torn"}))[:20])
 	_ = fh.Close()
 
-	_, recovered, rep := open(t, dir, func(o *Options) { o.AllowCorruptSnapshot = false })
+	reopened, recovered, rep := open(t, dir, func(o *Options) { o.AllowCorruptSnapshot = false })
 	got, err := recovered.Get("f")
 	if err != nil || !got.Check("x") || !got.Check("y") || rep.CorruptRecords != 1 {
 		t.Errorf("err %v, report %+v: want x and y recovered and the torn tail counted", err, rep)
@@ -405,6 +405,104 @@ func TestTornLogTail(t *testing.T) {
 	// The next run appends to a fresh segment, never after the torn bytes.
 	if segs, _ := listSegments(dir); len(segs) != 2 {
 		t.Errorf("segments %v, want the torn one and a new one", segs)
+	}
+	// The torn tail was cut, so once a newer segment follows it is not taken for damage.
+	_ = reopened.Close()
+	_, again, rep := open(t, dir, func(o *Options) { o.AllowCorruptSnapshot = false })
+	if got, err := again.Get("f"); err != nil || !got.Check("x") || rep.CorruptRecords != 0 {
+		t.Errorf("err %v, report %+v: want x recovered and nothing damaged", err, rep)
+	}
+}
+
+// recoverDir opens dir, recovers it and closes it, and answers what Recover answered.
+func recoverDir(t *testing.T, dir string, allowCorrupt bool) (*filter.Store, RecoveryReport, error) {
+	t.Helper()
+	p, err := Open(Options{Dir: dir, Sync: SyncAlways, AllowCorruptSnapshot: allowCorrupt})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer func() { _ = p.Close() }()
+	store := filter.NewStore(filter.Limits{}, nil)
+	rep, err := p.Recover(store)
+	return store, rep, err
+}
+
+// writeSegments writes one log segment per batch of keys, each by a process of its own (no
+// snapshot in between), and returns their numbers.
+func writeSegments(t *testing.T, dir string, batches ...[]string) []uint64 {
+	t.Helper()
+	var segs []uint64
+	for i, batch := range batches {
+		p, store, _ := open(t, dir)
+		if i == 0 {
+			mustCreate(t, store, "f", filter.Options{Capacity: 1000, FPP: 0.01})
+		}
+		f, err := store.Get("f")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.AddMany(batch); err != nil {
+			t.Fatal(err)
+		}
+		segs = append(segs, p.wal.segment)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return segs
+}
+
+// A damaged record in a segment that is not the newest loses acknowledged writes: the start
+// refuses, naming the file and the offset, unless told to go on, which it then does and counts.
+func TestDamagedOlderSegment(t *testing.T) {
+	dir := t.TempDir()
+	segs := writeSegments(t, dir, []string{"a"}, []string{"b"})
+	path := filepath.Join(dir, segmentName(segs[0]))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const first = 0 // the segment's first record: the filter's create
+	data[first+recordHeaderSize+1] ^= 0xff
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, _, err = recoverDir(t, dir, false)
+	if err == nil || !strings.Contains(err.Error(), path+" is damaged") || !strings.Contains(err.Error(), fmt.Sprintf("at offset %d", first)) {
+		t.Fatalf("Recover = %v, want it to name %s and offset %d", err, path, first)
+	}
+	store, rep, err := recoverDir(t, dir, true)
+	if err != nil {
+		t.Fatalf("Recover with allowRecoverFromCorruptedPersistentFile: %v", err)
+	}
+	if rep.CorruptRecords != 1 {
+		t.Errorf("report %+v: want the damage counted", rep)
+	}
+	if _, err := store.Get("f"); err == nil {
+		t.Error("the filter whose create was in the damaged record is back")
+	}
+}
+
+// A segment missing between others loses the writes it held: the start refuses, naming it,
+// unless told to go on.
+func TestMissingSegment(t *testing.T) {
+	dir := t.TempDir()
+	segs := writeSegments(t, dir, []string{"a"}, []string{"b"}, []string{"c"})
+	missing := filepath.Join(dir, segmentName(segs[1]))
+	if err := os.Remove(missing); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := recoverDir(t, dir, false); err == nil || !strings.Contains(err.Error(), missing+" is missing") {
+		t.Fatalf("Recover = %v, want it to name %s", err, missing)
+	}
+	store, rep, err := recoverDir(t, dir, true)
+	if err != nil {
+		t.Fatalf("Recover with allowRecoverFromCorruptedPersistentFile: %v", err)
+	}
+	f, err := store.Get("f")
+	if err != nil || !f.Check("a") || !f.Check("c") || rep.CorruptRecords != 1 {
+		t.Errorf("err %v, report %+v: want a and c recovered and the gap counted", err, rep)
 	}
 }
 

@@ -98,7 +98,7 @@ type RecoveryReport struct {
 	Recovered      int // records used: filters restored from the snapshot files, log records applied
 	Skipped        int // records that could not be used
 	Expired        int // filters that expired while the process was down
-	CorruptRecords int // files whose reading stopped at a torn or corrupt record
+	CorruptRecords int // files whose reading stopped at a torn or corrupt record, and missing log segments
 	Duration       time.Duration
 }
 
@@ -157,13 +157,19 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 		return rep, err
 	}
 	next := first
+	var since []uint64 // the segments written since the snapshot
 	for _, seq := range segments {
 		next = max(next, seq+1)
-		if seq < first {
-			continue
+		if seq >= first {
+			since = append(since, seq)
 		}
+	}
+	if err := p.checkSequence(since, first, db.header != nil, &rep); err != nil {
+		return rep, err
+	}
+	for i, seq := range since {
 		rep.LogSegments++
-		if err := p.replaySegment(store, seq, &rep); err != nil {
+		if err := p.replaySegment(store, seq, i == len(since)-1, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -183,9 +189,38 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	return rep, nil
 }
 
-// replaySegment applies one log segment. A torn or corrupt record ends the segment: it is the
-// tail a crash cut short, and nothing after it was acknowledged under SyncAlways.
-func (p *Persister) replaySegment(store *filter.Store, seq uint64, rep *RecoveryReport) error {
+// checkSequence makes sure no segment is missing: they are numbered one after the other from the
+// one the snapshot names (from the first there is without a snapshot), and a gap means writes that
+// were acknowledged are gone. With AllowCorruptSnapshot the start goes on without them.
+func (p *Persister) checkSequence(since []uint64, first uint64, fromSnapshot bool, rep *RecoveryReport) error {
+	if len(since) == 0 {
+		return nil
+	}
+	want := since[0]
+	if fromSnapshot {
+		want = first
+	}
+	for _, seq := range since {
+		if seq != want {
+			err := fmt.Errorf("log segment %s is missing: segments %s to %s are on disk after it",
+				filepath.Join(p.opts.Dir, segmentName(want)), segmentName(seq), segmentName(since[len(since)-1]))
+			if !p.opts.AllowCorruptSnapshot {
+				return fmt.Errorf("%w; the writes it held are lost (allowRecoverFromCorruptedPersistentFile is false)", err)
+			}
+			p.opts.Log.Warn("Log segment is missing; recovering without the writes it held", "error", err.Error())
+			rep.CorruptRecords++
+		}
+		want = seq + 1
+	}
+	return nil
+}
+
+// replaySegment applies one log segment. In the newest, a torn or corrupt record is the tail a
+// crash cut short (nothing after it was acknowledged under SyncAlways): it ends the segment, which
+// is cut there, so that the tail is never taken for damage once a newer segment follows. In an
+// older segment it is damage, and the records after it are lost: the start refuses unless
+// AllowCorruptSnapshot.
+func (p *Persister) replaySegment(store *filter.Store, seq uint64, newest bool, rep *RecoveryReport) error {
 	path := filepath.Join(p.opts.Dir, segmentName(seq))
 	f, err := os.Open(path)
 	if err != nil {
@@ -198,21 +233,18 @@ func (p *Persister) replaySegment(store *filter.Store, seq uint64, rep *Recovery
 	}
 	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size(), zerosEnd: true}
 	for {
+		start := rr.offset
 		b, err := rr.next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			p.opts.Log.Warn("Log segment ends in a torn record", "file", path, "error", err.Error())
-			rep.CorruptRecords++
-			return nil
+			return p.segmentEnds(path, start, newest, err, rep)
 		}
 		d := decoder{r: b, left: b.length}
 		c := d.change()
 		if err := b.verify(); err != nil {
-			p.opts.Log.Warn("Log segment ends in a corrupt record", "file", path, "error", err.Error())
-			rep.CorruptRecords++
-			return nil
+			return p.segmentEnds(path, start, newest, err, rep)
 		}
 		rep.LogRecords++
 		if d.err != nil || apply(store, c) != nil {
@@ -221,6 +253,37 @@ func (p *Persister) replaySegment(store *filter.Store, seq uint64, rep *Recovery
 			rep.Recovered++
 		}
 	}
+}
+
+// segmentEnds handles a record of the segment at path that cannot be read, at offset start.
+func (p *Persister) segmentEnds(path string, start int64, newest bool, damage error, rep *RecoveryReport) error {
+	rep.CorruptRecords++
+	if newest {
+		p.opts.Log.Warn("Log segment ends in a torn record, the tail of a crash; cutting it there", "file", path, "error", damage.Error())
+		return cutSegment(path, start)
+	}
+	if !p.opts.AllowCorruptSnapshot {
+		return fmt.Errorf("log segment %s is damaged: %w; the writes after the damage would be lost (allowRecoverFromCorruptedPersistentFile is false)", path, damage)
+	}
+	p.opts.Log.Warn("Log segment is damaged; recovering without the writes after the damage", "file", path, "error", damage.Error())
+	return nil
+}
+
+// cutSegment truncates a segment to its first size bytes, durably.
+func cutSegment(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("cutting the torn tail of %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("cutting the torn tail of %s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // apply replays one change. Changes to filters that are gone are no-ops; expired filters are
