@@ -182,6 +182,13 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	p.wal.observe = p.opts.SyncObserver
 	p.store = store
 	store.SetJournal(p)
+	if rep.SnapshotTmp {
+		// What came only from snapshot.tmp (bits merged from peers are in no log) would be lost
+		// to the next snapshot, which writes over that file: snapshot it into snapshot.db first.
+		if err := p.Snapshot(); err != nil {
+			return rep, fmt.Errorf("snapshotting what the unfinished snapshot held: %w", err)
+		}
+	}
 	rep.Duration = time.Since(start)
 	p.opts.Log.Info("Recovered filters", "filters", rep.Filters, "snapshotBytes", rep.SnapshotBytes,
 		"unfinishedSnapshot", rep.SnapshotTmp, "logSegments", rep.LogSegments, "logRecords", rep.LogRecords,

@@ -8,7 +8,9 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -317,4 +319,79 @@ func TestSecondProcessOnTheSameDirectory(t *testing.T) {
 	if err := first.client.Ping(t.Context()); err != nil {
 		t.Errorf("the first process stopped serving: %v", err)
 	}
+}
+
+// A damaged record in a log segment that a newer one follows, or a missing segment, lost writes
+// that were acknowledged: with allowRecoverFromCorruptedPersistentFile: false the start fails
+// with exit status 1 naming the file and the offset; with the default it starts and counts the
+// damage in /metrics.
+func TestDamagedLogStopsTheStart(t *testing.T) {
+	for _, damage := range []string{"corrupt byte", "missing segment"} {
+		t.Run(damage, func(t *testing.T) {
+			dir := t.TempDir()
+			for i, value := range []string{"a", "b", "c"} { // one segment each: every start opens a new one
+				dp := startDataPlane(t, dir, "--log-sync", "always")
+				if i == 0 {
+					createFilter(t, dp, "f")
+				}
+				if err := dp.client.Set(t.Context(), "f", value); err != nil {
+					t.Fatal(err)
+				}
+				dp.stop(t, syscall.SIGKILL) // no final snapshot: the writes stay in the log
+			}
+			segments, err := filepath.Glob(filepath.Join(dir, "log-*.bin"))
+			if err != nil || len(segments) != 3 {
+				t.Fatalf("segments %v (%v), want three", segments, err)
+			}
+			target, want := segments[1], " is missing"
+			if damage == "corrupt byte" {
+				target, want = segments[0], " is damaged: "
+				data, err := os.ReadFile(target)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data[20] ^= 0xff // inside the body of the first record
+				if err := os.WriteFile(target, data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.Remove(target); err != nil {
+				t.Fatal(err)
+			}
+
+			strict := writeFile(t, "strict.yaml", "allowRecoverFromCorruptedPersistentFile: false\n")
+			cmd := exec.CommandContext(t.Context(), binary, "dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dir, "-c", strict)
+			out, err := cmd.CombinedOutput()
+			if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), target+want) {
+				t.Fatalf("strict start: exit %d (%v), output:\n%s\nwant exit 1 naming %s", code, err, out, target)
+			}
+			if damage == "corrupt byte" && !strings.Contains(string(out), "at offset 0") {
+				t.Errorf("the error does not name the offset:\n%s", out)
+			}
+
+			dp := startDataPlane(t, dir, "--log-sync", "always")
+			metrics := scrapeMetrics(t, dp)
+			if !strings.Contains(metrics, "\nbloomery_recovery_corrupt_files 1\n") {
+				t.Errorf("tolerant start: /metrics lacks bloomery_recovery_corrupt_files 1:\n%s", metrics)
+			}
+		})
+	}
+}
+
+// scrapeMetrics answers the data plane's /metrics in the text format.
+func scrapeMetrics(t *testing.T, dp *dataPlane) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
