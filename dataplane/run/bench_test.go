@@ -25,7 +25,7 @@ func benchHandler(b *testing.B) http.Handler {
 	}
 	h := d.Handler()
 	w := httptest.NewRecorder()
-	h.ServeHTTP(w, httptest.NewRequest(http.MethodPut, "/v1/bloomfilter/bench", strings.NewReader(`{"expectedInsertions":10000000,"fpp":0.001,"validPeriodAfterCreate":0}`)))
+	h.ServeHTTP(w, httptest.NewRequestWithContext(b.Context(), http.MethodPut, "/v1/bloomfilter/bench", strings.NewReader(`{"expectedInsertions":10000000,"fpp":0.001,"validPeriodAfterCreate":0}`)))
 	if w.Code != http.StatusCreated {
 		b.Fatalf("create: %d %s", w.Code, w.Body)
 	}
@@ -37,7 +37,7 @@ func serveBench(b *testing.B, h http.Handler, path string, body func(i int) stri
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		w := httptest.NewRecorder()
-		h.ServeHTTP(w, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body(i))))
+		h.ServeHTTP(w, httptest.NewRequestWithContext(b.Context(), http.MethodPost, path, strings.NewReader(body(i))))
 		if w.Code != http.StatusOK {
 			b.Fatalf("%s: %d %s", path, w.Code, w.Body)
 		}
