@@ -408,7 +408,17 @@ func TestDeletedFilterStaysDeletedAfterAStalePeersAntiEntropy(t *testing.T) {
 // counter reads one unlabelled counter from the pod's /metrics.
 func counter(t *testing.T, p *replica, name string) float64 {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, p.url()+"/metrics", nil)
+	v, ok := metricValue(t, p.url(), name)
+	if !ok {
+		t.Fatalf("%s has no %s in /metrics", p.name, name)
+	}
+	return v
+}
+
+// metricValue reads one unlabelled metric from the /metrics of the data plane at baseURL.
+func metricValue(t *testing.T, baseURL, name string) (float64, bool) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, baseURL+"/metrics", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,11 +433,11 @@ func counter(t *testing.T, p *replica, name string) float64 {
 	}
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
-		t.Fatalf("%s has no %s in /metrics", p.name, name)
+		return 0, false
 	}
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v
+	return v, true
 }
