@@ -187,11 +187,11 @@ func (s *Server) singleValue(c echo.Context) (string, error) {
 	return b.string("value")
 }
 
-// valueBatch is the body {"values": [...]}: the elements that are strings, and where they stand.
+// valueBatch is the body {"values": [...]}: the elements that are strings, in order, and the
+// positions of the others.
 type valueBatch struct {
-	values     []string
-	isString   []bool
-	allStrings bool
+	strs   []string
+	others []int32
 }
 
 // readValues reads {"values": [...]} and the filter it is meant for.
@@ -202,12 +202,12 @@ func (s *Server) readValues(c echo.Context) (*filter.Filter, valueBatch, error) 
 	case err != nil:
 		return nil, bt, err
 	case ok:
-		bt.values, bt.allStrings = values, true
+		bt.strs = values
 	default:
 		if err := b.only("values"); err != nil {
 			return nil, bt, err
 		}
-		if bt.values, bt.isString, bt.allStrings, err = b.strings("values"); err != nil {
+		if bt.strs, bt.others, err = b.strings("values"); err != nil {
 			return nil, bt, err
 		}
 	}
@@ -217,30 +217,23 @@ func (s *Server) readValues(c echo.Context) (*filter.Filter, valueBatch, error) 
 
 // strings are the batch's string values; answers maps the answers for them back onto every
 // element, with false for the elements that are not strings.
-func (bt valueBatch) strings() []string {
-	if bt.allStrings {
-		return bt.values
-	}
-	out := make([]string, 0, len(bt.values))
-	for i, v := range bt.values {
-		if bt.isString[i] {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+func (bt valueBatch) strings() []string { return bt.strs }
 
 func (bt valueBatch) answers(forStrings []bool) []bool {
-	if bt.allStrings {
+	if len(bt.others) == 0 {
 		return forStrings
 	}
-	out := make([]bool, len(bt.values))
-	j := 0
+	out := make([]bool, len(bt.strs)+len(bt.others))
+	j, k := 0, 0
 	for i := range out {
-		if bt.isString[i] && j < len(forStrings) {
-			out[i] = forStrings[j]
-			j++
+		if k < len(bt.others) && int(bt.others[k]) == i {
+			k++
+			continue
 		}
+		if j < len(forStrings) {
+			out[i] = forStrings[j]
+		}
+		j++
 	}
 	return out
 }

@@ -133,33 +133,106 @@ func (b body) string(name string) (string, error) {
 	return s, nil
 }
 
-// strings reads a required array. Elements that are not strings come back with ok[i] false:
-// filter-service answers false for them and inserts nothing. allStrings spares the caller the
-// scatter in the common case.
-func (b body) strings(name string) (values []string, ok []bool, allStrings bool, err error) {
+// strings reads a required array: its string elements in order, and the positions of the others,
+// for which filter-service answers false and inserts nothing. Each element costs the string it
+// holds, or four bytes of position: a body of small numbers cannot make the array many times
+// larger than itself.
+func (b body) strings(name string) (strs []string, others []int32, err error) {
 	raw, present := b.field(name)
 	if !present {
-		return nil, nil, false, requiredParameter(name)
+		return nil, nil, requiredParameter(name)
 	}
 	if raw[0] != '[' {
-		return nil, nil, false, invalidParameter(name, "expect Json array")
+		return nil, nil, invalidParameter(name, "expect Json array")
 	}
-	var elems []json.RawMessage
-	if err := json.Unmarshal(raw, &elems); err != nil {
-		return nil, nil, false, invalidParameter(name, err.Error())
-	}
-	values, ok, allStrings = make([]string, len(elems)), make([]bool, len(elems)), true
-	for i, elem := range elems {
+	// A first pass counts, so that each slice is allocated once, at its size.
+	var nStrings, nOthers int
+	_ = arrayElements(raw, func(elem []byte) error {
+		if elem[0] == '"' {
+			nStrings++
+		} else {
+			nOthers++
+		}
+		return nil
+	})
+	strs, others = make([]string, 0, nStrings), make([]int32, 0, nOthers)
+	i := int32(0)
+	err = arrayElements(raw, func(elem []byte) error {
+		at := i
+		i++
 		if elem[0] != '"' {
-			allStrings = false
-			continue
+			others = append(others, at)
+			return nil
 		}
-		if err := json.Unmarshal(elem, &values[i]); err != nil {
-			return nil, nil, false, invalidParameter(name, err.Error())
+		var s string
+		if err := json.Unmarshal(elem, &s); err != nil {
+			return invalidParameter(name, err.Error())
 		}
-		ok[i] = true
+		strs = append(strs, s)
+		return nil
+	})
+	return strs, others, err
+}
+
+// arrayElements calls fn with each element of raw, a JSON array that decodeBody has already
+// validated, so only the boundaries of its elements are looked for.
+func arrayElements(raw []byte, fn func(elem []byte) error) error {
+	i := skipSpace(raw, 1)
+	if i >= len(raw) || raw[i] == ']' {
+		return nil
 	}
-	return values, ok, allStrings, nil
+	for {
+		end := skipValue(raw, i)
+		if err := fn(raw[i:end]); err != nil {
+			return err
+		}
+		i = skipSpace(raw, end)
+		if i >= len(raw) || raw[i] != ',' {
+			return nil
+		}
+		i = skipSpace(raw, i+1)
+	}
+}
+
+// skipValue returns the index just past the valid JSON value that starts at raw[i].
+func skipValue(raw []byte, i int) int {
+	switch raw[i] {
+	case '"':
+		return skipString(raw, i)
+	case '{', '[':
+		depth := 0
+		for j := i; j < len(raw); j++ {
+			switch raw[j] {
+			case '"':
+				j = skipString(raw, j) - 1
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return j + 1
+				}
+			}
+		}
+		return len(raw)
+	}
+	j := i // a number, true, false or null
+	for j < len(raw) && raw[j] != ',' && raw[j] != ']' && raw[j] != '}' && !isSpace(raw[j]) {
+		j++
+	}
+	return j
+}
+
+// skipString returns the index just past the string that starts at raw[i].
+func skipString(raw []byte, i int) int {
+	for j := i + 1; j < len(raw); j++ {
+		switch raw[j] {
+		case '\\':
+			j++
+		case '"':
+			return j + 1
+		}
+	}
+	return len(raw)
 }
 
 // uint reads an optional integer in [lo, hi]. Integral numbers written as
