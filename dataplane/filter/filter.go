@@ -480,7 +480,7 @@ func (f *Filter) estimatesLocked() (fillRatio, fpp float64) {
 	if bits == 0 {
 		return 0, 0
 	}
-	return set / bits, 0 - math.Expm1(logNoFalsePositive)
+	return set / bits, -math.Expm1(logNoFalsePositive)
 }
 
 // fillAfter is the expected fill ratio p of m bits after n keys were inserted with k hashes each,

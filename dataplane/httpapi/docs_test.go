@@ -16,9 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/config"
-
 	"github.com/bloomery/bloomery/dataplane/apidocs"
+	"github.com/bloomery/bloomery/dataplane/config"
 )
 
 func docsServer(t *testing.T, enabled bool) (*Server, *httptest.Server) {

@@ -51,9 +51,6 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 	if forwarded(c) {
 		return false, writeError(s.Writes.AcceptForwarded(), false)
 	}
-	if !s.Node.Replicating() {
-		return false, nil
-	}
 	name, err := url.PathUnescape(c.Param(wire.NameParam))
 	if err != nil || !s.Writes.HomeElsewhere(name) {
 		return false, nil //nolint:nilerr // served here, where filterName answers the error

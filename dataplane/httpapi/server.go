@@ -10,16 +10,15 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/config"
-	"github.com/bloomery/bloomery/dataplane/writes"
-
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/apidocs"
+	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
 // Server is the data plane's HTTP API.

@@ -20,9 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/config"
-
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )

@@ -28,8 +28,8 @@ func NewCommand(version string) *cobra.Command {
 		Long: "Run the data plane: the bloom filter HTTP API, compatible with leancloud/filter-service.\n\n" +
 			"The configuration file takes filter-service's keys (defaultExpectedInsertions,\n" +
 			"maxHttpConnections, triggerPersistenceCriteria, ...) plus maxFilterBytes, maxTotalBytes,\n" +
-			"logSync, logLevel, logFormat, shutdownDrainDelayMillis and metricsMaxLabelledFilters. Flags win\n" +
-			"over the file.\n\n" +
+			"maxFilters, logSync, logLevel, logFormat, shutdownDrainDelayMillis, metricsMaxLabelledFilters\n" +
+			"and the replication keys. Flags win over the file.\n\n" +
 			"Besides the API under /v1 it serves /metrics (Prometheus), /healthz and /readyz (503 while it\n" +
 			"recovers its filters and once a shutdown begins). It stops gracefully on SIGTERM or SIGINT.",
 		Args: cli.NoArgs,
@@ -93,7 +93,7 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 		}
 	}
 	// The file has no port, address or docs keys, so these flags always decide; a flag default
-	// is DefaultConfig's value.
+	// is config.Default's value.
 	cfg.Port = o.port
 	cfg.Address = o.address
 	cfg.DocsEnabled = o.docs

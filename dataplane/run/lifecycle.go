@@ -61,7 +61,8 @@ func (d *DataPlane) Run(ctx context.Context, ln net.Listener) (err error) {
 	// with a periodic one, nor with a purge.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
-	background.Go(func() { d.purgeExpired(bgCtx) })
+	background.Go(func() { tick.Every(bgCtx, d.cfg.PurgeInterval, d.purgeExpired) })
+	background.Go(func() { tick.Every(bgCtx, time.Minute, d.forgetTombstones) })
 	background.Go(func() { tuneGC(bgCtx) })
 	background.Go(func() { d.node.Run(bgCtx) })
 	defer d.node.Close()
@@ -170,22 +171,18 @@ func (hs *httpServer) shutdown(ctx context.Context, timeout time.Duration) error
 	return nil
 }
 
-// purgeExpired removes expired filters every PurgeInterval. Requests already answer 404 for
-// them; purging gives their memory back. Tombstones, kept for days, are swept once a minute:
-// the sweep holds the lock that creates and deletes take.
-func (d *DataPlane) purgeExpired(ctx context.Context) {
-	var sweeps sync.WaitGroup
-	sweeps.Go(func() {
-		tick.Every(ctx, time.Minute, func() {
-			if n := d.store.PurgeTombstones(); n > 0 {
-				d.log.Info("Forgot tombstones of deleted filters past their retention", "tombstones", n, "retention", filter.TombstoneRetention.String())
-			}
-		})
-	})
-	tick.Every(ctx, d.cfg.PurgeInterval, func() {
-		for _, name := range d.store.PurgeExpired() {
-			d.log.Info("Purged expired filter", "filter", name)
-		}
-	})
-	sweeps.Wait()
+// purgeExpired removes expired filters, every PurgeInterval. Requests already answer 404 for
+// them; purging gives their memory back.
+func (d *DataPlane) purgeExpired() {
+	for _, name := range d.store.PurgeExpired() {
+		d.log.Info("Purged expired filter", "filter", name)
+	}
+}
+
+// forgetTombstones drops the tombstones past their retention, once a minute: they are kept for
+// days, and the sweep holds the lock that creates and deletes take.
+func (d *DataPlane) forgetTombstones() {
+	if n := d.store.PurgeTombstones(); n > 0 {
+		d.log.Info("Forgot tombstones of deleted filters past their retention", "tombstones", n, "retention", filter.TombstoneRetention.String())
+	}
 }

@@ -17,11 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/config"
-
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/config"
-
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
