@@ -22,8 +22,16 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// APIPort is the port of the data plane's API, in its pods and on its Services.
-const APIPort = 8080
+// The data plane's ports, in its pods and on its Services.
+const (
+	// APIPort serves the public API to applications, through the client Service.
+	APIPort = 8080
+	// InternalPort serves the endpoints the operator and the peer pods call, with the cluster's
+	// token.
+	InternalPort = 8090
+	// OpsPort serves the probes and /metrics, for the kubelet and Prometheus.
+	OpsPort = 9090
+)
 
 // DesiredReplicas is spec.replicas, or the schema's default when the field is absent (an object
 // built in Go rather than read from the API server).

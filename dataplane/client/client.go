@@ -31,6 +31,9 @@ type Client struct {
 	query string
 	// forwarded marks every request as a pod's (wire.ForwardedHeader).
 	forwarded bool
+	// internal sends the public API's requests to their wire.InternalPath, with token.
+	internal bool
+	token    string
 }
 
 // Option configures a Client.
@@ -52,6 +55,13 @@ func WithConsistency(level wire.Consistency) Option {
 // The pods set it on the clients they call each other with.
 func Forwarded() Option {
 	return func(c *Client) { c.forwarded = true }
+}
+
+// Internal makes the Client call a pod's internal port, as the operator and the pods do: every
+// request carries the cluster's bearer token, and the public API's paths become their
+// wire.InternalPath. The base URL is then the internal port's.
+func Internal(token string) Option {
+	return func(c *Client) { c.internal, c.token = true, token }
 }
 
 // defaultHTTPClient is shared by every Client built without WithHTTPClient, so that all of them
@@ -303,10 +313,14 @@ func (c *Client) roundTrip(ctx context.Context, method, path, contentType string
 // send sends body (nil for none) of contentType, and answers the response whatever its status. The
 // caller closes its body with discard.
 func (c *Client) send(ctx context.Context, method, path, contentType string, body []byte) (*http.Response, error) {
-	target := c.base + path
+	query := ""
 	if c.query != "" && strings.HasPrefix(path, wire.FiltersPath+"/") {
-		target += c.query
+		query = c.query
 	}
+	if c.internal && strings.HasPrefix(path, wire.BasePath+"/") {
+		path = wire.InternalPath(path)
+	}
+	target := c.base + path + query
 	var reqBody io.Reader
 	if body != nil {
 		reqBody = bytes.NewReader(body)
@@ -320,6 +334,9 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 	}
 	if c.forwarded {
 		req.Header.Set(wire.ForwardedHeader, "1")
+	}
+	if c.internal {
+		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

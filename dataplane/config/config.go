@@ -29,6 +29,15 @@ type Config struct {
 	Address string
 	// DocsEnabled serves the API documentation under /v1/docs (flag -d).
 	DocsEnabled bool
+	// InternalPort serves the endpoints only the operator and peers call (wire.InternalBasePath),
+	// to callers with the token of InternalTokenFile; without a token file it is not opened.
+	InternalPort int
+	// InternalTokenFile holds the bearer token of the internal port, shared by the cluster's
+	// pods and the operator. Empty runs a single server, which no membership can be pushed to.
+	InternalTokenFile string
+	// OpsPort serves the probes and /metrics alone, with a connection budget of its own, so that
+	// clients exhausting the API's connections cannot starve the kubelet and Prometheus.
+	OpsPort int
 
 	// Filter defaults, used when a create request leaves a field out.
 	DefaultExpectedInsertions uint64
@@ -153,6 +162,8 @@ type TriggerPersistenceCriterion struct {
 func Default() Config {
 	return Config{
 		Port:                      8080,
+		InternalPort:              8090,
+		OpsPort:                   9090,
 		DefaultExpectedInsertions: 1_000_000,
 		DefaultFPP:                0.0001,
 		DefaultValidAfterCreate:   24 * time.Hour,
@@ -190,9 +201,10 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
 	}
-	if c.Port < 0 || c.Port > 65535 {
-		check("--port", fmt.Errorf("must be between 0 and 65535, got %d", c.Port))
-	}
+	check("--port", rulePort(c.Port))
+	check("internalPort (or --internal-port)", rulePort(c.InternalPort))
+	check("opsPort (or --ops-port)", rulePort(c.OpsPort))
+	check("ports", distinctPorts(c))
 	if strings.Contains(c.Address, ":") && net.ParseIP(c.Address) == nil {
 		check("--bind-address", fmt.Errorf("must be a host name or an IP address without a port, got %q", c.Address))
 	}
@@ -250,6 +262,32 @@ func (p configProblems) Unwrap() []error { return p }
 func rulePositive[T ~int | ~int64 | ~uint64](v T) error {
 	if v <= 0 {
 		return fmt.Errorf("must be greater than 0, got %v", v)
+	}
+	return nil
+}
+
+func rulePort(p int) error {
+	if p < 0 || p > 65535 {
+		return fmt.Errorf("must be between 0 and 65535, got %d", p)
+	}
+	return nil
+}
+
+// distinctPorts refuses two listeners on one port, which would fail at start with a less clear
+// "address already in use". Port 0 picks a free port for each.
+func distinctPorts(c Config) error {
+	ports := map[int]string{}
+	for _, l := range []struct {
+		name string
+		port int
+	}{{"--port", c.Port}, {"internalPort", c.InternalPort}, {"opsPort", c.OpsPort}} {
+		if l.name == "internalPort" && c.InternalTokenFile == "" || l.port == 0 {
+			continue // not opened, or a free port
+		}
+		if other, taken := ports[l.port]; taken {
+			return fmt.Errorf("%s and %s are both %d", other, l.name, l.port)
+		}
+		ports[l.port] = l.name
 	}
 	return nil
 }

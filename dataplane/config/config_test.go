@@ -93,6 +93,7 @@ func TestConfigLogValue(t *testing.T) {
 	c.ChannelOptions.SoRcvBuf = 65536
 	c.MaxTotalBytes = 1 << 30
 
+	c.InternalTokenFile = "/etc/bloomery/token" // none is no key
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("Starting data plane", "config", c)
 	var line struct {

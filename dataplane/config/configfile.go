@@ -336,6 +336,8 @@ func checkCount[T ~int | ~int64](v T, rule string) error {
 		return rulePositive(v)
 	case "nonNegative":
 		return ruleNonNegative(v)
+	case "port":
+		return rulePort(int(v))
 	}
 	return nil
 }

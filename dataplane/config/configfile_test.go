@@ -23,6 +23,9 @@ func writeConfig(t *testing.T, content string) string {
 
 func TestLoadConfigEveryKey(t *testing.T) {
 	path := writeConfig(t, `
+internalPort: 18090
+opsPort: 19090
+internalTokenFile: /etc/bloomery/token
 defaultExpectedInsertions: 2000000
 defaultFalsePositiveProbability: 0.0002
 defaultValidSecondsAfterCreate: 172800
@@ -63,6 +66,9 @@ antiEntropyIntervalSeconds: 120
 		t.Fatal(err)
 	}
 	want := Default()
+	want.InternalPort = 18090
+	want.OpsPort = 19090
+	want.InternalTokenFile = "/etc/bloomery/token"
 	want.DefaultExpectedInsertions = 2_000_000
 	want.DefaultFPP = 0.0002
 	want.DefaultValidAfterCreate = 48 * time.Hour

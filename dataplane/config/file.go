@@ -19,8 +19,11 @@ import (
 // has one, so that an existing configuration.yaml keeps working. A nil field is a key the file
 // leaves out: the data plane takes it from Default, and the operator writes only the keys it
 // means to set. The check tag names the rule a value must pass when it is loaded: positive,
-// nonNegative, probability or nonEmpty. An enum must be one of its values.
+// nonNegative, probability, nonEmpty or port. An enum must be one of its values.
 type File struct {
+	InternalPort              *int     `yaml:"internalPort,omitempty" check:"port"`
+	OpsPort                   *int     `yaml:"opsPort,omitempty" check:"port"`
+	InternalTokenFile         *string  `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
 	DefaultExpectedInsertions *int64   `yaml:"defaultExpectedInsertions,omitempty" check:"positive"`
 	DefaultFPP                *float64 `yaml:"defaultFalsePositiveProbability,omitempty" check:"probability"`
 	// Unlike filter-service, 0 is allowed: filters created without an expiry never expire.
@@ -72,6 +75,9 @@ type FileCriterion struct {
 
 // apply sets over c the keys f sets.
 func (f File) apply(c *Config) {
+	set(&c.InternalPort, f.InternalPort)
+	set(&c.OpsPort, f.OpsPort)
+	set(&c.InternalTokenFile, f.InternalTokenFile)
 	if f.DefaultExpectedInsertions != nil {
 		c.DefaultExpectedInsertions = uint64(*f.DefaultExpectedInsertions) // positive once loaded
 	}
@@ -138,7 +144,14 @@ func (c Config) file() File {
 		criteria[i] = FileCriterion{Period: Seconds(tc.Period), UpdatesMoreThan: tc.UpdatesMoreThan}
 	}
 	o := c.ChannelOptions
+	var tokenFile *string // none is no key: the file cannot say ""
+	if c.InternalTokenFile != "" {
+		tokenFile = new(c.InternalTokenFile)
+	}
 	return File{
+		InternalTokenFile:         tokenFile,
+		InternalPort:              new(c.InternalPort),
+		OpsPort:                   new(c.OpsPort),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
 		DefaultFPP:                new(c.DefaultFPP),
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),

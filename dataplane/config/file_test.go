@@ -33,7 +33,7 @@ func fileFields(t reflect.Type) []reflect.StructField {
 
 // A misspelt rule would be skipped without a word.
 func TestFileCheckTags(t *testing.T) {
-	rules := []string{"", "positive", "nonNegative", "probability", "nonEmpty"}
+	rules := []string{"", "positive", "nonNegative", "probability", "nonEmpty", "port"}
 	for _, f := range fileFields(reflect.TypeFor[File]()) {
 		if rule := f.Tag.Get("check"); !slices.Contains(rules, rule) {
 			t.Errorf("%s: unknown check %q", f.Name, rule)

@@ -54,22 +54,28 @@ func NewCommand(version string) *cobra.Command {
 }
 
 type dataPlaneFlags struct {
-	port       int
-	address    string
-	configFile string
-	docs       bool
-	dataDir    string
-	logSync    string
-	logLevel   string
-	logFormat  string
-	inMemory   bool
-	pprofPort  int
+	port         int
+	internalPort int
+	opsPort      int
+	tokenFile    string
+	address      string
+	configFile   string
+	docs         bool
+	dataDir      string
+	logSync      string
+	logLevel     string
+	logFormat    string
+	inMemory     bool
+	pprofPort    int
 }
 
 func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	def := config.Default()
 	fs.SortFlags = false
 	fs.IntVarP(&o.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
+	fs.IntVar(&o.internalPort, "internal-port", def.InternalPort, "port of the endpoints only the operator and peer pods call (/internal/v1), opened only with a token file; overrides internalPort")
+	fs.StringVar(&o.tokenFile, "internal-token-file", "", "`FILE` holding the bearer token the internal port requires; overrides internalTokenFile (default none: the internal port stays closed and the pod serves alone)")
+	fs.IntVar(&o.opsPort, "ops-port", def.OpsPort, "port of /healthz, /readyz and /metrics alone, for the kubelet and Prometheus; overrides opsPort")
 	fs.StringVar(&o.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
 	fs.StringVarP(&o.configFile, "config", "c", "", "YAML configuration `FILE`")
 	fs.BoolVarP(&o.docs, "docs", "d", def.DocsEnabled, "serve the API documentation: a page at /v1/docs/ that lists and calls every endpoint, and its OpenAPI document")
@@ -101,6 +107,15 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 		cfg.DataDir = o.dataDir
 	}
 	cfg.InMemory = o.inMemory
+	if fs.Changed("internal-port") {
+		cfg.InternalPort = o.internalPort
+	}
+	if fs.Changed("ops-port") {
+		cfg.OpsPort = o.opsPort
+	}
+	if fs.Changed("internal-token-file") {
+		cfg.InternalTokenFile = o.tokenFile
+	}
 	// The pod's name, from the downward API in the operator's StatefulSet.
 	cfg.PodName = os.Getenv("POD_NAME")
 	if fs.Changed("log-sync") {

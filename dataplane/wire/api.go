@@ -6,13 +6,14 @@ package wire
 
 // Error codes carried in ErrorBody.Code. 1 and 2 are filter-service's; the rest are ours.
 const (
-	CodeBadParameter      = 1 // HTTP 400: a request field is missing, of the wrong type or out of range
-	CodeFilterNotFound    = 2 // HTTP 404: no such filter, or it expired
-	CodeBodyTooLarge      = 3 // HTTP 413: the body exceeds maxHttpRequestLength
-	CodeInsufficientSpace = 4 // HTTP 507: the total memory limit would be exceeded
-	CodeNoSuchRoute       = 5 // HTTP 404/405: no endpoint at that path or method
-	CodeInternal          = 6 // HTTP 500: a bug; the message says what failed
-	CodeUnavailable       = 7 // HTTP 503: recovering the filters at start, shutting down, or timed out
+	CodeBadParameter      = 1  // HTTP 400: a request field is missing, of the wrong type or out of range
+	CodeFilterNotFound    = 2  // HTTP 404: no such filter, or it expired
+	CodeBodyTooLarge      = 3  // HTTP 413: the body exceeds maxHttpRequestLength
+	CodeInsufficientSpace = 4  // HTTP 507: the total memory limit would be exceeded
+	CodeNoSuchRoute       = 5  // HTTP 404/405: no endpoint at that path or method
+	CodeInternal          = 6  // HTTP 500: a bug; the message says what failed
+	CodeUnavailable       = 7  // HTTP 503: recovering the filters at start, shutting down, or timed out
+	CodeUnauthorized      = 10 // HTTP 401: a request to the internal port without the cluster's bearer token
 )
 
 // ErrorBody is the body of every non-2xx answer.

@@ -1,6 +1,9 @@
 package wire
 
-import "net/url"
+import (
+	"net/url"
+	"strings"
+)
 
 // BasePath prefixes every public endpoint (filter-service compatible).
 const BasePath = "/v1"
@@ -58,8 +61,16 @@ const FilterRoute = FiltersPath + "/:" + NameParam
 // FilterOpRoute is the route template of FilterOpPath.
 func FilterOpRoute(op FilterOp) string { return FilterRoute + "/" + string(op) }
 
-// InternalBasePath prefixes the endpoints only the operator and peer pods call.
+// InternalBasePath prefixes the endpoints only the operator and peer pods call. They are served on
+// the internal port alone, to callers with the cluster's bearer token.
 const InternalBasePath = "/internal/v1"
+
+// InternalPath is where the internal port serves the public endpoint at path (a path under
+// BasePath): /v1/bloomfilter/users/check is /internal/v1/bloomfilter/users/check there. Peers
+// forward requests and pull dumps, and the operator creates filters, through these.
+func InternalPath(path string) string {
+	return InternalBasePath + strings.TrimPrefix(path, BasePath)
+}
 
 // The internal endpoints.
 const (
@@ -73,7 +84,7 @@ const (
 )
 
 // ForwardedHeader marks a request one pod sent another, on a client's behalf or its own: the
-// receiver serves it locally and does not forward it again.
+// receiver serves it locally and does not forward it again. Only the internal port honours it.
 const ForwardedHeader = "X-Bloomery-Forwarded"
 
 // OpsContentType is the media type of a batch of writes in the replication package's binary

@@ -29,3 +29,15 @@ func TestPaths(t *testing.T) {
 		}
 	}
 }
+
+func TestInternalPath(t *testing.T) {
+	for _, tc := range []struct{ public, internal string }{
+		{FilterOpPath("users", OpCheck), "/internal/v1/bloomfilter/users/check"},
+		{FilterRoute, "/internal/v1/bloomfilter/:name"},
+		{ListPath, "/internal/v1/bloomfilter/list"},
+	} {
+		if got := InternalPath(tc.public); got != tc.internal {
+			t.Errorf("InternalPath(%q) = %q, want %q", tc.public, got, tc.internal)
+		}
+	}
+}
