@@ -54,7 +54,11 @@ func startDataPlaneServer(t testing.TB, port int, dataDir string) (int, context.
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ln) }()
+	ops, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- srv.Run(ctx, run.Listeners{Client: ln, Ops: ops}) }()
 	return ln.Addr().(*net.TCPAddr).Port, cancel, done
 }
 

@@ -50,7 +50,7 @@ func startRecordingDataPlane(t *testing.T) *recordingDataPlane {
 		t.Fatal(err)
 	}
 	d := &recordingDataPlane{}
-	handler := srv.Handler()
+	handler := srv.ClientHandler()
 	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		d.mu.Lock()
 		d.requests = append(d.requests, r.Method+" "+r.URL.Path)

@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -22,13 +24,15 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// dataPlane runs the real data-plane handler on a loopback listener. requests records the
-// bodies the server received, so tests can see what the client put on the wire.
+// dataPlane runs the real data-plane handlers of the client port and, as internal, of the
+// internal port, on loopback listeners. requests records the bodies the server received, so
+// tests can see what the client put on the wire.
 type dataPlane struct {
 	*httptest.Server
 	mu       sync.Mutex
 	requests []recorded
 	conns    atomic.Int64 // connections the server accepted
+	internal *dataPlane
 }
 
 type recorded struct {
@@ -45,9 +49,16 @@ func (d *dataPlane) lastRequest(t *testing.T) recorded {
 	return d.requests[len(d.requests)-1]
 }
 
+// testToken is the internal port's token in these tests.
+const testToken = "the-cluster-token-of-the-tests"
+
 func startDataPlane(t *testing.T, configure func(*config.Config)) (*dataPlane, *client.Client) {
 	t.Helper()
 	cfg := config.Default()
+	cfg.InternalTokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(cfg.InternalTokenFile, []byte(testToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -55,8 +66,15 @@ func startDataPlane(t *testing.T, configure func(*config.Config)) (*dataPlane, *
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
+	d := recording(t, srv.ClientHandler())
+	d.internal = recording(t, srv.InternalHandler())
+	return d, client.New(d.URL + "/") // a trailing slash must not double up in paths
+}
+
+// recording serves handler on loopback and records its requests.
+func recording(t *testing.T, handler http.Handler) *dataPlane {
+	t.Helper()
 	d := &dataPlane{}
-	handler := srv.Handler()
 	d.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -76,7 +94,7 @@ func startDataPlane(t *testing.T, configure func(*config.Config)) (*dataPlane, *
 	}
 	d.Start()
 	t.Cleanup(d.Close)
-	return d, client.New(d.URL + "/") // a trailing slash must not double up in paths
+	return d
 }
 
 // apiError asserts that err is a *client.Error with that status and code, and returns a copy.

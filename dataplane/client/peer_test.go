@@ -21,7 +21,7 @@ import (
 // What a peer applies is what the pod holds afterwards: in its checks, its inventory and its dump.
 func TestPeerCalls(t *testing.T) {
 	d, c := startDataPlane(t, nil)
-	peer := client.New(d.URL, client.Forwarded())
+	peer := client.New(d.internal.URL, client.Internal(testToken), client.Forwarded())
 	ctx := t.Context()
 	opts := filter.Options{Capacity: 1000, FPP: 0.01}
 	gen := time.Now().UnixNano()
@@ -75,7 +75,7 @@ func TestForward(t *testing.T) {
 	if err := c.Set(t.Context(), "f", "v"); err != nil {
 		t.Fatal(err)
 	}
-	peer := client.New(d.URL, client.Forwarded())
+	peer := client.New(d.internal.URL, client.Internal(testToken), client.Forwarded())
 	forward := func(op wire.FilterOp) client.Answer {
 		t.Helper()
 		a, err := peer.Forward(t.Context(), http.MethodPost, wire.FilterOpPath("f", op), "application/json", []byte(`{"value":"v"}`))
@@ -115,6 +115,30 @@ func TestForwardedHeader(t *testing.T) {
 		}
 		if got := <-headers; got != tc.want {
 			t.Errorf("%s = %q, want %q", wire.ForwardedHeader, got, tc.want)
+		}
+	}
+}
+
+// A client made with Internal calls the public API under wire.InternalPath with the token, as the
+// operator does; with a wrong token every call is refused with code 10.
+func TestInternalClient(t *testing.T) {
+	d, _ := startDataPlane(t, nil)
+	operator := client.New(d.internal.URL, client.Internal(testToken))
+	if _, created, err := operator.Create(t.Context(), "f", client.CreateOptions{}); err != nil || !created {
+		t.Fatalf("Create through the internal port = %v, %v", created, err)
+	}
+	if req := d.internal.lastRequest(t); req.method != http.MethodPut || req.path != "/internal/v1/bloomfilter/f" {
+		t.Errorf("request %s %s, want PUT /internal/v1/bloomfilter/f", req.method, req.path)
+	}
+	stranger := client.New(d.internal.URL, client.Internal("not-the-cluster-token"))
+	for name, call := range map[string]func() error{
+		"Get":        func() error { _, err := stranger.Get(t.Context(), "f"); return err },
+		"Membership": func() error { _, err := stranger.Membership(t.Context()); return err },
+		"Inventory":  func() error { _, err := stranger.Inventory(t.Context()); return err },
+	} {
+		var e *client.Error
+		if err := call(); !errors.As(err, &e) || e.Status != http.StatusUnauthorized || e.Code != wire.CodeUnauthorized {
+			t.Errorf("%s with a wrong token = %v, want 401 code %d", name, err, wire.CodeUnauthorized)
 		}
 	}
 }

@@ -30,11 +30,12 @@ func TestFilterStatus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err := c.FilterStatus(ctx, "grown")
+	operator := client.New(d.internal.URL, client.Internal(testToken))
+	st, err := operator.FilterStatus(ctx, "grown")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if req := d.lastRequest(t); req.method != http.MethodGet || req.path != "/internal/v1/filters/grown/status" {
+	if req := d.internal.lastRequest(t); req.method != http.MethodGet || req.path != "/internal/v1/filters/grown/status" {
 		t.Errorf("request %s %s, want GET /internal/v1/filters/grown/status", req.method, req.path)
 	}
 	want := full.Status()
@@ -49,6 +50,6 @@ func TestFilterStatus(t *testing.T) {
 		t.Errorf("estimated rate %v, from the counted bits %v", st.EstimatedFPP, full.EstimatedFPP)
 	}
 
-	_, err = c.FilterStatus(ctx, "absent")
+	_, err = operator.FilterStatus(ctx, "absent")
 	apiError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 }

@@ -205,6 +205,9 @@ func (c Config) Validate() error {
 	check("internalPort (or --internal-port)", rulePort(c.InternalPort))
 	check("opsPort (or --ops-port)", rulePort(c.OpsPort))
 	check("ports", distinctPorts(c))
+	if c.AwaitMembership && c.InternalTokenFile == "" {
+		check("awaitMembership", errors.New("needs internalTokenFile: without it the internal port stays closed and no membership can reach the pod"))
+	}
 	if strings.Contains(c.Address, ":") && net.ParseIP(c.Address) == nil {
 		check("--bind-address", fmt.Errorf("must be a host name or an IP address without a port, got %q", c.Address))
 	}

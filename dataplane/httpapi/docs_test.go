@@ -25,16 +25,17 @@ func docsServer(t *testing.T, enabled bool) (*Server, *httptest.Server) {
 	cfg := config.Default()
 	cfg.DocsEnabled = enabled
 	s := newTestAPI(t, cfg)
-	hs := httptest.NewServer(s.Handler())
+	hs := httptest.NewServer(s.ClientHandler())
 	t.Cleanup(hs.Close)
 	return s, hs
 }
 
-// registeredEndpoints are the server's routes as "METHOD /path/{param}", the OpenAPI spelling.
+// registeredEndpoints are the client port's routes as "METHOD /path/{param}", the OpenAPI
+// spelling: the document is the applications', served on their port.
 func registeredEndpoints(s *Server) []string {
 	param := regexp.MustCompile(`:(\w+)`)
 	var out []string
-	for _, r := range s.echo.Routes() {
+	for _, r := range s.client.Routes() {
 		out = append(out, r.Method+" "+param.ReplaceAllString(r.Path, "{$1}"))
 	}
 	slices.Sort(out)

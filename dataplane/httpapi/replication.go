@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -23,8 +24,10 @@ import (
 // operator and the peers call.
 
 // forwarded reports whether a peer sent this request on a client's behalf: it is served here,
-// not forwarded again.
-func forwarded(c echo.Context) bool { return c.Request().Header.Get(wire.ForwardedHeader) != "" }
+// not forwarded again. Only the internal port, whose callers hold the token, is believed.
+func forwarded(c echo.Context) bool {
+	return strings.HasPrefix(c.Path(), wire.InternalBasePath) && c.Request().Header.Get(wire.ForwardedHeader) != ""
+}
 
 // consistency reads ?consistency=, or def when the request has none.
 func consistency(c echo.Context, def wire.Consistency) (wire.Consistency, error) {

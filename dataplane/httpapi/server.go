@@ -21,10 +21,13 @@ import (
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
-// Server is the data plane's HTTP API.
+// Server is the data plane's HTTP API, on three routers: the client port's public API, the
+// internal port's endpoints for the operator and peers, and the ops port's probes and metrics.
 type Server struct {
 	Options
-	echo *echo.Echo
+	client, internal, ops *echo.Echo
+	// tokenDigest is the SHA-256 of the internal port's token; nil refuses every request there.
+	tokenDigest []byte
 	// docsPage is the API documentation page, built once; nil without -d.
 	docsPage []byte
 	// routePaths are the registered route templates, for the route label of metrics: anything
@@ -49,6 +52,9 @@ type Options struct {
 	// Durable makes the store's current state survive a crash (bits merged from a dump are not
 	// in the log).
 	Durable func() error
+	// InternalToken is the bearer token the internal port requires; empty refuses every request
+	// there.
+	InternalToken string
 }
 
 // Phase is a stage of the process's life, as /readyz and the filter API see it.
@@ -69,7 +75,10 @@ func New(o Options) (*Server, error) {
 	if o.Config.MaxHTTPRequestLength <= 0 {
 		return nil, fmt.Errorf("maxHttpRequestLength must be > 0, got %d", o.Config.MaxHTTPRequestLength)
 	}
-	s := &Server{Options: o, echo: echo.New()}
+	s := &Server{Options: o}
+	if o.InternalToken != "" {
+		s.tokenDigest = digest(o.InternalToken)
+	}
 	if o.Config.DocsEnabled {
 		page, err := apidocs.Page()
 		if err != nil {
@@ -82,50 +91,71 @@ func New(o Options) (*Server, error) {
 }
 
 func (s *Server) routes() {
-	e := s.echo
+	newID := requestIDs()
+	s.client, s.internal, s.ops = s.newRouter(newID), s.newRouter(newID), s.newRouter(newID)
+
+	for _, e := range []*echo.Echo{s.client, s.ops} {
+		e.GET(wire.HealthzPath, s.healthz)
+		e.GET(wire.ReadyzPath, s.readyz)
+		e.GET(wire.MetricsPath, s.scrapeMetrics)
+	}
+	s.client.GET(wire.PingPath, s.ping)
+	s.filterRoutes(s.client, func(path string) string { return path })
+	if s.docsPage != nil {
+		s.client.GET(wire.DocsPath, s.docsRedirect)
+		s.client.GET(wire.DocsPath+"/", s.docs)
+		s.client.GET(wire.OpenAPIPath, s.openAPI)
+	}
+
+	// What the operator and peer pods call, with the token: the filter API under
+	// wire.InternalPath, for forwarded requests, quorum reads, dumps and the operator's creates,
+	// and the endpoints of replication. Membership is served during recovery too, so that a pod
+	// learns its peers while it loads its files.
+	s.internal.Use(s.authenticate)
+	s.filterRoutes(s.internal, wire.InternalPath)
+	ready := s.afterRecovery
+	s.internal.GET(wire.MembershipPath, s.getMembership)
+	s.internal.PUT(wire.MembershipPath, s.putMembership)
+	s.internal.POST(wire.ApplyPath, ready(s.applyOps))
+	s.internal.GET(wire.InventoryPath, ready(s.inventory))
+	s.internal.GET(wire.FilterStatusPath(":"+wire.NameParam), ready(s.filterStatus))
+
+	s.routePaths = make(map[string]bool)
+	for _, e := range []*echo.Echo{s.client, s.internal, s.ops} {
+		for _, r := range e.Routes() {
+			s.routePaths[r.Path] = true
+		}
+	}
+}
+
+// newRouter is a router with the API's error answers, JSON and instrumentation.
+func (s *Server) newRouter(newID func() string) *echo.Echo {
+	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = jsonSerializer{}
-	e.Use(s.instrument(requestIDs()))
+	e.Use(s.instrument(newID))
+	return e
+}
 
-	e.GET(wire.HealthzPath, s.healthz)
-	e.GET(wire.ReadyzPath, s.readyz)
-	e.GET(wire.MetricsPath, s.scrapeMetrics)
-	e.GET(wire.PingPath, s.ping)
+// filterRoutes mounts the filter API on e, each public path at at(path).
+func (s *Server) filterRoutes(e *echo.Echo, at func(string) string) {
 	// Handlers wrapped once, here, rather than given as route or group middleware: echo answers
 	// every path under a group that has middleware itself, which would turn 405s into 404s, and
 	// applies route middleware anew for every request.
 	ready := s.afterRecovery
-	e.GET(wire.ListPath, ready(s.listFilters))
-	e.PUT(wire.FilterRoute, ready(s.createFilter))
-	e.GET(wire.FilterRoute, ready(s.getFilter))
-	e.DELETE(wire.FilterRoute, ready(s.deleteFilter))
-	e.POST(wire.FilterOpRoute(wire.OpCheck), ready(s.check))
-	e.POST(wire.FilterOpRoute(wire.OpMultiCheck), ready(s.multiCheck))
-	e.POST(wire.FilterOpRoute(wire.OpCheckAndSet), ready(s.checkAndSet))
-	e.POST(wire.FilterOpRoute(wire.OpMultiCheckAndSet), ready(s.multiCheckAndSet))
-	e.POST(wire.FilterOpRoute(wire.OpSet), ready(s.set))
-	e.POST(wire.FilterOpRoute(wire.OpMultiSet), ready(s.multiSet))
-	e.GET(wire.FilterOpRoute(wire.OpDump), ready(s.dump))
-	e.POST(wire.FilterOpRoute(wire.OpMerge), ready(s.merge))
-
-	// What the operator and peer pods call. Membership is served during recovery too, so that
-	// a pod learns its peers while it loads its files.
-	e.GET(wire.MembershipPath, s.getMembership)
-	e.PUT(wire.MembershipPath, s.putMembership)
-	e.POST(wire.ApplyPath, ready(s.applyOps))
-	e.GET(wire.InventoryPath, ready(s.inventory))
-	e.GET(wire.FilterStatusPath(":"+wire.NameParam), ready(s.filterStatus))
-	if s.docsPage != nil {
-		e.GET(wire.DocsPath, s.docsRedirect)
-		e.GET(wire.DocsPath+"/", s.docs)
-		e.GET(wire.OpenAPIPath, s.openAPI)
-	}
-
-	s.routePaths = make(map[string]bool)
-	for _, r := range e.Routes() {
-		s.routePaths[r.Path] = true
-	}
+	e.GET(at(wire.ListPath), ready(s.listFilters))
+	e.PUT(at(wire.FilterRoute), ready(s.createFilter))
+	e.GET(at(wire.FilterRoute), ready(s.getFilter))
+	e.DELETE(at(wire.FilterRoute), ready(s.deleteFilter))
+	e.POST(at(wire.FilterOpRoute(wire.OpCheck)), ready(s.check))
+	e.POST(at(wire.FilterOpRoute(wire.OpMultiCheck)), ready(s.multiCheck))
+	e.POST(at(wire.FilterOpRoute(wire.OpCheckAndSet)), ready(s.checkAndSet))
+	e.POST(at(wire.FilterOpRoute(wire.OpMultiCheckAndSet)), ready(s.multiCheckAndSet))
+	e.POST(at(wire.FilterOpRoute(wire.OpSet)), ready(s.set))
+	e.POST(at(wire.FilterOpRoute(wire.OpMultiSet)), ready(s.multiSet))
+	e.GET(at(wire.FilterOpRoute(wire.OpDump)), ready(s.dump))
+	e.POST(at(wire.FilterOpRoute(wire.OpMerge)), ready(s.merge))
 }
 
 // requestIDs numbers requests within the process: unique enough to find a request's log lines,
@@ -136,8 +166,14 @@ func requestIDs() func() string {
 	return func() string { return prefix + strconv.FormatUint(n.Add(1), 36) }
 }
 
-// Handler serves the whole API; tests mount it on httptest servers.
-func (s *Server) Handler() http.Handler { return s.echo }
+// ClientHandler serves the client port: the public API, the probes and /metrics.
+func (s *Server) ClientHandler() http.Handler { return s.client }
+
+// InternalHandler serves the internal port: what the operator and peers call, with the token.
+func (s *Server) InternalHandler() http.Handler { return s.internal }
+
+// OpsHandler serves the ops port: the probes and /metrics alone.
+func (s *Server) OpsHandler() http.Handler { return s.ops }
 
 // SetPhase moves the API to another stage of the process's life.
 func (s *Server) SetPhase(p Phase) { s.phase.Store(int32(p)) }

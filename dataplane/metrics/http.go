@@ -24,6 +24,9 @@ type HTTP struct {
 	durations *prometheus.HistogramVec
 	inFlight  prometheus.Gauge
 	open      prometheus.Gauge
+	// unauthorized counts the internal port's refusals, which a scan or a misconfigured peer
+	// shows up as.
+	unauthorized prometheus.Counter
 
 	// series caches the children of the vectors by label values: a vector's lookup hashes the
 	// values and takes the vector's lock, on every request; a sync.Map read of a key that exists
@@ -58,7 +61,11 @@ func newHTTP() *HTTP {
 		}),
 		open: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Subsystem: "http", Name: "open_connections",
-			Help: "Client connections open to the HTTP server, idle ones included.",
+			Help: "Connections open to the HTTP listeners (client, internal and ops ports), idle ones included.",
+		}),
+		unauthorized: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "http", Name: "unauthorized_requests_total",
+			Help: "Requests to the internal port refused for a missing or wrong bearer token.",
 		}),
 	}
 }
@@ -69,6 +76,7 @@ func (h *HTTP) Describe(ch chan<- *prometheus.Desc) {
 	h.durations.Describe(ch)
 	h.inFlight.Describe(ch)
 	h.open.Describe(ch)
+	h.unauthorized.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -77,7 +85,11 @@ func (h *HTTP) Collect(ch chan<- prometheus.Metric) {
 	h.durations.Collect(ch)
 	h.inFlight.Collect(ch)
 	h.open.Collect(ch)
+	h.unauthorized.Collect(ch)
 }
+
+// Unauthorized counts a request the internal port refused for its token.
+func (h *HTTP) Unauthorized() { h.unauthorized.Inc() }
 
 // Started counts a request in flight; Finished must follow.
 func (h *HTTP) Started() { h.inFlight.Inc() }

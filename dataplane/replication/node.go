@@ -46,6 +46,8 @@ type Options struct {
 	PodName string
 	// Durable makes bits merged from peers survive a crash (a snapshot); nil when in memory.
 	Durable func() error
+	// Token is the cluster's bearer token, which the peers' internal ports require.
+	Token string
 }
 
 // Node is this pod's part of the cluster.
@@ -189,7 +191,7 @@ func (n *Node) peer(m wire.Member) *client.Client {
 }
 
 func (n *Node) newClient(m wire.Member) *client.Client {
-	return client.New(m.URL, client.WithHTTPClient(n.http), client.Forwarded())
+	return client.New(m.URL, client.WithHTTPClient(n.http), client.Internal(n.opts.Token), client.Forwarded())
 }
 
 // Known reports whether the pod was told its membership.

@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -27,11 +29,14 @@ import (
 )
 
 // testServer is the real data-plane handler on a loopback listener, with a typed client for the
-// calls whose bodies are well-formed and raw HTTP for the rest.
+// calls whose bodies are well-formed and raw HTTP for the rest. internal is the same pod's
+// internal port, whose raw requests and client carry the token; ops is its ops port's URL.
 type testServer struct {
-	url    string
-	http   *http.Client
-	client *client.Client
+	url      string
+	http     *http.Client
+	client   *client.Client
+	internal *testServer
+	ops      string
 
 	// How the last request's body arrived, as the server saw it.
 	mu                   sync.Mutex
@@ -39,11 +44,24 @@ type testServer struct {
 	lastTransferEncoding []string
 }
 
+// testToken is the internal port's token in these tests.
+const testToken = "the-cluster-token-of-the-tests"
+
+// withToken configures the internal port's token, in a file as a pod has it.
+func withToken(t *testing.T, cfg *config.Config) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg.InternalTokenFile = path
+}
+
 func newTestServer(t *testing.T, configure func(*config.Config)) *testServer {
 	t.Helper()
 	srv := newServer(t, configure)
 	ts := &testServer{}
-	handler := srv.Handler()
+	handler := srv.ClientHandler()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ts.mu.Lock()
 		ts.lastContentLength, ts.lastTransferEncoding = r.ContentLength, r.TransferEncoding
@@ -51,13 +69,40 @@ func newTestServer(t *testing.T, configure func(*config.Config)) *testServer {
 		handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(hs.Close)
+	internal := httptest.NewServer(srv.InternalHandler())
+	t.Cleanup(internal.Close)
+	ops := httptest.NewServer(srv.OpsHandler())
+	t.Cleanup(ops.Close)
 	ts.url, ts.http, ts.client = hs.URL, hs.Client(), client.New(hs.URL)
+	ts.internal, ts.ops = newInternalTestServer(internal.URL), ops.URL
 	return ts
+}
+
+// newInternalTestServer is the testServer of an internal port at url.
+func newInternalTestServer(url string) *testServer {
+	return &testServer{
+		url:    url,
+		http:   &http.Client{Transport: bearer{testToken, http.DefaultTransport}},
+		client: client.New(url, client.Internal(testToken)),
+	}
+}
+
+// bearer sends the token with every request, as the operator and peers do.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
 
 func newServer(t *testing.T, configure func(*config.Config)) *run.DataPlane {
 	t.Helper()
 	cfg := config.Default()
+	withToken(t, &cfg)
 	if configure != nil {
 		configure(&cfg)
 	}
@@ -88,17 +133,14 @@ func runServer(t *testing.T, configure func(*config.Config)) *testServer {
 	return ts
 }
 
-// startRun runs srv on a loopback listener; stop cancels Run and returns what it returned. It
+// startRun runs srv on loopback listeners; stop cancels Run and returns what it returned. It
 // does not wait for readiness: the server answers HTTP while it recovers.
 func startRun(t *testing.T, srv *run.DataPlane) (ts *testServer, stop func() error) {
 	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
+	ls := run.Listeners{Client: listenLoopback(t), Internal: listenLoopback(t), Ops: listenLoopback(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ln) }()
+	go func() { done <- srv.Run(ctx, ls) }()
 	var once sync.Once
 	var runErr error
 	stop = func() error {
@@ -108,8 +150,21 @@ func startRun(t *testing.T, srv *run.DataPlane) (ts *testServer, stop func() err
 		})
 		return runErr
 	}
-	url := "http://" + ln.Addr().String()
-	return &testServer{url: url, http: &http.Client{}, client: client.New(url)}, stop
+	url := "http://" + ls.Client.Addr().String()
+	return &testServer{
+		url: url, http: &http.Client{}, client: client.New(url),
+		internal: newInternalTestServer("http://" + ls.Internal.Addr().String()),
+		ops:      "http://" + ls.Ops.Addr().String(),
+	}, stop
+}
+
+func listenLoopback(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	return ln
 }
 
 // waitUntilReady waits for /readyz to answer 200: the filter API answers 503 while the server

@@ -23,7 +23,7 @@ func benchHandler(b *testing.B) http.Handler {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h := d.Handler()
+	h := d.ClientHandler()
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequestWithContext(b.Context(), http.MethodPut, "/v1/bloomfilter/bench", strings.NewReader(`{"expectedInsertions":10000000,"fpp":0.001,"validPeriodAfterCreate":0}`)))
 	if w.Code != http.StatusCreated {

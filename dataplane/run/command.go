@@ -31,7 +31,9 @@ func NewCommand(version string) *cobra.Command {
 			"maxFilters, logSync, logLevel, logFormat, shutdownDrainDelayMillis, metricsMaxLabelledFilters\n" +
 			"and the replication keys. Flags win over the file.\n\n" +
 			"Besides the API under /v1 it serves /metrics (Prometheus), /healthz and /readyz (503 while it\n" +
-			"recovers its filters and once a shutdown begins). It stops gracefully on SIGTERM or SIGINT.",
+			"recovers its filters and once a shutdown begins), on the client port and, alone, on the ops\n" +
+			"port. With a token file it opens the internal port, where the operator and the other pods of\n" +
+			"its cluster call it with that token. It stops gracefully on SIGTERM or SIGINT.",
 		Args: cli.NoArgs,
 		// An error after the flags parsed is about the configuration or the run, which the usage
 		// text would only bury.
@@ -164,7 +166,7 @@ func runDataPlane(ctx context.Context, cfg config.Config, version string, logOut
 	if err != nil {
 		return fmt.Errorf("start data plane: %w", err)
 	}
-	ln, err := listenAPI(ctx, cfg)
+	ls, err := listen(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -175,7 +177,7 @@ func runDataPlane(ctx context.Context, cfg config.Config, version string, logOut
 		}
 		defer stop()
 	}
-	if err := srv.Run(ctx, ln); err != nil {
+	if err := srv.Run(ctx, ls); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil

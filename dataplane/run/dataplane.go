@@ -1,8 +1,11 @@
 package run
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,6 +36,10 @@ type DataPlane struct {
 
 // New assembles a data plane from a validated configuration. Nothing touches the disk before Run.
 func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
+	token, err := readToken(cfg.InternalTokenFile)
+	if err != nil {
+		return nil, err
+	}
 	d := &DataPlane{
 		cfg:   cfg,
 		log:   log,
@@ -49,6 +56,7 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		MaxBatchBytes:       cfg.MaxHTTPRequestLength,
 		PodName:             cfg.PodName,
 		Durable:             d.durable,
+		Token:               token,
 	})
 	d.metrics = metrics.New(metrics.Options{
 		Store:              d.store,
@@ -56,16 +64,16 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
 		Ready:              func() bool { return d.api.Ready() },
 	})
-	var err error
 	d.api, err = httpapi.New(httpapi.Options{
-		Config:       cfg,
-		Log:          log,
-		Store:        d.store,
-		Node:         d.node,
-		Metrics:      d.metrics,
-		Writes:       writes.New(d.store, d.node, log),
-		LastSnapshot: d.lastSnapshot,
-		Durable:      d.durable,
+		Config:        cfg,
+		Log:           log,
+		Store:         d.store,
+		Node:          d.node,
+		Metrics:       d.metrics,
+		Writes:        writes.New(d.store, d.node, log),
+		LastSnapshot:  d.lastSnapshot,
+		Durable:       d.durable,
+		InternalToken: token,
 	})
 	if err != nil {
 		return nil, err
@@ -73,8 +81,34 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 	return d, nil
 }
 
-// Handler serves the whole API; tests mount it on httptest servers.
-func (d *DataPlane) Handler() http.Handler { return d.api.Handler() }
+// ClientHandler serves the client port; tests mount the handlers on httptest servers.
+func (d *DataPlane) ClientHandler() http.Handler { return d.api.ClientHandler() }
+
+// InternalHandler serves the internal port, to callers with the token.
+func (d *DataPlane) InternalHandler() http.Handler { return d.api.InternalHandler() }
+
+// OpsHandler serves the ops port.
+func (d *DataPlane) OpsHandler() http.Handler { return d.api.OpsHandler() }
+
+// minTokenLength refuses tokens short enough to guess; the operator's have 64 characters.
+const minTokenLength = 16
+
+// readToken reads the internal port's token from path, "" for no path. Surrounding white space,
+// such as the newline an editor adds, is not part of it.
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("internalTokenFile: %w", err)
+	}
+	token := strings.TrimSpace(string(raw))
+	if len(token) < minTokenLength {
+		return "", fmt.Errorf("internalTokenFile %s: the token must have at least %d characters, it has %d", path, minTokenLength, len(token))
+	}
+	return token, nil
+}
 
 // durable makes the store's current state survive a crash with a snapshot; bits merged from a
 // dump are not in the log.

@@ -1,6 +1,9 @@
 package run
 
 import (
+	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -35,5 +38,32 @@ func TestPersistOptionsCriteria(t *testing.T) {
 	want := []persist.Criterion{{Period: time.Minute, UpdatesMoreThan: 3}, {Period: time.Hour, UpdatesMoreThan: 0}}
 	if !slices.Equal(got, want) {
 		t.Errorf("criteria = %+v, want %+v", got, want)
+	}
+}
+
+// A token file that cannot be read, or holds a token short enough to guess, stops the start with
+// a message naming the key.
+func TestTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte("  secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		filepath.Join(dir, "missing"): "internalTokenFile: open " + filepath.Join(dir, "missing") + ": no such file or directory",
+		short:                         "internalTokenFile " + short + ": the token must have at least 16 characters, it has 6",
+	} {
+		cfg := config.Default()
+		cfg.InternalTokenFile = path
+		if _, err := New(cfg, slog.New(slog.DiscardHandler)); err == nil || err.Error() != want {
+			t.Errorf("New with %s: %v, want %q", path, err, want)
+		}
+	}
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("0123456789abcdef0123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if token, err := readToken(good); err != nil || token != "0123456789abcdef0123" {
+		t.Errorf("readToken = %q, %v; want the token without its newline", token, err)
 	}
 }

@@ -9,5 +9,5 @@ func SetBeforeRecovery(d *DataPlane, f func()) { d.beforeRecovery = f }
 // AddRoute mounts h at GET path behind the API's middleware, for handlers that only tests have,
 // such as one that panics.
 func AddRoute(d *DataPlane, path string, h echo.HandlerFunc) {
-	d.Handler().(*echo.Echo).GET(path, h)
+	d.ClientHandler().(*echo.Echo).GET(path, h)
 }

@@ -18,8 +18,23 @@ import (
 	"github.com/bloomery/bloomery/internal/tick"
 )
 
-// Run serves on ln until ctx is cancelled, then shuts down gracefully and takes a final snapshot.
-// It returns nil after a clean shutdown. With cfg.InMemory nothing touches the disk.
+// Listeners are where the data plane serves: the client port's public API, the internal port
+// (nil when the pod serves alone, without a token) and the ops port.
+type Listeners struct {
+	Client, Internal, Ops net.Listener
+}
+
+func (ls Listeners) close() {
+	for _, ln := range []net.Listener{ls.Client, ls.Internal, ls.Ops} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// Run serves on the listeners until ctx is cancelled, then shuts down gracefully and takes a
+// final snapshot. It returns nil after a clean shutdown. With cfg.InMemory nothing touches the
+// disk.
 //
 // The order matters to whoever watches the pod:
 //  1. lock the data directory (a second process on it fails here, before it listens);
@@ -30,13 +45,13 @@ import (
 //     that load balancers notice, then the server stops accepting connections and waits up to
 //     cfg.GracefulShutdownTimeout for the requests in flight;
 //  5. with HTTP down, a final snapshot.
-func (d *DataPlane) Run(ctx context.Context, ln net.Listener) (err error) {
+func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	var p *persist.Persister
 	if d.cfg.InMemory {
 		d.log.Warn("Persistence is off: filters live in memory only and are lost when the process ends")
 	} else {
 		if p, err = persist.Open(persistOptions(d.cfg, d.log, d.metrics.Persistence.ObserveSync)); err != nil {
-			_ = ln.Close()
+			ls.close()
 			return err
 		}
 		defer func() { err = errors.Join(err, p.Close()) }()
@@ -45,7 +60,7 @@ func (d *DataPlane) Run(ctx context.Context, ln net.Listener) (err error) {
 		d.api.SetPhase(httpapi.Recovering)
 	}
 
-	hs := d.startHTTP(ln)
+	hs := d.startHTTP(ls)
 	if p != nil {
 		if err := d.recoverFilters(p); err != nil {
 			hs.close()
@@ -72,8 +87,9 @@ func (d *DataPlane) Run(ctx context.Context, ln net.Listener) (err error) {
 
 	var serveErr error
 	select {
-	case err := <-hs.done: // the listener failed: nothing left to drain
-		serveErr = fmt.Errorf("serving HTTP: %w", err)
+	case err := <-hs.failed: // a listener failed: nothing left to drain
+		hs.close()
+		serveErr = err
 	case <-ctx.Done():
 		d.drain()
 		serveErr = hs.shutdown(ctx, d.cfg.GracefulShutdownTimeout)
@@ -115,21 +131,45 @@ func (d *DataPlane) drain() {
 	time.Sleep(d.cfg.ShutdownDrainDelay)
 }
 
-// httpServer is the HTTP server running on a listener.
-type httpServer struct {
-	srv  *http.Server
-	done chan error // receives why Serve returned, once
-	log  *slog.Logger
+// opsMaxConnections is the ops port's connection budget: the kubelet's probes and a few
+// Prometheus servers need a handful.
+const opsMaxConnections = 64
+
+// httpServers are the HTTP servers running on the listeners.
+type httpServers struct {
+	servers []*httpServer
+	// failed receives why a server stopped serving other than by close or shutdown.
+	failed chan error
+	log    *slog.Logger
 }
 
-// startHTTP serves the API on ln in a goroutine; shutdown stops it.
-func (d *DataPlane) startHTTP(ln net.Listener) *httpServer {
-	if d.cfg.MaxHTTPConnections > 0 {
-		ln = netutil.LimitListener(ln, d.cfg.MaxHTTPConnections)
+// httpServer is one listener's server.
+type httpServer struct {
+	name string
+	srv  *http.Server
+	done chan error // receives why Serve returned, once
+}
+
+// startHTTP serves each listener in a goroutine of its own; close or shutdown stops them all.
+func (d *DataPlane) startHTTP(ls Listeners) *httpServers {
+	hs := &httpServers{failed: make(chan error, 3), log: d.log}
+	hs.start(d, "client", ls.Client, d.api.ClientHandler(), d.cfg.MaxHTTPConnections)
+	if ls.Internal != nil {
+		hs.start(d, "internal", ls.Internal, d.api.InternalHandler(), d.cfg.MaxHTTPConnections)
 	}
-	hs := &httpServer{
+	hs.start(d, "ops", ls.Ops, d.api.OpsHandler(), opsMaxConnections)
+	return hs
+}
+
+func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.Handler, maxConns int) {
+	addr := ln.Addr().String()
+	if maxConns > 0 {
+		ln = netutil.LimitListener(ln, maxConns)
+	}
+	s := &httpServer{
+		name: name,
 		srv: &http.Server{
-			Handler: d.api.Handler(),
+			Handler: h,
 			// The API answers from memory; a request that takes longer than the timeout to arrive
 			// or to be answered is a stuck client, and its connection is better closed.
 			ReadHeaderTimeout: d.cfg.RequestTimeout,
@@ -140,32 +180,53 @@ func (d *DataPlane) startHTTP(ln net.Listener) *httpServer {
 			ConnState:         d.metrics.HTTP.ConnState,
 		},
 		done: make(chan error, 1),
-		log:  d.log,
 	}
-	go func() { hs.done <- hs.srv.Serve(ln) }()
-	d.log.Info("Listening", "address", ln.Addr().String())
-	return hs
+	hs.servers = append(hs.servers, s)
+	go func() {
+		err := s.srv.Serve(ln)
+		if !errors.Is(err, http.ErrServerClosed) {
+			hs.failed <- fmt.Errorf("serving the %s port: %w", name, err)
+		}
+		s.done <- err
+	}()
+	d.log.Info("Listening", "listener", name, "address", addr)
 }
 
 // close stops serving at once, cutting off the requests in flight.
-func (hs *httpServer) close() {
-	_ = hs.srv.Close() // it can only fail to close the listener, which Serve then reports
-	if err := <-hs.done; !errors.Is(err, http.ErrServerClosed) {
-		hs.log.Warn("HTTP server failed", "error", err.Error())
+func (hs *httpServers) close() {
+	for _, s := range hs.servers {
+		_ = s.srv.Close() // it can only fail to close the listener, which Serve then reports
+	}
+	for _, s := range hs.servers {
+		if err := <-s.done; !errors.Is(err, http.ErrServerClosed) {
+			hs.log.Warn("HTTP server failed", "listener", s.name, "error", err.Error())
+		}
 	}
 }
 
 // shutdown stops accepting connections and waits up to timeout for the requests in flight.
-func (hs *httpServer) shutdown(ctx context.Context, timeout time.Duration) error {
+func (hs *httpServers) shutdown(ctx context.Context, timeout time.Duration) error {
 	hs.log.Info("Shutting down", "timeout", timeout.String())
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	if err := hs.srv.Shutdown(shutdownCtx); err != nil {
+	errs := make([]error, len(hs.servers))
+	var wg sync.WaitGroup
+	for i, s := range hs.servers {
+		wg.Go(func() { errs[i] = s.srv.Shutdown(shutdownCtx) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
 		hs.close() // whatever did not finish in time is cut off
 		return fmt.Errorf("graceful shutdown: %w", err)
 	}
-	if err := <-hs.done; !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serving HTTP: %w", err)
+	var failed []error
+	for _, s := range hs.servers {
+		if err := <-s.done; !errors.Is(err, http.ErrServerClosed) {
+			failed = append(failed, fmt.Errorf("serving the %s port: %w", s.name, err))
+		}
+	}
+	if len(failed) > 0 {
+		return errors.Join(failed...)
 	}
 	hs.log.Info("Stopped")
 	return nil

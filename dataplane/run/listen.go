@@ -2,11 +2,39 @@ package run
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 
 	"github.com/bloomery/bloomery/dataplane/config"
 )
+
+// listen opens the three listeners; without a token file the internal port stays closed.
+func listen(ctx context.Context, cfg config.Config, log *slog.Logger) (Listeners, error) {
+	var ls Listeners
+	var err error
+	if ls.Client, err = listenAPI(ctx, cfg); err != nil {
+		return ls, err
+	}
+	if cfg.InternalTokenFile == "" {
+		log.Warn("No internalTokenFile: the internal port stays closed, so this pod serves alone and no membership can reach it")
+	} else if ls.Internal, err = listenPort(ctx, cfg.Address, cfg.InternalPort); err != nil {
+		ls.close()
+		return Listeners{}, fmt.Errorf("internal port: %w", err)
+	}
+	if ls.Ops, err = listenPort(ctx, cfg.Address, cfg.OpsPort); err != nil {
+		ls.close()
+		return Listeners{}, fmt.Errorf("ops port: %w", err)
+	}
+	return ls, nil
+}
+
+// listenPort opens a plain TCP listener: channelOptions are the client port's.
+func listenPort(ctx context.Context, address string, port int) (net.Listener, error) {
+	var lc net.ListenConfig
+	return lc.Listen(ctx, "tcp", net.JoinHostPort(address, strconv.Itoa(port)))
+}
 
 // listenAPI opens the API's TCP listener with the configured socket options.
 func listenAPI(ctx context.Context, cfg config.Config) (net.Listener, error) {

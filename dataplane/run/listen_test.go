@@ -3,9 +3,12 @@
 package run
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -94,5 +97,32 @@ func TestListenAPIAddressInUse(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.EADDRINUSE) {
 		t.Errorf("listenAPI = %v, want EADDRINUSE", err)
+	}
+}
+
+// Without a token file the internal port stays closed, and the log says so once.
+func TestListenWithoutATokenLeavesTheInternalPortClosed(t *testing.T) {
+	cfg := config.Default()
+	cfg.Address, cfg.Port, cfg.InternalPort, cfg.OpsPort = "127.0.0.1", 0, 0, 0
+	var logs bytes.Buffer
+	ls, err := listen(t.Context(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.close()
+	if ls.Internal != nil || ls.Client == nil || ls.Ops == nil {
+		t.Fatalf("listeners %+v: want the client and ops ports only", ls)
+	}
+	if n := strings.Count(logs.String(), "No internalTokenFile"); n != 1 {
+		t.Errorf("%d warnings about the missing token file, want 1:\n%s", n, logs.String())
+	}
+
+	cfg.InternalTokenFile = "/token"
+	if ls, err = listen(t.Context(), cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	defer ls.close()
+	if ls.Internal == nil {
+		t.Fatal("with a token file the internal port is not open")
 	}
 }

@@ -482,7 +482,7 @@ func TestAccessLog(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hs := httptest.NewServer(srv.Handler())
+			hs := httptest.NewServer(srv.ClientHandler())
 			t.Cleanup(hs.Close)
 			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, hs.URL+"/v1/bloomfilter/nothing/check", strings.NewReader(`{"value":"x"}`))
 			if err != nil {
@@ -535,7 +535,7 @@ func TestRequestIDsAndPanics(t *testing.T) {
 	}
 	run.AddRoute(srv, "/test/panic", func(echo.Context) error { panic("boom") })
 	run.AddRoute(srv, "/test/abort", func(echo.Context) error { panic(http.ErrAbortHandler) })
-	hs := httptest.NewServer(srv.Handler())
+	hs := httptest.NewServer(srv.ClientHandler())
 	t.Cleanup(hs.Close)
 	s := &testServer{url: hs.URL, http: hs.Client()}
 

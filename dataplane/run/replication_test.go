@@ -19,21 +19,21 @@ import (
 func TestMembershipEndpoint(t *testing.T) {
 	s := newTestServer(t, nil)
 	var m wire.Membership
-	s.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
+	s.internal.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
 	if m.Epoch != 0 || len(m.Members) != 0 {
 		t.Fatalf("a pod never told: %+v, want epoch 0 and no members", m)
 	}
 	push := `{"epoch":3,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"},{"name":"b","url":"http://127.0.0.1:2"}]}`
-	s.send(t, http.MethodPut, wire.MembershipPath, push).wantJSON(t, http.StatusOK, &m)
+	s.internal.send(t, http.MethodPut, wire.MembershipPath, push).wantJSON(t, http.StatusOK, &m)
 	if m.Epoch != 3 || m.Self != "a" || len(m.Members) != 2 {
 		t.Fatalf("after a push: %+v", m)
 	}
 	older := `{"epoch":2,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`
-	msg := s.send(t, http.MethodPut, wire.MembershipPath, older).wantError(t, http.StatusConflict, wire.CodeStaleEpoch)
+	msg := s.internal.send(t, http.MethodPut, wire.MembershipPath, older).wantError(t, http.StatusConflict, wire.CodeStaleEpoch)
 	if !strings.Contains(msg, "holds epoch 3, got 2") {
 		t.Errorf("stale epoch message: %q", msg)
 	}
-	if err := s.client.SetMembership(t.Context(), wire.Membership{Epoch: 1}); !client.IsStaleEpoch(err) {
+	if err := s.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1}); !client.IsStaleEpoch(err) {
 		t.Errorf("the client's SetMembership of an older epoch: %v, want IsStaleEpoch", err)
 	}
 	for body, want := range map[string]string{
@@ -42,7 +42,7 @@ func TestMembershipEndpoint(t *testing.T) {
 		`{"epoch":4,"members":[],"extra":1}`: `unknown field "extra"`,
 		`{"epoch":4,"self":"a","members":[{"name":"a","url":"ftp://x"}]}`: `is not an http(s) URL`,
 	} {
-		if msg := s.send(t, http.MethodPut, wire.MembershipPath, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+		if msg := s.internal.send(t, http.MethodPut, wire.MembershipPath, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
 			t.Errorf("PUT %s: %q, want it to contain %q", body, msg, want)
 		}
 	}
@@ -76,7 +76,7 @@ func TestApplyRefusesMalformedOps(t *testing.T) {
 		`{"ops":[{"op":"add","name":"f","generation":0,"keys":["a"]}]}`: "generation must be > 0",
 		`{"ops":"nope"}`: "invalid JSON body",
 	} {
-		if msg := s.send(t, http.MethodPost, "/internal/v1/apply", body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+		if msg := s.internal.send(t, http.MethodPost, "/internal/v1/apply", body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
 			t.Errorf("apply %s: %q, want it to contain %q", body, msg, want)
 		}
 	}
@@ -88,7 +88,7 @@ func TestApplyRefusesMalformedOps(t *testing.T) {
 func TestInternalInputThatCannotHurt(t *testing.T) {
 	s := newTestServer(t, nil)
 	create(t, s, "f", client.CreateOptions{})
-	msg := s.send(t, http.MethodPost, wire.ApplyPath, `{"ops":[{"op":"delete","name":"f","generation":9223372036854775807}]}`).
+	msg := s.internal.send(t, http.MethodPost, wire.ApplyPath, `{"ops":[{"op":"delete","name":"f","generation":9223372036854775807}]}`).
 		wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 	if !strings.Contains(msg, "generation 9223372036854775807 is more than 10m0s ahead") {
 		t.Errorf("a delete far in the future: %q", msg)
@@ -102,13 +102,13 @@ func TestInternalInputThatCannotHurt(t *testing.T) {
 
 	for _, epoch := range []string{"9007199254740992", "18446744073709551615"} {
 		push := `{"epoch":` + epoch + `,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`
-		msg := s.send(t, http.MethodPut, wire.MembershipPath, push).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		msg := s.internal.send(t, http.MethodPut, wire.MembershipPath, push).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 		if !strings.Contains(msg, "epoch: must be at most 9007199254740991") {
 			t.Errorf("epoch %s: %q", epoch, msg)
 		}
 	}
 	var m wire.Membership
-	s.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
+	s.internal.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
 	if m.Epoch != 0 {
 		t.Errorf("after refused pushes the pod holds epoch %d, want 0", m.Epoch)
 	}
@@ -178,7 +178,7 @@ func TestReadinessAwaitsMembership(t *testing.T) {
 	if !strings.Contains(msg, "waiting for the operator") {
 		t.Errorf("/readyz before the membership: %q", msg)
 	}
-	if err := ts.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "solo", Members: []wire.Member{{Name: "solo", URL: ts.url}}}); err != nil {
+	if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "solo", Members: []wire.Member{{Name: "solo", URL: ts.url}}}); err != nil {
 		t.Fatal(err)
 	}
 	waitUntilReady(t, ts)
@@ -188,8 +188,8 @@ func TestReadinessAwaitsMembership(t *testing.T) {
 // filter it created would be a new incarnation replacing, on every pod, the one they hold.
 func TestCreateWaitsForCatchUp(t *testing.T) {
 	s := newTestServer(t, nil) // no Run, so no catch-up: the pod stays behind its peers
-	if err := s.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{
-		{Name: "a", URL: s.url}, {Name: "b", URL: "http://127.0.0.1:1"},
+	if err := s.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{
+		{Name: "a", URL: s.internal.url}, {Name: "b", URL: "http://127.0.0.1:1"},
 	}}); err != nil {
 		t.Fatal(err)
 	}
@@ -213,12 +213,12 @@ func TestApplyBinaryBatches(t *testing.T) {
 	})
 	post := func(body []byte) response {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/internal/v1/apply", bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.internal.url+wire.ApplyPath, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", wire.OpsContentType)
-		resp, err := s.http.Do(req)
+		resp, err := s.internal.http.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

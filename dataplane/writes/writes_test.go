@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"sync"
@@ -70,25 +72,35 @@ func newPod(t *testing.T, limits filter.Limits, await bool) *pod {
 	p.store.SetJournal(p.journal)
 	p.node = replication.NewNode(replication.Options{
 		Store: p.store, Log: log, WriteConsistency: wire.ConsistencyQuorum,
-		Timeout: 500 * time.Millisecond, AwaitMembership: await,
+		Timeout: 500 * time.Millisecond, AwaitMembership: await, Token: peerToken,
 	})
 	t.Cleanup(p.node.Close)
 	p.writes = writes.New(p.store, p.node, log)
 	return p
 }
 
-// peer is a whole data plane in memory, served on loopback: the pod's peer.
+// peerToken is the cluster's token in these tests.
+const peerToken = "the-cluster-token-of-the-tests"
+
+// peer is a whole data plane in memory, served on loopback: the pod's peer. url is its internal
+// port's, c a client of its client port.
 func peer(t *testing.T) (url string, c *client.Client) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.InMemory = true
+	cfg.InternalTokenFile = filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(cfg.InternalTokenFile, []byte(peerToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	d, err := run.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(d.Handler())
-	t.Cleanup(hs.Close)
-	return hs.URL, client.New(hs.URL)
+	public := httptest.NewServer(d.ClientHandler())
+	t.Cleanup(public.Close)
+	internal := httptest.NewServer(d.InternalHandler())
+	t.Cleanup(internal.Close)
+	return internal.URL, client.New(public.URL)
 }
 
 // joinPeer makes p one of two pods with a peer at url, and waits until p caught up from it.

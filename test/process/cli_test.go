@@ -186,7 +186,7 @@ func TestPortInUseIsNotAUsageError(t *testing.T) {
 	}
 }
 
-var textAddress = regexp.MustCompile(`msg=Listening address=(\S+)`)
+var textAddress = regexp.MustCompile(`msg=Listening listener=client address=(\S+)`)
 
 // logLine is what the tests read from one line of the data plane's log, in either format.
 type logLine struct {
@@ -203,12 +203,16 @@ func parseLogLine(t *testing.T, format, line string) logLine {
 		return logLine{}
 	}
 	var l struct {
-		Msg     string         `json:"msg"`
-		Address string         `json:"address"`
-		Config  map[string]any `json:"config"`
+		Msg      string         `json:"msg"`
+		Listener string         `json:"listener"`
+		Address  string         `json:"address"`
+		Config   map[string]any `json:"config"`
 	}
 	if err := json.Unmarshal([]byte(line), &l); err != nil {
 		t.Errorf("log line is not JSON (%v): %s", err, line)
+	}
+	if l.Msg == "Listening" && l.Listener != "client" {
+		return logLine{} // the ops port's
 	}
 	return logLine{msg: l.Msg, address: l.Address, config: l.Config}
 }
@@ -232,7 +236,7 @@ func TestServeUntilSignal(t *testing.T) {
 			dataDir := filepath.Join(dir, "from-flag")
 
 			// The context kills the process if the test ends before it exits.
-			cmd := exec.CommandContext(t.Context(), binary, "dataplane", "-p", "0", "--bind-address", "127.0.0.1", "-c", config, "--data-dir", dataDir)
+			cmd := exec.CommandContext(t.Context(), binary, "dataplane", "-p", "0", "--ops-port", "0", "--bind-address", "127.0.0.1", "-c", config, "--data-dir", dataDir)
 			cmd.Dir = dir
 			stderr, err := cmd.StderrPipe()
 			if err != nil {

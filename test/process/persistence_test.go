@@ -22,14 +22,17 @@ import (
 
 // These tests kill and restart the real binary to show that what it acknowledged survives.
 
-// dataPlane is a running `bloomery dataplane` process.
+// dataPlane is a running `bloomery dataplane` process, with the addresses of its client, internal
+// and ops listeners.
 type dataPlane struct {
-	cmd    *exec.Cmd
-	addr   string
-	client *client.Client
-	exited chan struct{}
-	stderr strings.Builder // what it logged, for failure messages
-	mu     sync.Mutex
+	cmd                         *exec.Cmd
+	addr, internalAddr, opsAddr string
+	client                      *client.Client
+	// internal calls the internal port with the token, as the operator does.
+	internal *client.Client
+	exited   chan struct{}
+	stderr   strings.Builder // what it logged, for failure messages
+	mu       sync.Mutex
 }
 
 // startDataPlane starts the binary on a free loopback port and waits for its "Listening" line.
@@ -43,7 +46,8 @@ func startDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 // launchDataPlane starts the binary and returns once it listens, ready or not.
 func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 	t.Helper()
-	args = append([]string{"dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
+	args = append([]string{"dataplane", "-p", "0", "--internal-port", "0", "--ops-port", "0",
+		"--internal-token-file", tokenFile(t), "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
 	cmd := exec.CommandContext(t.Context(), binary, args...)
 	cmd.Dir = t.TempDir()
 	pipe, err := cmd.StderrPipe()
@@ -54,7 +58,7 @@ func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 		t.Fatal(err)
 	}
 	dp := &dataPlane{cmd: cmd, exited: make(chan struct{})}
-	listening := make(chan string, 1)
+	listening := make(chan [2]string, 3)
 	go func() {
 		scanner := bufio.NewScanner(pipe)
 		scanner.Buffer(nil, 1<<20)
@@ -63,9 +67,9 @@ func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 			dp.mu.Lock()
 			dp.stderr.WriteString(line + "\n")
 			dp.mu.Unlock()
-			var l struct{ Msg, Address string }
+			var l struct{ Msg, Listener, Address string }
 			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "Listening" {
-				listening <- l.Address
+				listening <- [2]string{l.Listener, l.Address}
 			}
 		}
 		_, _ = io.Copy(io.Discard, pipe)
@@ -73,15 +77,40 @@ func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 		close(dp.exited)
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-dp.exited })
-	select {
-	case dp.addr = <-listening:
-	case <-dp.exited:
-		t.Fatalf("the data plane exited before it listened:\n%s", dp.logs())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the data plane did not listen in time:\n%s", dp.logs())
+	timeout := time.After(30 * time.Second)
+	for dp.addr == "" || dp.internalAddr == "" || dp.opsAddr == "" {
+		select {
+		case l := <-listening:
+			switch l[0] {
+			case "client":
+				dp.addr = l[1]
+			case "internal":
+				dp.internalAddr = l[1]
+			case "ops":
+				dp.opsAddr = l[1]
+			}
+		case <-dp.exited:
+			t.Fatalf("the data plane exited before it listened:\n%s", dp.logs())
+		case <-timeout:
+			t.Fatalf("the data plane did not listen on its three ports in time:\n%s", dp.logs())
+		}
 	}
 	dp.client = client.New("http://" + dp.addr)
+	dp.internal = client.New("http://"+dp.internalAddr, client.Internal(testToken))
 	return dp
+}
+
+// testToken is the internal port's token of every process these tests start.
+const testToken = "the-cluster-token-of-the-tests"
+
+// tokenFile writes testToken to a file, as the operator mounts it into a pod.
+func tokenFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(testToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // waitReady waits for /readyz to answer 200, as Kubernetes would before sending traffic: the
@@ -312,7 +341,7 @@ func allTrue(bs []bool) bool {
 func TestSecondProcessOnTheSameDirectory(t *testing.T) {
 	dir := t.TempDir()
 	first := startDataPlane(t, dir)
-	r := runBinary(t, "dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dir)
+	r := runBinary(t, "dataplane", "-p", "0", "--ops-port", "0", "--bind-address", "127.0.0.1", "--data-dir", dir)
 	if r.code == 0 || !strings.Contains(r.stderr, dir) || !strings.Contains(r.stderr, "in use by another process") {
 		t.Errorf("second process: exit %d, stderr %q; want a failure naming %s", r.code, r.stderr, dir)
 	}

@@ -35,11 +35,14 @@ antiEntropyIntervalSeconds: %d
 // replica is one pod of a test cluster. It keeps its port and data directory across restarts,
 // as a StatefulSet pod keeps its name, address and volume.
 type replica struct {
-	name, port, dir string
-	dp              *dataPlane
+	name, port, internalPort, dir string
+	dp                            *dataPlane
 }
 
 func (p *replica) url() string { return "http://127.0.0.1:" + p.port }
+
+// internalURL is where its peers and the operator call it.
+func (p *replica) internalURL() string { return "http://127.0.0.1:" + p.internalPort }
 
 type testCluster struct {
 	t      *testing.T
@@ -58,7 +61,7 @@ func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
 	}
 	c := &testCluster{t: t, config: config}
 	for i := range n {
-		c.pods = append(c.pods, &replica{name: fmt.Sprintf("pod-%d", i), port: freePort(t), dir: t.TempDir()})
+		c.pods = append(c.pods, newReplica(t, fmt.Sprintf("pod-%d", i)))
 	}
 	for _, p := range c.pods {
 		c.launch(p)
@@ -79,10 +82,15 @@ func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
 	return c
 }
 
+// newReplica is a pod with its ports and data directory, not started.
+func newReplica(t *testing.T, name string) *replica {
+	return &replica{name: name, port: freePort(t), internalPort: freePort(t), dir: t.TempDir()}
+}
+
 // launch starts the pod's process on its port and directory, without waiting for readiness.
 func (c *testCluster) launch(p *replica) {
 	c.t.Helper()
-	p.dp = launchDataPlane(c.t, p.dir, "-p", p.port, "-c", c.config)
+	p.dp = launchDataPlane(c.t, p.dir, "-p", p.port, "--internal-port", p.internalPort, "-c", c.config)
 }
 
 // push tells every pod in to a new membership of exactly those pods, with the next epoch.
@@ -97,11 +105,11 @@ func (c *testCluster) tell(members []*replica, to ...*replica) {
 	c.t.Helper()
 	m := wire.Membership{Epoch: c.epoch}
 	for _, p := range members {
-		m.Members = append(m.Members, wire.Member{Name: p.name, URL: p.url()})
+		m.Members = append(m.Members, wire.Member{Name: p.name, URL: p.internalURL()})
 	}
 	for _, p := range to {
 		m.Self = p.name
-		if err := p.dp.client.SetMembership(c.t.Context(), m); err != nil {
+		if err := p.dp.internal.SetMembership(c.t.Context(), m); err != nil {
 			c.t.Fatalf("membership of %s: %v", p.name, err)
 		}
 	}
@@ -301,7 +309,7 @@ func TestNewPodCatchesUpBeforeItIsReady(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	joiner := &replica{name: "pod-2", port: freePort(t), dir: t.TempDir()}
+	joiner := newReplica(t, "pod-2")
 	c.pods = append(c.pods, joiner)
 	c.launch(joiner)
 	if joiner.dp.ready(t) {
@@ -322,35 +330,45 @@ func TestNewPodCatchesUpBeforeItIsReady(t *testing.T) {
 	}
 }
 
+// Concurrent check-and-sets of one value through every pod answer false once: each pod sends them
+// to the filter's home. A client that marks its requests as forwarded by a peer changes nothing:
+// the client port does not believe the marker.
 func TestConcurrentCheckAndSetAnswersFalseOnce(t *testing.T) {
-	c := newTestCluster(t, 3, 0)
-	createFilter(t, c.pods[0].dp, "coupons")
-	values := valuesOf("coupon", 300)
-	falses := make([]int, len(values))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, p := range c.pods {
-		cl := client.New(p.url())
-		wg.Go(func() {
-			for i, v := range values {
-				present, err := cl.CheckAndSet(t.Context(), "coupons", v)
-				if err != nil {
-					t.Errorf("check-and-set through %s: %v", p.name, err)
-					return
+	for _, marked := range []bool{false, true} {
+		t.Run(fmt.Sprint("marked as forwarded: ", marked), func(t *testing.T) {
+			c := newTestCluster(t, 3, 0)
+			createFilter(t, c.pods[0].dp, "coupons")
+			values := valuesOf("coupon", 300)
+			falses := make([]int, len(values))
+			var mu sync.Mutex
+			var wg sync.WaitGroup
+			for _, p := range c.pods {
+				cl := client.New(p.url())
+				if marked {
+					cl = client.New(p.url(), client.Forwarded())
 				}
-				if !present {
-					mu.Lock()
-					falses[i]++
-					mu.Unlock()
+				wg.Go(func() {
+					for i, v := range values {
+						present, err := cl.CheckAndSet(t.Context(), "coupons", v)
+						if err != nil {
+							t.Errorf("check-and-set through %s: %v", p.name, err)
+							return
+						}
+						if !present {
+							mu.Lock()
+							falses[i]++
+							mu.Unlock()
+						}
+					}
+				})
+			}
+			wg.Wait()
+			for i, n := range falses {
+				if n != 1 {
+					t.Errorf("%q answered false %d times through 3 pods, want exactly once", values[i], n)
 				}
 			}
 		})
-	}
-	wg.Wait()
-	for i, n := range falses {
-		if n != 1 {
-			t.Errorf("%q answered false %d times through 3 pods, want exactly once", values[i], n)
-		}
 	}
 }
 

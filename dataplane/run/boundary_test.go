@@ -1,0 +1,141 @@
+package run_test
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// The trust boundary, over the listeners Run serves: what only the operator and peers may call is
+// on the internal port alone, behind the token; the ops port serves the probes and metrics alone.
+
+// internalCall is a request the operator or a peer makes, and the status it gets with the token.
+type internalCall struct {
+	method, path, body string
+	status             int
+}
+
+// internalCalls are every kind of internal endpoint, in an order in which each succeeds.
+var internalCalls = []internalCall{
+	{http.MethodPut, wire.InternalPath(wire.FilterPath("f")), `{"expectedInsertions":1000}`, http.StatusCreated},
+	{http.MethodGet, wire.InternalPath(wire.FilterPath("f")), "", http.StatusOK},
+	{http.MethodGet, wire.InternalPath(wire.ListPath), "", http.StatusOK},
+	{http.MethodPost, wire.InternalPath(wire.FilterOpPath("f", wire.OpCheckAndSet)), `{"value":"v"}`, http.StatusOK},
+	{http.MethodPost, wire.InternalPath(wire.FilterOpPath("f", wire.OpMultiCheck)), `{"values":["v"]}`, http.StatusOK},
+	{http.MethodGet, wire.InternalPath(wire.FilterOpPath("f", wire.OpDump)), "", http.StatusOK},
+	{http.MethodGet, wire.FilterStatusPath("f"), "", http.StatusOK},
+	{http.MethodGet, wire.InventoryPath, "", http.StatusOK},
+	{http.MethodPost, wire.ApplyPath, `{"ops":[]}`, http.StatusOK},
+	{http.MethodGet, wire.MembershipPath, "", http.StatusOK},
+	{http.MethodPut, wire.MembershipPath, `{"epoch":1,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`, http.StatusOK},
+}
+
+// Every internal endpoint refuses a request without the token, or with another, with 401 code 10,
+// and changes nothing; with the token it answers.
+func TestInternalPortRequiresTheToken(t *testing.T) {
+	ts := runServer(t, nil)
+	plain := &testServer{url: ts.internal.url, http: &http.Client{}}
+	strangers := map[string]*testServer{
+		"no token":        plain,
+		"another token":   {url: ts.internal.url, http: &http.Client{Transport: bearer{"not-" + testToken, http.DefaultTransport}}},
+		"a prefix of it":  {url: ts.internal.url, http: &http.Client{Transport: bearer{testToken[:len(testToken)-1], http.DefaultTransport}}},
+		"an empty bearer": {url: ts.internal.url, http: &http.Client{Transport: bearer{"", http.DefaultTransport}}},
+	}
+	refused := 0
+	for _, call := range internalCalls {
+		for who, s := range strangers {
+			r := s.send(t, call.method, call.path, call.body)
+			if msg := r.wantError(t, http.StatusUnauthorized, wire.CodeUnauthorized); strings.Contains(msg, testToken) {
+				t.Errorf("the refusal quotes the token: %q", msg)
+			}
+			if r.header.Get("WWW-Authenticate") == "" {
+				t.Errorf("%s %s with %s: no WWW-Authenticate header", call.method, call.path, who)
+			}
+			refused++
+		}
+		// What the strangers sent changed nothing: the filter is created by the first call with
+		// the token, and the membership by the last.
+		if call.method == http.MethodPut {
+			if names, err := ts.client.List(t.Context()); err != nil || (call.path != wire.MembershipPath && len(names) != 0) {
+				t.Fatalf("after refused creates the pod holds %v, %v", names, err)
+			}
+			if m, err := ts.internal.client.Membership(t.Context()); err != nil || m.Epoch != 0 {
+				t.Fatalf("after refused pushes the pod holds epoch %d, %v", m.Epoch, err)
+			}
+		}
+		if r := ts.internal.send(t, call.method, call.path, call.body); r.status != call.status {
+			t.Errorf("%s %s with the token: %d %s, want %d", call.method, call.path, r.status, r.body, call.status)
+		}
+	}
+	wantValue(t, scrape(t, &http.Client{}, ts.ops, ""), float64(refused), "bloomery_http_unauthorized_requests_total")
+}
+
+// The client port serves none of the internal endpoints, with the token or without; the ops port
+// serves neither them nor the filter API.
+func TestInternalEndpointsAreOnTheInternalPortOnly(t *testing.T) {
+	ts := runServer(t, nil)
+	withToken := &testServer{url: ts.url, http: &http.Client{Transport: bearer{testToken, http.DefaultTransport}}}
+	ops := &testServer{url: ts.ops, http: &http.Client{}}
+	for _, call := range internalCalls {
+		withToken.send(t, call.method, call.path, call.body).wantError(t, http.StatusNotFound, wire.CodeNoSuchRoute)
+		ops.send(t, call.method, call.path, call.body).wantError(t, http.StatusNotFound, wire.CodeNoSuchRoute)
+	}
+	ops.send(t, http.MethodGet, wire.ListPath, "").wantError(t, http.StatusNotFound, wire.CodeNoSuchRoute)
+	ops.send(t, http.MethodGet, wire.PingPath, "").wantError(t, http.StatusNotFound, wire.CodeNoSuchRoute)
+	for _, path := range []string{wire.HealthzPath, wire.ReadyzPath, wire.MetricsPath} {
+		for _, s := range []*testServer{ts, ops} {
+			if r := s.send(t, http.MethodGet, path, ""); r.status != http.StatusOK {
+				t.Errorf("GET %s%s: %d %s", s.url, path, r.status, r.body)
+			}
+		}
+	}
+}
+
+// A flood of idle connections that takes the client port's whole budget leaves the ops port
+// answering the probes and Prometheus at once.
+func TestOpsPortAnswersWhileTheClientPortIsFull(t *testing.T) {
+	const budget = 4
+	ts := runServer(t, func(c *config.Config) { c.MaxHTTPConnections = budget })
+	addr := strings.TrimPrefix(ts.url, "http://")
+	for range budget {
+		conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+	}
+	// The budget is spent: a request to the client port waits for a connection to free up.
+	if status, err := getWithin(t, 300*time.Millisecond, ts.url+wire.ReadyzPath); err == nil {
+		t.Fatalf("the client port answered %d with its %d connections taken; the test did not fill it", status, budget)
+	}
+	for _, path := range []string{wire.HealthzPath, wire.ReadyzPath, wire.MetricsPath} {
+		status, err := getWithin(t, time.Second, ts.ops+path)
+		if err != nil || status != http.StatusOK {
+			t.Errorf("GET %s on the ops port with the client port full: %d, %v", path, status, err)
+		}
+	}
+}
+
+// getWithin sends GET url on a connection of its own and answers its status, or an error after
+// timeout.
+func getWithin(t *testing.T, timeout time.Duration, url string) (int, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: &http.Transport{}}).Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}
