@@ -35,6 +35,10 @@ type Config struct {
 	// InternalTokenFile holds the bearer token of the internal port, shared by the cluster's
 	// pods and the operator. Empty runs a single server, which no membership can be pushed to.
 	InternalTokenFile string
+	// TLSCertFile and TLSKeyFile, when set, serve the client and internal ports over TLS; TLSCAFile
+	// is the CA that peers' and the operator's certificates must chain to (flags --tls-*-file).
+	// The files are re-read when they change.
+	TLSCertFile, TLSKeyFile, TLSCAFile string
 	// OpsPort serves the probes and /metrics alone, with a connection budget of its own, so that
 	// clients exhausting the API's connections cannot starve the kubelet and Prometheus.
 	OpsPort int
@@ -205,6 +209,7 @@ func (c Config) Validate() error {
 	check("internalPort (or --internal-port)", rulePort(c.InternalPort))
 	check("opsPort (or --ops-port)", rulePort(c.OpsPort))
 	check("ports", distinctPorts(c))
+	check("tls", checkTLSFiles(c))
 	if c.AwaitMembership && c.InternalTokenFile == "" {
 		check("awaitMembership", errors.New("needs internalTokenFile: without it the internal port stays closed and no membership can reach the pod"))
 	}
@@ -265,6 +270,20 @@ func (p configProblems) Unwrap() []error { return p }
 func rulePositive[T ~int | ~int64 | ~uint64](v T) error {
 	if v <= 0 {
 		return fmt.Errorf("must be greater than 0, got %v", v)
+	}
+	return nil
+}
+
+// checkTLSFiles wants a certificate and its key together, and a CA wherever peers must verify
+// each other.
+func checkTLSFiles(c Config) error {
+	switch {
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return errors.New("tlsCertFile and tlsKeyFile go together: set both or neither")
+	case c.TLSCAFile != "" && c.TLSCertFile == "":
+		return errors.New("tlsCAFile needs tlsCertFile and tlsKeyFile")
+	case c.TLSCertFile != "" && c.InternalTokenFile != "" && c.TLSCAFile == "":
+		return errors.New("tlsCAFile is needed with tlsCertFile and internalTokenFile: the pods of a cluster verify each other against it")
 	}
 	return nil
 }

@@ -43,6 +43,16 @@ func TestValidate(t *testing.T) {
 		{"no persistence buffer", func(c *Config) { c.ChannelBufferSizeForFilterPersistence = 0 }, "defaultChannelBufferSizeForFilterPersistence: must be greater than 0, got 0"},
 		{"log level", func(c *Config) { c.LogLevel = "trace" }, `logLevel: must be one of debug, info, warn, error; got "trace"`},
 		{"log format", func(c *Config) { c.LogFormat = "" }, `logFormat: must be one of json, text; got ""`},
+		{"internal port too large", func(c *Config) { c.InternalPort = 65536 }, "internalPort (or --internal-port): must be between 0 and 65535, got 65536"},
+		{"ops port on the client port", func(c *Config) { c.OpsPort = c.Port }, "ports: --port and opsPort are both 8080"},
+		{"internal port on the ops port", func(c *Config) { c.InternalTokenFile, c.InternalPort = "/token", c.OpsPort },
+			"ports: internalPort and opsPort are both 9090"},
+		{"awaiting a membership that cannot come", func(c *Config) { c.AwaitMembership = true },
+			"awaitMembership: needs internalTokenFile: without it the internal port stays closed and no membership can reach the pod"},
+		{"certificate without its key", func(c *Config) { c.TLSCertFile = "/tls.crt" }, "tls: tlsCertFile and tlsKeyFile go together: set both or neither"},
+		{"CA without a certificate", func(c *Config) { c.TLSCAFile = "/ca.crt" }, "tls: tlsCAFile needs tlsCertFile and tlsKeyFile"},
+		{"peers that cannot verify each other", func(c *Config) { c.TLSCertFile, c.TLSKeyFile, c.InternalTokenFile = "/tls.crt", "/tls.key", "/token" },
+			"tls: tlsCAFile is needed with tlsCertFile and internalTokenFile: the pods of a cluster verify each other against it"},
 		{"every problem at once", func(c *Config) { c.Port = 70000; c.LogFormat = "xml" },
 			`--port: must be between 0 and 65535, got 70000; logFormat: must be one of json, text; got "xml"`},
 	}
@@ -65,6 +75,9 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.TriggerPersistenceCriteria = nil },
 		func(c *Config) { c.DefaultValidAfterCreate = 0 },
 		func(c *Config) { c.MetricsMaxLabelledFilters = 0 },
+		func(c *Config) { c.InternalPort = c.Port }, // not opened without a token file
+		func(c *Config) { c.Port, c.InternalPort, c.OpsPort, c.InternalTokenFile = 0, 0, 0, "/token" },
+		func(c *Config) { c.TLSCertFile, c.TLSKeyFile = "/tls.crt", "/tls.key" }, // a server alone
 	} {
 		c := Default()
 		ok(&c)
@@ -93,7 +106,8 @@ func TestConfigLogValue(t *testing.T) {
 	c.ChannelOptions.SoRcvBuf = 65536
 	c.MaxTotalBytes = 1 << 30
 
-	c.InternalTokenFile = "/etc/bloomery/token" // none is no key
+	// None is no key.
+	c.InternalTokenFile, c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = "/etc/bloomery/token", "/tls/tls.crt", "/tls/tls.key", "/tls/ca.crt"
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("Starting data plane", "config", c)
 	var line struct {

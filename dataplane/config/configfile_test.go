@@ -26,6 +26,9 @@ func TestLoadConfigEveryKey(t *testing.T) {
 internalPort: 18090
 opsPort: 19090
 internalTokenFile: /etc/bloomery/token
+tlsCertFile: /etc/bloomery/tls/tls.crt
+tlsKeyFile: /etc/bloomery/tls/tls.key
+tlsCAFile: /etc/bloomery/tls/ca.crt
 defaultExpectedInsertions: 2000000
 defaultFalsePositiveProbability: 0.0002
 defaultValidSecondsAfterCreate: 172800
@@ -69,6 +72,9 @@ antiEntropyIntervalSeconds: 120
 	want.InternalPort = 18090
 	want.OpsPort = 19090
 	want.InternalTokenFile = "/etc/bloomery/token"
+	want.TLSCertFile = "/etc/bloomery/tls/tls.crt"
+	want.TLSKeyFile = "/etc/bloomery/tls/tls.key"
+	want.TLSCAFile = "/etc/bloomery/tls/ca.crt"
 	want.DefaultExpectedInsertions = 2_000_000
 	want.DefaultFPP = 0.0002
 	want.DefaultValidAfterCreate = 48 * time.Hour

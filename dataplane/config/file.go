@@ -24,6 +24,9 @@ type File struct {
 	InternalPort              *int     `yaml:"internalPort,omitempty" check:"port"`
 	OpsPort                   *int     `yaml:"opsPort,omitempty" check:"port"`
 	InternalTokenFile         *string  `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
+	TLSCertFile               *string  `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
+	TLSKeyFile                *string  `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
+	TLSCAFile                 *string  `yaml:"tlsCAFile,omitempty" check:"nonEmpty"`
 	DefaultExpectedInsertions *int64   `yaml:"defaultExpectedInsertions,omitempty" check:"positive"`
 	DefaultFPP                *float64 `yaml:"defaultFalsePositiveProbability,omitempty" check:"probability"`
 	// Unlike filter-service, 0 is allowed: filters created without an expiry never expire.
@@ -78,6 +81,9 @@ func (f File) apply(c *Config) {
 	set(&c.InternalPort, f.InternalPort)
 	set(&c.OpsPort, f.OpsPort)
 	set(&c.InternalTokenFile, f.InternalTokenFile)
+	set(&c.TLSCertFile, f.TLSCertFile)
+	set(&c.TLSKeyFile, f.TLSKeyFile)
+	set(&c.TLSCAFile, f.TLSCAFile)
 	if f.DefaultExpectedInsertions != nil {
 		c.DefaultExpectedInsertions = uint64(*f.DefaultExpectedInsertions) // positive once loaded
 	}
@@ -144,12 +150,11 @@ func (c Config) file() File {
 		criteria[i] = FileCriterion{Period: Seconds(tc.Period), UpdatesMoreThan: tc.UpdatesMoreThan}
 	}
 	o := c.ChannelOptions
-	var tokenFile *string // none is no key: the file cannot say ""
-	if c.InternalTokenFile != "" {
-		tokenFile = new(c.InternalTokenFile)
-	}
 	return File{
-		InternalTokenFile:         tokenFile,
+		InternalTokenFile:         optionalPath(c.InternalTokenFile),
+		TLSCertFile:               optionalPath(c.TLSCertFile),
+		TLSKeyFile:                optionalPath(c.TLSKeyFile),
+		TLSCAFile:                 optionalPath(c.TLSCAFile),
 		InternalPort:              new(c.InternalPort),
 		OpsPort:                   new(c.OpsPort),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
@@ -181,6 +186,14 @@ func (c Config) file() File {
 		LogLevel:                                new(c.LogLevel),
 		LogFormat:                               new(c.LogFormat),
 	}
+}
+
+// optionalPath is a path as a key: none is no key, since the file cannot say "".
+func optionalPath(path string) *string {
+	if path == "" {
+		return nil
+	}
+	return &path
 }
 
 // Seconds is a duration the file writes as a whole number of seconds, as its key's name says.

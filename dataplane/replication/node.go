@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -48,6 +49,8 @@ type Options struct {
 	Durable func() error
 	// Token is the cluster's bearer token, which the peers' internal ports require.
 	Token string
+	// TLS verifies https peers and presents this pod's certificate to them; nil for http.
+	TLS *tls.Config
 }
 
 // Node is this pod's part of the cluster.
@@ -96,6 +99,8 @@ func NewNode(opts Options) *Node {
 			DialTimeout:         opts.Timeout,
 			MaxIdleConns:        256,
 			MaxIdleConnsPerHost: 64,
+			TLSHandshakeTimeout: opts.Timeout,
+			TLS:                 opts.TLS,
 		}),
 		senders: make(map[wire.Member]*sender),
 		ctx:     ctx,

@@ -60,6 +60,9 @@ type dataPlaneFlags struct {
 	internalPort int
 	opsPort      int
 	tokenFile    string
+	tlsCertFile  string
+	tlsKeyFile   string
+	tlsCAFile    string
 	address      string
 	configFile   string
 	docs         bool
@@ -77,6 +80,9 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	fs.IntVarP(&o.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
 	fs.IntVar(&o.internalPort, "internal-port", def.InternalPort, "port of the endpoints only the operator and peer pods call (/internal/v1), opened only with a token file; overrides internalPort")
 	fs.StringVar(&o.tokenFile, "internal-token-file", "", "`FILE` holding the bearer token the internal port requires; overrides internalTokenFile (default none: the internal port stays closed and the pod serves alone)")
+	fs.StringVar(&o.tlsCertFile, "tls-cert-file", "", "`FILE` of the certificate (PEM) that serves the client and internal ports over TLS; overrides tlsCertFile")
+	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "`FILE` of the certificate's key (PEM); overrides tlsKeyFile")
+	fs.StringVar(&o.tlsCAFile, "tls-ca-file", "", "`FILE` of the CA (PEM) that peers' and the operator's certificates must chain to; overrides tlsCAFile")
 	fs.IntVar(&o.opsPort, "ops-port", def.OpsPort, "port of /healthz, /readyz and /metrics alone, for the kubelet and Prometheus; overrides opsPort")
 	fs.StringVar(&o.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
 	fs.StringVarP(&o.configFile, "config", "c", "", "YAML configuration `FILE`")
@@ -115,8 +121,15 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 	if fs.Changed("ops-port") {
 		cfg.OpsPort = o.opsPort
 	}
-	if fs.Changed("internal-token-file") {
-		cfg.InternalTokenFile = o.tokenFile
+	for flag, dst := range map[string]*string{
+		"internal-token-file": &cfg.InternalTokenFile,
+		"tls-cert-file":       &cfg.TLSCertFile,
+		"tls-key-file":        &cfg.TLSKeyFile,
+		"tls-ca-file":         &cfg.TLSCAFile,
+	} {
+		if fs.Changed(flag) {
+			*dst, _ = fs.GetString(flag) // a string flag: no error
+		}
 	}
 	// The pod's name, from the downward API in the operator's StatefulSet.
 	cfg.PodName = os.Getenv("POD_NAME")

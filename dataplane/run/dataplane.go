@@ -1,6 +1,7 @@
 package run
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,12 +10,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/httpapi"
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/tlsfiles"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
@@ -32,6 +35,8 @@ type DataPlane struct {
 	persister atomic.Pointer[persist.Persister]
 	// beforeRecovery, if set, runs when recovery starts; tests hold recovery open with it.
 	beforeRecovery func()
+	// tls serves the client and internal ports over TLS; nil serves plain HTTP.
+	tls *tlsfiles.Source
 }
 
 // New assembles a data plane from a validated configuration. Nothing touches the disk before Run.
@@ -40,9 +45,20 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	var certs *tlsfiles.Source
+	var peerTLS *tls.Config
+	if cfg.TLSCertFile != "" {
+		if certs, err = tlsfiles.Load(cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile, log); err != nil {
+			return nil, err
+		}
+		if cfg.TLSCAFile != "" {
+			peerTLS = client.PodTLS(certs.Roots, certs.Certificate)
+		}
+	}
 	d := &DataPlane{
 		cfg:   cfg,
 		log:   log,
+		tls:   certs,
 		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes, Filters: cfg.MaxFilters}, nil),
 	}
 	d.node = replication.NewNode(replication.Options{
@@ -57,6 +73,7 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		PodName:             cfg.PodName,
 		Durable:             d.durable,
 		Token:               token,
+		TLS:                 peerTLS,
 	})
 	d.metrics = metrics.New(metrics.Options{
 		Store:              d.store,

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -153,18 +154,28 @@ type httpServer struct {
 // startHTTP serves each listener in a goroutine of its own; close or shutdown stops them all.
 func (d *DataPlane) startHTTP(ls Listeners) *httpServers {
 	hs := &httpServers{failed: make(chan error, 3), log: d.log}
-	hs.start(d, "client", ls.Client, d.api.ClientHandler(), d.cfg.MaxHTTPConnections)
-	if ls.Internal != nil {
-		hs.start(d, "internal", ls.Internal, d.api.InternalHandler(), d.cfg.MaxHTTPConnections)
+	// The ops port stays plain HTTP: the kubelet's probes and Prometheus's scrapes carry nothing
+	// secret, and need no certificate to reach it.
+	var clientTLS, internalTLS *tls.Config
+	if d.tls != nil {
+		clientTLS = d.tls.ServerConfig(false)
+		internalTLS = d.tls.ServerConfig(d.cfg.TLSCAFile != "")
 	}
-	hs.start(d, "ops", ls.Ops, d.api.OpsHandler(), opsMaxConnections)
+	hs.start(d, "client", ls.Client, d.api.ClientHandler(), d.cfg.MaxHTTPConnections, clientTLS)
+	if ls.Internal != nil {
+		hs.start(d, "internal", ls.Internal, d.api.InternalHandler(), d.cfg.MaxHTTPConnections, internalTLS)
+	}
+	hs.start(d, "ops", ls.Ops, d.api.OpsHandler(), opsMaxConnections, nil)
 	return hs
 }
 
-func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.Handler, maxConns int) {
+func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.Handler, maxConns int, tlsConfig *tls.Config) {
 	addr := ln.Addr().String()
 	if maxConns > 0 {
 		ln = netutil.LimitListener(ln, maxConns)
+	}
+	if tlsConfig != nil {
+		ln = tls.NewListener(ln, tlsConfig)
 	}
 	s := &httpServer{
 		name: name,
@@ -189,7 +200,7 @@ func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.
 		}
 		s.done <- err
 	}()
-	d.log.Info("Listening", "listener", name, "address", addr)
+	d.log.Info("Listening", "listener", name, "address", addr, "tls", tlsConfig != nil)
 }
 
 // close stops serving at once, cutting off the requests in flight.

@@ -127,7 +127,7 @@ func (dp *dataPlane) waitReady(t *testing.T) {
 // ready reports whether /readyz answers 200.
 func (dp *dataPlane) ready(t *testing.T) bool {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.addr+"/readyz", nil)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.opsAddr+"/readyz", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

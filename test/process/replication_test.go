@@ -37,31 +37,51 @@ antiEntropyIntervalSeconds: %d
 type replica struct {
 	name, port, internalPort, dir string
 	dp                            *dataPlane
+	// scheme is https when the cluster runs over TLS, with tlsArgs naming the pod's files and hc
+	// the HTTP client that trusts the cluster's CA.
+	scheme  string
+	tlsArgs []string
+	hc      *http.Client
 }
 
-func (p *replica) url() string { return "http://127.0.0.1:" + p.port }
+// clientOf is a client of the pod's client port.
+func (p *replica) clientOf(opts ...client.Option) *client.Client {
+	if p.hc != nil {
+		opts = append(opts, client.WithHTTPClient(p.hc))
+	}
+	return client.New(p.url(), opts...)
+}
+
+func (p *replica) url() string { return p.scheme + "://127.0.0.1:" + p.port }
 
 // internalURL is where its peers and the operator call it.
-func (p *replica) internalURL() string { return "http://127.0.0.1:" + p.internalPort }
+func (p *replica) internalURL() string { return p.scheme + "://127.0.0.1:" + p.internalPort }
 
 type testCluster struct {
 	t      *testing.T
 	config string
 	epoch  uint64
 	pods   []*replica
+	// tls, when set, runs the pods over TLS with certificates of the cluster's CA.
+	tls *clusterTLS
 }
 
 // newTestCluster starts n pods, tells each the membership of all n, and waits until they are
 // ready. antiEntropy is the anti-entropy period in seconds (0: off).
 func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
+	return startTestCluster(t, n, antiEntropy, nil)
+}
+
+// startTestCluster starts a test cluster, over TLS with tls set.
+func startTestCluster(t *testing.T, n, antiEntropy int, tls *clusterTLS) *testCluster {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(config, fmt.Appendf(nil, replicaConfig, antiEntropy), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, config: config}
+	c := &testCluster{t: t, config: config, tls: tls}
 	for i := range n {
-		c.pods = append(c.pods, newReplica(t, fmt.Sprintf("pod-%d", i)))
+		c.pods = append(c.pods, c.newReplica(fmt.Sprintf("pod-%d", i)))
 	}
 	for _, p := range c.pods {
 		c.launch(p)
@@ -82,15 +102,29 @@ func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
 	return c
 }
 
-// newReplica is a pod with its ports and data directory, not started.
-func newReplica(t *testing.T, name string) *replica {
-	return &replica{name: name, port: freePort(t), internalPort: freePort(t), dir: t.TempDir()}
+// newReplica is a pod with its ports, data directory and, over TLS, certificate, not started.
+func (c *testCluster) newReplica(name string) *replica {
+	t := c.t
+	t.Helper()
+	p := &replica{name: name, port: freePort(t), internalPort: freePort(t), dir: t.TempDir(), scheme: "http"}
+	if c.tls != nil {
+		p.scheme = "https"
+		files := c.tls.issueFiles(t, name)
+		p.tlsArgs = []string{"--tls-cert-file", files.Cert, "--tls-key-file", files.Key, "--tls-ca-file", files.CA}
+		p.hc = c.tls.httpClient
+	}
+	return p
 }
 
 // launch starts the pod's process on its port and directory, without waiting for readiness.
 func (c *testCluster) launch(p *replica) {
 	c.t.Helper()
-	p.dp = launchDataPlane(c.t, p.dir, "-p", p.port, "--internal-port", p.internalPort, "-c", c.config)
+	args := append([]string{"-p", p.port, "--internal-port", p.internalPort, "-c", c.config}, p.tlsArgs...)
+	p.dp = launchDataPlane(c.t, p.dir, args...)
+	if p.hc != nil {
+		p.dp.client = p.clientOf()
+		p.dp.internal = client.New(p.internalURL(), client.WithHTTPClient(p.hc), client.Internal(testToken))
+	}
 }
 
 // push tells every pod in to a new membership of exactly those pods, with the next epoch.
@@ -128,7 +162,7 @@ func freePort(t *testing.T) string {
 }
 
 func (p *replica) client(level wire.Consistency) *client.Client {
-	return client.New(p.url(), client.WithConsistency(level))
+	return p.clientOf(client.WithConsistency(level))
 }
 
 // absent returns the values the pod does not hold, asking it alone.
@@ -175,126 +209,130 @@ func valuesOf(prefix string, n int) []string {
 }
 
 func TestValuesWrittenThroughAnyPodAreSeenByEveryPod(t *testing.T) {
-	c := newTestCluster(t, 3, 0)
-	createFilter(t, c.pods[0].dp, "users")
+	bothTransports(t, func(t *testing.T, tls *clusterTLS) {
+		c := startTestCluster(t, 3, 0, tls)
+		createFilter(t, c.pods[0].dp, "users")
 
-	// consistency=all: every pod holds the write when it is answered.
-	for _, p := range c.pods {
-		values := valuesOf("all-"+p.name, 50)
-		cl := p.client(wire.ConsistencyAll)
-		for _, v := range values {
-			if _, err := cl.CheckAndSet(t.Context(), "users", v); err != nil {
-				t.Fatalf("check-and-set through %s: %v", p.name, err)
+		// consistency=all: every pod holds the write when it is answered.
+		for _, p := range c.pods {
+			values := valuesOf("all-"+p.name, 50)
+			cl := p.client(wire.ConsistencyAll)
+			for _, v := range values {
+				if _, err := cl.CheckAndSet(t.Context(), "users", v); err != nil {
+					t.Fatalf("check-and-set through %s: %v", p.name, err)
+				}
 			}
-		}
-		for _, q := range c.pods {
-			if lost := q.absent(t, "users", values); len(lost) > 0 {
-				t.Errorf("written through %s with consistency=all, %s lacks %d values at once, such as %q", p.name, q.name, len(lost), lost[0])
-			}
-		}
-	}
-
-	// The default, quorum: a quorum read sees the write at once (R + W > N), and every pod holds
-	// it shortly after.
-	for _, p := range c.pods {
-		values := valuesOf("quorum-"+p.name, 300)
-		if err := p.dp.client.MultiSet(t.Context(), "users", values[:200]); err != nil {
-			t.Fatalf("multi-set through %s: %v", p.name, err)
-		}
-		if _, err := p.dp.client.MultiCheckAndSet(t.Context(), "users", values[200:]); err != nil {
-			t.Fatalf("multi-check-and-set through %s: %v", p.name, err)
-		}
-		for _, q := range c.pods {
-			present, err := q.client(wire.ConsistencyQuorum).MultiCheck(t.Context(), "users", values)
-			if err != nil {
-				t.Fatalf("quorum multi-check on %s: %v", q.name, err)
-			}
-			for i, ok := range present {
-				if !ok {
-					t.Fatalf("written through %s, a quorum read on %s misses %q", p.name, q.name, values[i])
+			for _, q := range c.pods {
+				if lost := q.absent(t, "users", values); len(lost) > 0 {
+					t.Errorf("written through %s with consistency=all, %s lacks %d values at once, such as %q", p.name, q.name, len(lost), lost[0])
 				}
 			}
 		}
-		for _, q := range c.pods {
-			q.eventuallyHolds(t, "users", values)
-		}
-	}
 
-	// Values never written stay absent everywhere: the reads above could not pass by answering
-	// true for anything.
-	for _, q := range c.pods {
-		if lost := q.absent(t, "users", valuesOf("never-written", 100)); len(lost) < 90 {
-			t.Errorf("%s holds %d of 100 values never written", q.name, 100-len(lost))
+		// The default, quorum: a quorum read sees the write at once (R + W > N), and every pod holds
+		// it shortly after.
+		for _, p := range c.pods {
+			values := valuesOf("quorum-"+p.name, 300)
+			if err := p.dp.client.MultiSet(t.Context(), "users", values[:200]); err != nil {
+				t.Fatalf("multi-set through %s: %v", p.name, err)
+			}
+			if _, err := p.dp.client.MultiCheckAndSet(t.Context(), "users", values[200:]); err != nil {
+				t.Fatalf("multi-check-and-set through %s: %v", p.name, err)
+			}
+			for _, q := range c.pods {
+				present, err := q.client(wire.ConsistencyQuorum).MultiCheck(t.Context(), "users", values)
+				if err != nil {
+					t.Fatalf("quorum multi-check on %s: %v", q.name, err)
+				}
+				for i, ok := range present {
+					if !ok {
+						t.Fatalf("written through %s, a quorum read on %s misses %q", p.name, q.name, values[i])
+					}
+				}
+			}
+			for _, q := range c.pods {
+				q.eventuallyHolds(t, "users", values)
+			}
 		}
-	}
+
+		// Values never written stay absent everywhere: the reads above could not pass by answering
+		// true for anything.
+		for _, q := range c.pods {
+			if lost := q.absent(t, "users", valuesOf("never-written", 100)); len(lost) < 90 {
+				t.Errorf("%s holds %d of 100 values never written", q.name, 100-len(lost))
+			}
+		}
+	})
 }
 
 func TestKilledPodLosesNothingAndCatchesUp(t *testing.T) {
-	c := newTestCluster(t, 3, 0)
-	createFilter(t, c.pods[0].dp, "events")
-	victim, survivors := c.pods[2], c.pods[:2]
+	bothTransports(t, func(t *testing.T, tls *clusterTLS) {
+		c := startTestCluster(t, 3, 0, tls)
+		createFilter(t, c.pods[0].dp, "events")
+		victim, survivors := c.pods[2], c.pods[:2]
 
-	var mu sync.Mutex
-	var acked []string
-	stop := make(chan struct{})
-	var writers sync.WaitGroup
-	for w := range 4 {
-		p := survivors[w%2]
-		writers.Go(func() {
-			cl := client.New(p.url())
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
+		var mu sync.Mutex
+		var acked []string
+		stop := make(chan struct{})
+		var writers sync.WaitGroup
+		for w := range 4 {
+			p := survivors[w%2]
+			writers.Go(func() {
+				cl := p.clientOf()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					v := fmt.Sprintf("w%d-%d", w, i)
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					_, err := cl.CheckAndSet(ctx, "events", v)
+					cancel()
+					if err == nil {
+						mu.Lock()
+						acked = append(acked, v)
+						mu.Unlock()
+					}
 				}
-				v := fmt.Sprintf("w%d-%d", w, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := cl.CheckAndSet(ctx, "events", v)
-				cancel()
-				if err == nil {
-					mu.Lock()
-					acked = append(acked, v)
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	// Acknowledged writes before the kill, and as many again while the pod is down.
-	ackedAtLeast := func(n int, when string) int {
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			mu.Lock()
-			got := len(acked)
-			mu.Unlock()
-			if got >= n {
-				return got
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: only %d writes acknowledged, want %d", when, got, n)
-			}
-			time.Sleep(10 * time.Millisecond)
+			})
 		}
-	}
-	before := ackedAtLeast(100, "before the kill")
-	victim.dp.stop(t, syscall.SIGKILL)
-	ackedAtLeast(before+100, "while the pod is down")
-	close(stop)
-	writers.Wait()
+		// Acknowledged writes before the kill, and as many again while the pod is down.
+		ackedAtLeast := func(n int, when string) int {
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mu.Lock()
+				got := len(acked)
+				mu.Unlock()
+				if got >= n {
+					return got
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: only %d writes acknowledged, want %d", when, got, n)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		before := ackedAtLeast(100, "before the kill")
+		victim.dp.stop(t, syscall.SIGKILL)
+		ackedAtLeast(before+100, "while the pod is down")
+		close(stop)
+		writers.Wait()
 
-	for _, p := range survivors {
-		p.eventuallyHolds(t, "events", acked)
-	}
+		for _, p := range survivors {
+			p.eventuallyHolds(t, "events", acked)
+		}
 
-	c.launch(victim)
-	if victim.dp.ready(t) {
-		t.Fatal("the restarted pod was ready before it was told its peers")
-	}
-	c.tell(c.pods, victim) // the operator tells a restarted pod the current membership
-	victim.dp.waitReady(t)
-	if lost := victim.absent(t, "events", acked); len(lost) > 0 {
-		t.Fatalf("once ready, the restarted pod lacks %d of %d acknowledged values, such as %q", len(lost), len(acked), lost[0])
-	}
+		c.launch(victim)
+		if victim.dp.ready(t) {
+			t.Fatal("the restarted pod was ready before it was told its peers")
+		}
+		c.tell(c.pods, victim) // the operator tells a restarted pod the current membership
+		victim.dp.waitReady(t)
+		if lost := victim.absent(t, "events", acked); len(lost) > 0 {
+			t.Fatalf("once ready, the restarted pod lacks %d of %d acknowledged values, such as %q", len(lost), len(acked), lost[0])
+		}
+	})
 }
 
 func TestNewPodCatchesUpBeforeItIsReady(t *testing.T) {
@@ -309,7 +347,7 @@ func TestNewPodCatchesUpBeforeItIsReady(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	joiner := newReplica(t, "pod-2")
+	joiner := c.newReplica("pod-2")
 	c.pods = append(c.pods, joiner)
 	c.launch(joiner)
 	if joiner.dp.ready(t) {
@@ -334,18 +372,26 @@ func TestNewPodCatchesUpBeforeItIsReady(t *testing.T) {
 // to the filter's home. A client that marks its requests as forwarded by a peer changes nothing:
 // the client port does not believe the marker.
 func TestConcurrentCheckAndSetAnswersFalseOnce(t *testing.T) {
-	for _, marked := range []bool{false, true} {
-		t.Run(fmt.Sprint("marked as forwarded: ", marked), func(t *testing.T) {
-			c := newTestCluster(t, 3, 0)
+	for _, tc := range []struct {
+		name   string
+		marked bool
+		tls    bool
+	}{{"http", false, false}, {"marked as forwarded", true, false}, {"tls", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var ctls *clusterTLS
+			if tc.tls {
+				ctls = newClusterTLS(t)
+			}
+			c := startTestCluster(t, 3, 0, ctls)
 			createFilter(t, c.pods[0].dp, "coupons")
 			values := valuesOf("coupon", 300)
 			falses := make([]int, len(values))
 			var mu sync.Mutex
 			var wg sync.WaitGroup
 			for _, p := range c.pods {
-				cl := client.New(p.url())
-				if marked {
-					cl = client.New(p.url(), client.Forwarded())
+				cl := p.clientOf()
+				if tc.marked {
+					cl = p.clientOf(client.Forwarded())
 				}
 				wg.Go(func() {
 					for i, v := range values {
@@ -426,7 +472,7 @@ func TestDeletedFilterStaysDeletedAfterAStalePeersAntiEntropy(t *testing.T) {
 // counter reads one unlabelled counter from the pod's /metrics.
 func counter(t *testing.T, p *replica, name string) float64 {
 	t.Helper()
-	v, ok := metricValue(t, p.url(), name)
+	v, ok := metricValue(t, "http://"+p.dp.opsAddr, name)
 	if !ok {
 		t.Fatalf("%s has no %s in /metrics", p.name, name)
 	}
