@@ -318,6 +318,13 @@ type BloomClusterStatus struct {
 	// +kubebuilder:validation:MaxItems=256
 	// +optional
 	Members []ClusterMember `json:"members,omitempty"`
+
+	// ignoredPods counts the pods that carry the cluster's labels but are not pods of its
+	// StatefulSet: the operator never makes them members nor sends them the cluster's token.
+	// Each pass names them in a Warning event.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	IgnoredPods int32 `json:"ignoredPods,omitempty"`
 }
 
 // ClusterMember is one pod of a membership.
@@ -327,7 +334,8 @@ type ClusterMember struct {
 	// +required
 	Pod string `json:"pod"`
 
-	// url is where the pod's API answers its peers and the operator, such as http://10.0.0.7:8080.
+	// url is where the pod's internal port answers its peers and the operator, such as
+	// http://10.0.0.7:8090.
 	// +kubebuilder:validation:MaxLength=512
 	// +required
 	URL string `json:"url"`
@@ -343,6 +351,7 @@ type ClusterMember struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.membershipEpoch`,priority=1
+// +kubebuilder:printcolumn:name="Ignored",type=integer,JSONPath=`.status.ignoredPods`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // BloomCluster is a data plane of bloom filters: a StatefulSet of pods, its Services, a
