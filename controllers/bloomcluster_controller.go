@@ -30,12 +30,14 @@ import (
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 )
 
-// BloomClusterReconciler runs a BloomCluster's data plane: a ConfigMap, a headless and a client
-// Service, a StatefulSet, a PodDisruptionBudget and optionally a ServiceMonitor, and reports the
-// result in status. It writes a child only when the child differs from what the spec asks for.
+// BloomClusterReconciler runs a BloomCluster's data plane: the Secret of its internal token, a
+// ConfigMap, a headless and a client Service, a StatefulSet, a PodDisruptionBudget and optionally
+// a ServiceMonitor, and reports the result in status. It writes a child only when the child differs from what the spec asks for.
 type BloomClusterReconciler struct {
 	Client client.Client
-	Scheme *runtime.Scheme
+	// APIReader reads from the API server what the cache does not hold; nil means the manager's.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
 	// Recorder records the cluster's events; nil records none.
 	Recorder recorder.EventRecorder
 	// DefaultImage is the data-plane image of clusters that name none: the operator's own image.
@@ -54,6 +56,7 @@ type BloomClusterReconciler struct {
 type clusterState struct {
 	cluster     *bloomeryv1alpha1.BloomCluster
 	configHash  string
+	token       string              // the internal port's bearer token, from the cluster's Secret
 	statefulSet *appsv1.StatefulSet // as the API server last returned it; nil if it does not exist
 	// notApplied lists parts of the spec that could not be applied, without a failure: they make
 	// the cluster Degraded but do not stop the pass.
@@ -70,6 +73,7 @@ type degradation struct{ reason, message string }
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
 
@@ -110,7 +114,9 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 	}
 	st := &clusterState{cluster: cluster}
 	steps := []func(context.Context, *clusterState) (ctrl.Result, error){
-		// First, because it depends only on the pods that exist, and running pods need it to
+		// The token comes before anything that reaches the pods or runs them.
+		r.reconcileTokenSecret,
+		// Next, because it depends only on the pods that exist, and running pods need it to
 		// turn ready even when a later step fails (a StatefulSet update the API server refuses).
 		r.reconcileMembership,
 		r.reconcileConfigMap,
@@ -155,6 +161,13 @@ func staleCache(err error) bool {
 func (r *BloomClusterReconciler) resync() time.Duration { return positiveOr(r.Resync, defaultResync) }
 
 func (r *BloomClusterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
+
+func (r *BloomClusterReconciler) apiReader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
+}
 
 // observe reads what the status reports but the steps may not have: the StatefulSet when a step
 // before it failed, and the BloomFilters that name the cluster.
@@ -263,13 +276,17 @@ func (r *BloomClusterReconciler) patchStatus(ctx context.Context, original, clus
 
 // SetupWithManager watches BloomClusters, the children they own, their pods (for the
 // membership) and the BloomFilters that name them (for status.filters). The BloomFilter field
-// index (IndexFields) must be registered.
+// index (IndexFields) must be registered, and the cache should select Secrets with
+// TokenSecretSelector.
 func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
 	if r.Scheme == nil {
 		r.Scheme = mgr.GetScheme()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("bloomcluster-controller")
@@ -297,6 +314,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bloomeryv1alpha1.BloomCluster{}).
+		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.StatefulSet{}).

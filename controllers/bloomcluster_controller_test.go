@@ -172,14 +172,19 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	headless := waitFor(t, &corev1.Service{}, ns, "alpha-headless", exists)
 	clientSvc := waitFor(t, &corev1.Service{}, ns, "alpha", exists)
 	pdb := waitFor(t, &policyv1.PodDisruptionBudget{}, ns, "alpha", exists)
-	for _, obj := range []client.Object{sts, cm, headless, clientSvc, pdb} {
+	secret := waitFor(t, &corev1.Secret{}, ns, "alpha-internal-token", exists)
+	for _, obj := range []client.Object{sts, cm, headless, clientSvc, pdb, secret} {
 		checkOwnedBy(t, obj, cluster)
 	}
 
-	// Services: peers and the StatefulSet use the headless one, applications the other.
-	wantPort := corev1.ServicePort{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080, TargetPort: intstr.FromString("http")}
+	// Services: peers, the StatefulSet and Prometheus use the headless one, on the internal and
+	// ops ports; applications the other, on the API's alone.
+	port := func(name string, number int32) corev1.ServicePort {
+		return corev1.ServicePort{Name: name, Protocol: corev1.ProtocolTCP, Port: number, TargetPort: intstr.FromString(name)}
+	}
+	wantPort := port("http", 8080)
 	if headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses ||
-		len(headless.Spec.Ports) != 1 || headless.Spec.Ports[0] != wantPort {
+		!slices.Equal(headless.Spec.Ports, []corev1.ServicePort{port("internal", 8090), port("ops", 9090)}) {
 		t.Errorf("headless Service: clusterIP %q, publishNotReadyAddresses %v, ports %+v", headless.Spec.ClusterIP,
 			headless.Spec.PublishNotReadyAddresses, headless.Spec.Ports)
 	}
@@ -227,11 +232,16 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	}
 	ctr := pod.Containers[0]
 	if ctr.Name != "dataplane" || ctr.Image != testImage ||
-		strings.Join(ctr.Args, " ") != "dataplane -p 8080 -c /etc/bloomery/config.yaml --data-dir /data" {
+		strings.Join(ctr.Args, " ") != "dataplane -p 8080 --internal-port 8090 --ops-port 9090 "+
+			"--internal-token-file /var/run/secrets/bloomery/token -c /etc/bloomery/config.yaml --data-dir /data" {
 		t.Errorf("container %s: image %s, args %q", ctr.Name, ctr.Image, ctr.Args)
 	}
-	if len(ctr.Ports) != 1 || ctr.Ports[0].Name != "http" || ctr.Ports[0].ContainerPort != 8080 {
-		t.Errorf("container ports %+v, want http 8080", ctr.Ports)
+	ports := map[string]int32{}
+	for _, p := range ctr.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	if len(ctr.Ports) != 3 || ports["http"] != 8080 || ports["internal"] != 8090 || ports["ops"] != 9090 {
+		t.Errorf("container ports %+v, want http 8080, internal 8090 and ops 9090", ctr.Ports)
 	}
 	env := map[string]string{}
 	for _, e := range ctr.Env {
@@ -246,15 +256,15 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	for _, m := range ctr.VolumeMounts {
 		mounts[m.Name] = m.MountPath
 	}
-	if mounts["data"] != "/data" || mounts["config"] != "/etc/bloomery" {
-		t.Errorf("volume mounts %v, want data at /data and config at /etc/bloomery", mounts)
+	if mounts["data"] != "/data" || mounts["config"] != "/etc/bloomery" || mounts["internal-token"] != "/var/run/secrets/bloomery" {
+		t.Errorf("volume mounts %v, want data at /data, config at /etc/bloomery and internal-token at /var/run/secrets/bloomery", mounts)
 	}
-	if len(pod.Volumes) != 1 || pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != "alpha-config" {
-		t.Errorf("volumes %+v, want the config from ConfigMap alpha-config", pod.Volumes)
+	if len(pod.Volumes) != 2 || pod.Volumes[0].ConfigMap == nil || pod.Volumes[0].ConfigMap.Name != "alpha-config" {
+		t.Errorf("volumes %+v, want the config from ConfigMap alpha-config and the token", pod.Volumes)
 	}
 	probe := func(name string, p *corev1.Probe, path string) {
-		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port != intstr.FromString("http") {
-			t.Errorf("%s probe %+v, want GET %s on port http", name, p, path)
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port != intstr.FromString("ops") {
+			t.Errorf("%s probe %+v, want GET %s on port ops", name, p, path)
 		}
 	}
 	probe("readiness", ctr.ReadinessProbe, "/readyz")
@@ -315,7 +325,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 				created = append(created, e.Note)
 			}
 		}
-		return len(created) == 5, fmt.Sprintf("Created events: %q", created)
+		return len(created) == 6, fmt.Sprintf("Created events: %q", created)
 	})
 
 	got := waitClusterCondition(t, ns, "alpha", ConditionReady, "False/ReplicasNotReady", "0 of 3")
@@ -626,8 +636,8 @@ func TestBloomClusterServiceMonitorDiscoveredAtRunTime(t *testing.T) {
 		t.Fatalf("endpoints %v, want one", endpoints)
 	}
 	ep, _ := endpoints[0].(map[string]any)
-	if ep["port"] != "http" || ep["path"] != "/metrics" || ep["interval"] != "15s" {
-		t.Errorf("endpoint %v, want port http, path /metrics, interval 15s", ep)
+	if ep["port"] != "ops" || ep["path"] != "/metrics" || ep["interval"] != "15s" {
+		t.Errorf("endpoint %v, want port ops, path /metrics, interval 15s", ep)
 	}
 	selector, _, _ := unstructured.NestedStringMap(sm.Object, "spec", "selector", "matchLabels")
 	if selector[serviceRoleLabel] != serviceRoleHeadless || selector[labelInstance] != "watched" {

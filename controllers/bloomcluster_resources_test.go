@@ -34,7 +34,8 @@ func loadGeneratedConfig(t *testing.T, c *bloomeryv1alpha1.BloomCluster) (config
 	if err != nil {
 		t.Fatalf("the data plane refuses the generated config: %v\n%s", err, text)
 	}
-	cfg.DataDir = dataMountPath // the pod's --data-dir flag
+	// The pod's flags: --data-dir and --internal-token-file.
+	cfg.DataDir, cfg.InternalTokenFile = dataMountPath, tokenMountPath+"/"+tokenSecretKey
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the generated config is invalid: %v\n%s", err, text)
 	}

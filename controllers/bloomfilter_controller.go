@@ -74,6 +74,8 @@ func (r *BloomFilterReconciler) podParallelism() int {
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile brings one BloomFilter's pods and status in line.
@@ -126,11 +128,19 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("getting BloomCluster: %w", err)
 	}
-	pods, err := clusterPods(ctx, r.Client, bf.Namespace, cluster.Name)
+	token, err := clusterToken(ctx, r.Client, &cluster)
+	if errors.Is(err, errNoToken) {
+		r.fail(bf, ReasonNoInternalToken, fmt.Sprintf("BloomCluster %s has %v", cluster.Name, err))
+		return ctrl.Result{RequeueAfter: r.resync()}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	observed := r.ensureOnPods(ctx, bf, pods, shape)
+	pods, _, err := clusterPods(ctx, r.Client, &cluster) // the cluster reports the ignored ones
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	observed := r.ensureOnPods(ctx, bf, pods, shape, token)
 	r.report(bf, &cluster, observed)
 	return ctrl.Result{RequeueAfter: r.resync()}, nil
 }
@@ -168,13 +178,13 @@ type podObservation struct {
 
 // ensureOnPods creates the filter on every pod that lacks it and reads every pod's copy, with
 // bounded parallelism. A pod that fails is reported, never a reason to stop the others.
-func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape) []podObservation {
+func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape, token string) []podObservation {
 	observed := make([]podObservation, len(pods))
 	var g errgroup.Group
 	g.SetLimit(r.podParallelism())
 	for i := range pods {
 		g.Go(func() error {
-			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape)
+			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape, token)
 			return nil
 		})
 	}
@@ -183,9 +193,9 @@ func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1
 	return observed
 }
 
-func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod *corev1.Pod, shape FilterShape) podObservation {
+func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod *corev1.Pod, shape FilterShape, token string) podObservation {
 	o := podObservation{status: bloomeryv1alpha1.PodFilterStatus{Pod: pod.Name}}
-	addr, ok := podAddress(pod)
+	addr, ok := podAddress(pod, token)
 	if !ok {
 		o.waiting, o.status.Message = true, "pod has no IP yet ("+string(pod.Status.Phase)+")"
 		return o
@@ -396,19 +406,36 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 }
 
 // deleteFromPods deletes the filter on every pod that has an address and returns the pods that
-// failed. A missing cluster or a pod without an IP holds nothing to delete.
+// failed. A missing cluster or a pod without an IP holds nothing to delete; without the cluster's
+// token, every pod with an address fails.
 func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) ([]string, error) {
-	pods, err := clusterPods(ctx, r.Client, bf.Namespace, bf.Spec.ClusterRef.Name)
+	var cluster bloomeryv1alpha1.BloomCluster
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster)
+	if apierrors.IsNotFound(err) {
+		return nil, nil // its pods go with it
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting BloomCluster: %w", err)
+	}
+	pods, _, err := clusterPods(ctx, r.Client, &cluster)
 	if err != nil {
 		return nil, err
+	}
+	token, tokenErr := clusterToken(ctx, r.Client, &cluster)
+	if tokenErr != nil && !errors.Is(tokenErr, errNoToken) {
+		return nil, tokenErr
 	}
 	var mu sync.Mutex
 	var failed []string
 	var g errgroup.Group
 	g.SetLimit(r.podParallelism())
 	for i := range pods {
-		addr, ok := podAddress(&pods[i])
+		addr, ok := podAddress(&pods[i], token)
 		if !ok {
+			continue
+		}
+		if tokenErr != nil {
+			failed = append(failed, addr.Name)
 			continue
 		}
 		g.Go(func() error {

@@ -5,17 +5,21 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crclient "sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/client"
@@ -23,23 +27,31 @@ import (
 	"github.com/bloomery/bloomery/dataplane/run"
 )
 
-// fakePod is a data-plane pod for envtest: a Pod object whose status the test sets, and a real
-// data-plane server on a loopback port that stands for the pod's container.
+// fakePod is a data-plane pod for envtest: a Pod object of the cluster's StatefulSet whose status
+// the test sets, and a real data-plane server on loopback ports that stands for the pod's
+// container, with the cluster's token.
 type fakePod struct {
-	name   string
-	port   int
-	stop   context.CancelFunc
-	done   chan error
-	client *client.Client
+	name  string
+	ports dataPlanePorts
+	token string
+	stop  context.CancelFunc
+	done  chan error
+	// client calls the public API on the client port, as applications do; internal calls the
+	// internal port with the token, as the operator and the peers do.
+	client, internal *client.Client
 }
 
-// startDataPlaneServer runs a data plane on 127.0.0.1:port (0 picks one), in memory unless
-// dataDir is given; then it snapshots every 100 ms after any write.
-func startDataPlaneServer(t testing.TB, port int, dataDir string) (int, context.CancelFunc, chan error) {
+// dataPlanePorts are the loopback ports of a test's data plane; 0 picks a free one.
+type dataPlanePorts struct{ client, internal int }
+
+// startDataPlaneServer runs a data plane with token on 127.0.0.1 (its ops port on a free port), in
+// memory unless dataDir is given; then it snapshots every 100 ms after any write.
+func startDataPlaneServer(t testing.TB, ports dataPlanePorts, dataDir, token string) (dataPlanePorts, context.CancelFunc, chan error) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.InMemory = dataDir == ""
 	cfg.DataDir = dataDir
+	cfg.InternalTokenFile = tokenFile(t, token)
 	cfg.TriggerPersistenceCriteria = []config.TriggerPersistenceCriterion{{Period: 100 * time.Millisecond, UpdatesMoreThan: 0}}
 	// Shutdown waits up to 5 s for a connection dialed but not yet used (net/http treats it as
 	// active): the operator's keep-alive dials make that likely.
@@ -48,34 +60,47 @@ func startDataPlaneServer(t testing.TB, port int, dataDir string) (int, context.
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
-	if err != nil {
-		t.Fatal(err)
+	listen := func(port int) net.Listener {
+		ln, err := new(net.ListenConfig).Listen(t.Context(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln
 	}
+	ls := run.Listeners{Client: listen(ports.client), Internal: listen(ports.internal), Ops: listen(0)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	ops, err := new(net.ListenConfig).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { done <- srv.Run(ctx, run.Listeners{Client: ln, Ops: ops}) }()
-	return ln.Addr().(*net.TCPAddr).Port, cancel, done
+	go func() { done <- srv.Run(ctx, ls) }()
+	return dataPlanePorts{client: ls.Client.Addr().(*net.TCPAddr).Port, internal: ls.Internal.Addr().(*net.TCPAddr).Port}, cancel, done
 }
 
-// addPod creates a ready Pod of the cluster backed by a fresh data plane, persistent if dataDir
-// is given.
+// tokenFile writes token into a file of the test's and returns its path.
+func tokenFile(t testing.TB, token string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(path, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// addPod creates a ready Pod of the cluster's StatefulSet backed by a fresh data plane with the
+// cluster's token, persistent if dataDir is given.
 func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod {
 	t.Helper()
-	port, stop, done := startDataPlaneServer(t, 0, strings.Join(dataDir, ""))
-	p := &fakePod{name: name, port: port, stop: stop, done: done, client: client.New(fmt.Sprintf("http://127.0.0.1:%d", port))}
-	t.Cleanup(func() { p.kill(t) })
+	token := testToken(t, ns, cluster)
+	p := startFakePod(t, name, token, strings.Join(dataDir, ""))
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: selectorLabels(cluster)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "dataplane", Image: "bloomery:test",
-			Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: int32(port)}},
+			Ports: []corev1.ContainerPort{
+				{Name: httpPortName, ContainerPort: int32(p.ports.client)},
+				{Name: internalPortName, ContainerPort: int32(p.ports.internal)},
+			},
 		}}},
 	}
+	ownedByStatefulSet(t, pod, ns, cluster)
 	if err := k8s.Create(t.Context(), pod); err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +114,72 @@ func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod 
 	return p
 }
 
+// startFakePod starts the data plane of a pod with token, stopped when the test ends.
+func startFakePod(t testing.TB, name, token, dataDir string) *fakePod {
+	t.Helper()
+	ports, stop, done := startDataPlaneServer(t, dataPlanePorts{}, dataDir, token)
+	p := &fakePod{name: name, ports: ports, token: token, stop: stop, done: done,
+		client:   client.New(fmt.Sprintf("http://127.0.0.1:%d", ports.client)),
+		internal: client.New(fmt.Sprintf("http://127.0.0.1:%d", ports.internal), client.Internal(token))}
+	t.Cleanup(func() { p.kill(t) })
+	return p
+}
+
+// ownedByStatefulSet makes pod one of the cluster's StatefulSet, as the StatefulSet controller
+// would.
+func ownedByStatefulSet(t testing.TB, pod *corev1.Pod, ns, cluster string) {
+	t.Helper()
+	sts := testStatefulSet(t, ns, cluster)
+	pod.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}
+}
+
+// testStatefulSet returns the cluster's StatefulSet, and creates it as the operator would when
+// its reconciler has not (or does not run in the test).
+func testStatefulSet(t testing.TB, ns, cluster string) *appsv1.StatefulSet {
+	t.Helper()
+	c := &bloomeryv1alpha1.BloomCluster{}
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: cluster}, c); err != nil {
+		t.Fatal(err)
+	}
+	return getOrCreateChild(t, c, buildStatefulSet(c, testImage, "", ""))
+}
+
+// testToken returns the cluster's token, and creates its Secret as the operator would when its
+// reconciler has not (or does not run in the test).
+func testToken(t testing.TB, ns, cluster string) string {
+	t.Helper()
+	c := &bloomeryv1alpha1.BloomCluster{}
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: cluster}, c); err != nil {
+		t.Fatal(err)
+	}
+	desired, err := buildTokenSecret(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, err := tokenOf(getOrCreateChild(t, c, desired), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return token
+}
+
+// getOrCreateChild creates desired, owned by the cluster, or returns the object of its name that
+// exists already (the cluster's reconciler may have created it first).
+func getOrCreateChild[T crclient.Object](t testing.TB, c *bloomeryv1alpha1.BloomCluster, desired T) T {
+	t.Helper()
+	if err := ctrl.SetControllerReference(c, desired, testScheme); err != nil {
+		t.Fatal(err)
+	}
+	err := k8s.Create(t.Context(), desired)
+	if apierrors.IsAlreadyExists(err) {
+		err = k8s.Get(t.Context(), crclient.ObjectKeyFromObject(desired), desired)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return desired
+}
+
 // kill stops the pod's data plane: the pod stops answering.
 func (p *fakePod) kill(t testing.TB) {
 	if p.stop != nil {
@@ -100,11 +191,11 @@ func (p *fakePod) kill(t testing.TB) {
 	}
 }
 
-// restartEmpty starts a new, empty data plane on the same port: a pod restarted without its volume.
+// restartEmpty starts a new, empty data plane on the same ports: a pod restarted without its volume.
 func (p *fakePod) restartEmpty(t *testing.T) {
 	t.Helper()
 	p.kill(t)
-	_, p.stop, p.done = startDataPlaneServer(t, p.port, "")
+	_, p.stop, p.done = startDataPlaneServer(t, p.ports, "", p.token)
 }
 
 func createCluster(t testing.TB, ns, name string, replicas int32) {

@@ -6,12 +6,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -33,27 +36,37 @@ import (
 // The tests in this file run the BloomFilter reconciler's Reconcile directly, on a fake client,
 // against a real data plane whose requests are recorded: no manager, no watches.
 
-// recordingDataPlane is a real, in-memory data plane on a loopback port that records the method
-// and path of every request it serves.
+// worldToken is the internal token of the fake world's cluster.
+const worldToken = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed"
+
+// recordingDataPlane is the internal port of a real, in-memory data plane on a loopback port,
+// which records the method and path of every request it serves, and whether it carried the token.
 type recordingDataPlane struct {
 	*httptest.Server
 	mu       sync.Mutex
 	requests []string
+	// untokened lists the requests without the world's token.
+	untokened []string
 }
 
 func startRecordingDataPlane(t *testing.T) *recordingDataPlane {
 	t.Helper()
 	cfg := config.Default()
 	cfg.InMemory = true
+	cfg.InternalTokenFile = tokenFile(t, worldToken)
 	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	d := &recordingDataPlane{}
-	handler := srv.ClientHandler()
+	handler := srv.InternalHandler()
 	d.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		request := r.Method + " " + r.URL.Path
 		d.mu.Lock()
-		d.requests = append(d.requests, r.Method+" "+r.URL.Path)
+		d.requests = append(d.requests, request)
+		if r.Header.Get("Authorization") != "Bearer "+worldToken {
+			d.untokened = append(d.untokened, request)
+		}
 		d.mu.Unlock()
 		handler.ServeHTTP(w, r)
 	}))
@@ -65,6 +78,12 @@ func (d *recordingDataPlane) served() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return slices.Clone(d.requests)
+}
+
+func (d *recordingDataPlane) servedWithoutToken() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.untokened)
 }
 
 func (d *recordingDataPlane) port(t *testing.T) int32 {
@@ -80,23 +99,36 @@ func (d *recordingDataPlane) port(t *testing.T) int32 {
 	return int32(port)
 }
 
-// fakeFilterWorld is a fake API server holding a cluster "c" of one ready pod, served by dp, and
-// a BloomFilter "f" of that cluster.
-func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Funcs) client.Client {
+// fakeFilterWorld is a fake API server holding a cluster "c" of one ready pod of its
+// StatefulSet, served by dp, its token Secret, and a BloomFilter "f" of that cluster. Objects in
+// extra are added; one of the same name and kind replaces the world's.
+func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Funcs, extra ...client.Object) client.Client {
 	t.Helper()
 	const ns = "ns"
+	cluster := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns, UID: "cluster-uid"}}
+	sts := buildStatefulSet(cluster, testImage, "", "")
+	sts.UID = "sts-uid"
+	secret := &corev1.Secret{
+		ObjectMeta: childMeta(cluster, tokenSecretName("c")),
+		Data:       map[string][]byte{tokenSecretKey: []byte(worldToken)},
+	}
+	for _, child := range []client.Object{sts, secret} {
+		if err := ctrl.SetControllerReference(cluster, child, testScheme); err != nil {
+			t.Fatal(err)
+		}
+	}
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "c-0", Namespace: ns, Labels: selectorLabels("c")},
+		ObjectMeta: metav1.ObjectMeta{Name: "c-0", Namespace: ns, Labels: selectorLabels("c"),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name:  containerName,
-			Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: dp.port(t)}},
+			Ports: []corev1.ContainerPort{{Name: internalPortName, ContainerPort: dp.port(t)}},
 		}}},
 		Status: corev1.PodStatus{
 			Phase: corev1.PodRunning, PodIP: "127.0.0.1",
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
 		},
 	}
-	cluster := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}
 	bf := &bloomeryv1alpha1.BloomFilter{
 		ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns},
 		Spec: bloomeryv1alpha1.BloomFilterSpec{
@@ -104,8 +136,14 @@ func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Fun
 			Capacity:   1000, FalsePositiveRate: "0.01", Scalable: new(true), Growth: new(int32(2)),
 		},
 	}
+	objects := []client.Object{pod, cluster, bf, sts, secret}
+	for _, o := range extra {
+		objects = slices.DeleteFunc(objects, func(w client.Object) bool {
+			return w.GetName() == o.GetName() && reflect.TypeOf(w) == reflect.TypeOf(o)
+		})
+	}
 	return fake.NewClientBuilder().WithScheme(testScheme).
-		WithObjects(pod, cluster, bf).
+		WithObjects(append(objects, extra...)...).
 		WithStatusSubresource(&bloomeryv1alpha1.BloomFilter{}).
 		WithInterceptorFuncs(funcs).
 		Build()
@@ -157,7 +195,7 @@ func TestBloomFilterStatusIsReadCheaply(t *testing.T) {
 	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil { // creates the filter
 		t.Fatal(err)
 	}
-	if err := dpclient.New(dp.URL).MultiSet(t.Context(), "f", []string{"a", "b", "c"}); err != nil {
+	if err := dpclient.New(dp.URL, dpclient.Internal(worldToken)).MultiSet(t.Context(), "f", []string{"a", "b", "c"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
@@ -165,7 +203,7 @@ func TestBloomFilterStatusIsReadCheaply(t *testing.T) {
 	}
 
 	served := dp.served()
-	if slices.Contains(served, "GET /v1/bloomfilter/f") {
+	if slices.Contains(served, "GET "+wire.InternalPath(wire.FilterPath("f"))) {
 		t.Errorf("the passes read the filter's full description, which counts its bits: %q", served)
 	}
 	if !slices.Contains(served, "GET "+wire.FilterStatusPath("f")) {
@@ -262,5 +300,132 @@ func TestBloomFilterStatusReportsTheLargestCopy(t *testing.T) {
 	(&BloomFilterReconciler{}).report(bf, cluster, []podObservation{copyOf("c-0", 300, 4096), copyOf("c-1", 200, 2048)})
 	if bf.Status.Items != 300 || bf.Status.SizeBytes != 4096 {
 		t.Errorf("items %d, size %d; want the largest copy's 300 and 4096", bf.Status.Items, bf.Status.SizeBytes)
+	}
+}
+
+// Every call of the operator goes to the pod's internal port with the cluster's token: creates,
+// status reads and deletes alike.
+func TestBloomFilterCallsCarryTheToken(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{})
+	r := &BloomFilterReconciler{Client: k}
+	for range 2 { // the create, then a pass that reads the status
+		if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(t.Context(), &bf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil { // the delete
+		t.Fatal(err)
+	}
+
+	served := dp.served()
+	for _, want := range []string{
+		"PUT " + wire.InternalPath(wire.FilterPath("f")),
+		"GET " + wire.FilterStatusPath("f"),
+		"DELETE " + wire.InternalPath(wire.FilterPath("f")),
+	} {
+		if !slices.Contains(served, want) {
+			t.Errorf("no %s among the requests %q", want, served)
+		}
+	}
+	for _, request := range served {
+		if _, path, _ := strings.Cut(request, " "); !strings.HasPrefix(path, wire.InternalBasePath+"/") {
+			t.Errorf("%s: the operator called a path outside the internal port's", request)
+		}
+	}
+	if without := dp.servedWithoutToken(); len(without) > 0 {
+		t.Errorf("requests without the cluster's token: %q", without)
+	}
+}
+
+// Without a token the operator may use, a BloomFilter says so and calls no pod.
+func TestBloomFilterWithoutToken(t *testing.T) {
+	tests := []struct {
+		name    string
+		funcs   interceptor.Funcs
+		extra   []client.Object
+		message string
+	}{
+		{name: "no Secret yet", funcs: interceptor.Funcs{
+			Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+				if _, ok := obj.(*corev1.Secret); ok {
+					return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+				}
+				return c.Get(ctx, key, obj, opts...)
+			},
+		}, message: "Secret c-internal-token does not exist yet"},
+		{name: "a Secret of someone else", extra: []client.Object{&corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "c-internal-token", Namespace: "ns", Labels: clusterLabels("c")},
+			Data:       map[string][]byte{tokenSecretKey: []byte(worldToken)},
+		}}, message: "is not this BloomCluster's"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dp := startRecordingDataPlane(t)
+			k := fakeFilterWorld(t, dp, tt.funcs, tt.extra...)
+			result, err := (&BloomFilterReconciler{Client: k}).Reconcile(t.Context(), filterRequest)
+			if err != nil || result.RequeueAfter != defaultResync {
+				t.Errorf("pass: %v, requeued after %v; want no error and a retry after %v", err, result.RequeueAfter, defaultResync)
+			}
+			var bf bloomeryv1alpha1.BloomFilter
+			if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+				t.Fatal(err)
+			}
+			c := meta.FindStatusCondition(bf.Status.Conditions, ConditionReady)
+			if c == nil || c.Reason != ReasonNoInternalToken || !strings.Contains(c.Message, tt.message) {
+				t.Errorf("Ready condition %+v, want reason %s saying %q", c, ReasonNoInternalToken, tt.message)
+			}
+			if served := dp.served(); len(served) > 0 {
+				t.Errorf("the pod was called without a token: %q", served)
+			}
+		})
+	}
+}
+
+// A pod with the cluster's labels that its StatefulSet did not make gets no call, and so never
+// the token; nor does one of the StatefulSet whose name is not <statefulset>-<ordinal>.
+func TestBloomFilterIgnoresPodsItsStatefulSetDoesNotOwn(t *testing.T) {
+	dp, intruder := startRecordingDataPlane(t), startRecordingDataPlane(t)
+	pod := func(name string, owners []metav1.OwnerReference) *corev1.Pod {
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: selectorLabels("c"), OwnerReferences: owners},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name:  containerName,
+				Ports: []corev1.ContainerPort{{Name: internalPortName, ContainerPort: intruder.port(t)}},
+			}}},
+			Status: corev1.PodStatus{
+				Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+			},
+		}
+	}
+	stsRef := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "c", UID: "sts-uid", Controller: new(true)}
+	otherSts := stsRef
+	otherSts.UID = "another-uid"
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{},
+		pod("c-1", nil), // labelled by hand
+		pod("c-2", []metav1.OwnerReference{otherSts}),
+		pod("c-x", []metav1.OwnerReference{stsRef}),
+		pod("c-03", []metav1.OwnerReference{stsRef}),
+	)
+	if _, err := (&BloomFilterReconciler{Client: k}).Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
+	}
+	if served := intruder.served(); len(served) > 0 {
+		t.Errorf("pods the StatefulSet does not own were called: %q", served)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if len(bf.Status.Pods) != 1 || bf.Status.Pods[0].Pod != "c-0" || !bf.Status.Pods[0].Present {
+		t.Errorf("status.pods %+v, want c-0 alone, holding the filter", bf.Status.Pods)
 	}
 }

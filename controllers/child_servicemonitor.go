@@ -63,8 +63,8 @@ func (r *BloomClusterReconciler) kindExists(gvk schema.GroupVersionKind) (bool, 
 	return false, fmt.Errorf("discovering %s: %w", gvk.Kind, err)
 }
 
-// buildServiceMonitor makes the Prometheus Operator scrape /metrics of every pod through the
-// headless Service. The spec holds only JSON types (map[string]any, []any, string), as
+// buildServiceMonitor makes the Prometheus Operator scrape /metrics of every pod on its ops port,
+// through the headless Service. The spec holds only JSON types (map[string]any, []any, string), as
 // unstructured objects must.
 func buildServiceMonitor(c *bloomeryv1alpha1.BloomCluster) *unstructured.Unstructured {
 	sm := c.Spec.Monitoring.ServiceMonitor
@@ -73,7 +73,7 @@ func buildServiceMonitor(c *bloomeryv1alpha1.BloomCluster) *unstructured.Unstruc
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, clusterLabels(c.Name)) // ours win: they identify the object
-	endpoint := map[string]any{"port": httpPortName, "path": wire.MetricsPath}
+	endpoint := map[string]any{"port": opsPortName, "path": wire.MetricsPath}
 	if sm.Interval != "" {
 		endpoint["interval"] = sm.Interval
 	}

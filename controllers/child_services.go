@@ -12,6 +12,10 @@ import (
 
 // serviceRoleLabel tells a cluster's two Services apart, so that the ServiceMonitor selects only
 // the headless one (every pod, ready or not) and no pod is scraped twice.
+//
+// The client Service exposes the public API alone. The headless Service, which names every pod,
+// exposes the internal port (the peers' and the operator's) and the ops port (Prometheus's), and
+// not the public API, which applications reach through the client Service.
 const (
 	serviceRoleLabel    = "bloomery.io/service"
 	serviceRoleHeadless = "headless"
@@ -29,12 +33,13 @@ func (r *BloomClusterReconciler) reconcileServices(ctx context.Context, st *clus
 	return ctrl.Result{}, nil
 }
 
-func httpServicePort() corev1.ServicePort {
+// servicePort exposes the container port of that name on the same number.
+func servicePort(name string, port int32) corev1.ServicePort {
 	return corev1.ServicePort{
-		Name:       httpPortName,
+		Name:       name,
 		Protocol:   corev1.ProtocolTCP,
-		Port:       defaultAPIPort,
-		TargetPort: intstr.FromString(httpPortName),
+		Port:       port,
+		TargetPort: intstr.FromString(name),
 	}
 }
 
@@ -47,10 +52,13 @@ func buildHeadlessService(c *bloomeryv1alpha1.BloomCluster) *corev1.Service {
 	return &corev1.Service{
 		ObjectMeta: meta,
 		Spec: corev1.ServiceSpec{
-			Type:                     corev1.ServiceTypeClusterIP,
-			ClusterIP:                corev1.ClusterIPNone,
-			Selector:                 selectorLabels(c.Name),
-			Ports:                    []corev1.ServicePort{httpServicePort()},
+			Type:      corev1.ServiceTypeClusterIP,
+			ClusterIP: corev1.ClusterIPNone,
+			Selector:  selectorLabels(c.Name),
+			Ports: []corev1.ServicePort{
+				servicePort(internalPortName, bloomeryv1alpha1.InternalPort),
+				servicePort(opsPortName, bloomeryv1alpha1.OpsPort),
+			},
 			PublishNotReadyAddresses: true,
 			SessionAffinity:          corev1.ServiceAffinityNone,
 		},
@@ -66,7 +74,7 @@ func buildClientService(c *bloomeryv1alpha1.BloomCluster) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:            corev1.ServiceTypeClusterIP,
 			Selector:        selectorLabels(c.Name),
-			Ports:           []corev1.ServicePort{httpServicePort()},
+			Ports:           []corev1.ServicePort{servicePort(httpPortName, bloomeryv1alpha1.APIPort)},
 			SessionAffinity: corev1.ServiceAffinityNone,
 		},
 	}

@@ -54,7 +54,7 @@ func (r *BloomClusterReconciler) reconcileStatefulSet(ctx context.Context, st *c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired := buildStatefulSet(st.cluster, image, st.configHash)
+	desired := buildStatefulSet(st.cluster, image, st.configHash, tokenHash(st.token))
 	sts, err := ensureChild(ctx, r, st.cluster, desired, &appsv1.StatefulSet{}, mergeStatefulSet)
 	if sts.Name != "" && metav1.IsControlledBy(sts, st.cluster) { // even after a failed update, status reports what exists
 		st.statefulSet = sts
@@ -79,9 +79,12 @@ func (r *BloomClusterReconciler) image(c *bloomeryv1alpha1.BloomCluster) (string
 	return "", errors.New("spec.image is empty and the operator has no default data-plane image")
 }
 
-// buildStatefulSet runs the data plane. configHash goes into the pod template so that a new
-// configuration rolls the pods.
-func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string) *appsv1.StatefulSet {
+// buildStatefulSet runs the data plane. configHash and tokenHash go into the pod template so that
+// a new configuration or a new token rolls the pods.
+//
+// The ports and the token file are arguments rather than keys of config.yaml: the configuration
+// stays a function of the spec alone, and the token's path sits beside the mount that provides it.
+func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, tokenHash string) *appsv1.StatefulSet {
 	replicas := c.DesiredReplicas()
 	pullPolicy := c.Spec.ImagePullPolicy
 	if pullPolicy == "" {
@@ -94,10 +97,17 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string
 		Image:           image,
 		ImagePullPolicy: pullPolicy,
 		Args: []string{"dataplane",
-			"-p", fmt.Sprint(defaultAPIPort),
+			"-p", fmt.Sprint(bloomeryv1alpha1.APIPort),
+			"--internal-port", fmt.Sprint(bloomeryv1alpha1.InternalPort),
+			"--ops-port", fmt.Sprint(bloomeryv1alpha1.OpsPort),
+			"--internal-token-file", tokenMountPath + "/" + tokenSecretKey,
 			"-c", configMountPath + "/" + configFileName,
 			"--data-dir", dataMountPath},
-		Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: defaultAPIPort, Protocol: corev1.ProtocolTCP}},
+		Ports: []corev1.ContainerPort{
+			{Name: httpPortName, ContainerPort: bloomeryv1alpha1.APIPort, Protocol: corev1.ProtocolTCP},
+			{Name: internalPortName, ContainerPort: bloomeryv1alpha1.InternalPort, Protocol: corev1.ProtocolTCP},
+			{Name: opsPortName, ContainerPort: bloomeryv1alpha1.OpsPort, Protocol: corev1.ProtocolTCP},
+		},
 		Env: []corev1.EnvVar{
 			{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 			{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
@@ -106,7 +116,9 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string
 		VolumeMounts: []corev1.VolumeMount{
 			{Name: dataVolumeName, MountPath: dataMountPath},
 			{Name: configVolume, MountPath: configMountPath, ReadOnly: true},
+			{Name: tokenVolume, MountPath: tokenMountPath, ReadOnly: true},
 		},
+		// The probes go to the ops port, whose connections clients of the API cannot exhaust.
 		// Ready means recovered and caught up; a pod that is not ready stays out of the client
 		// Service but keeps running.
 		ReadinessProbe: httpGetProbe(wire.ReadyzPath, 5, 2, 3),
@@ -153,7 +165,7 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      clusterLabels(c.Name),
-					Annotations: map[string]string{configHashAnnotation: configHash},
+					Annotations: map[string]string{configHashAnnotation: configHash, tokenHashAnnotation: tokenHash},
 				},
 				Spec: corev1.PodSpec{
 					Containers: []corev1.Container{container},
@@ -162,6 +174,13 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash string
 						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(c.Name)},
 							DefaultMode:          new(corev1.ConfigMapVolumeSourceDefaultMode),
+						}},
+					}, {
+						Name: tokenVolume,
+						VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+							SecretName: tokenSecretName(c.Name),
+							// Readable by the data plane's user and group alone.
+							DefaultMode: new(int32(0o440)),
 						}},
 					}},
 					TerminationGracePeriodSeconds: &grace,
@@ -257,7 +276,7 @@ func httpGetProbe(path string, period, timeout, failures int32) *corev1.Probe {
 	return &corev1.Probe{
 		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path:   path,
-			Port:   intstr.FromString(httpPortName),
+			Port:   intstr.FromString(opsPortName),
 			Scheme: corev1.URISchemeHTTP,
 		}},
 		PeriodSeconds:    period,

@@ -45,6 +45,9 @@ const (
 	ReasonNoPods            = "NoPods"
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonDataPlaneRejected = "DataPlaneRejected"
+	// The cluster's internal token Secret does not exist yet, or is not usable: the operator
+	// cannot call the pods' internal port.
+	ReasonNoInternalToken = "NoInternalToken"
 
 	// Both
 	ReasonAsExpected = "AsExpected"

@@ -15,12 +15,17 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// Pod is a data-plane pod as the operator addresses it: by IP, so no cluster domain is assumed.
+// Pod is a data-plane pod as the operator addresses it: its internal port, by IP, so no cluster
+// domain is assumed, and the cluster's token, which that port requires.
 type Pod struct {
-	Name string
-	IP   string
-	Port int
+	Name  string
+	IP    string
+	Port  int
+	Token string
 }
+
+// String leaves the token out wherever a Pod is formatted (%v), in errors, logs and tests.
+func (p Pod) String() string { return p.Name + " at " + p.baseURL() }
 
 func (p Pod) baseURL() string {
 	return "http://" + net.JoinHostPort(p.IP, strconv.Itoa(p.Port))
@@ -94,8 +99,9 @@ func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
 	}
 }
 
+// client calls the pod's internal port with the token.
 func (d *HTTPDataPlane) client(pod Pod) *client.Client {
-	return client.New(pod.baseURL(), client.WithHTTPClient(d.HTTP))
+	return client.New(pod.baseURL(), client.WithHTTPClient(d.HTTP), client.Internal(pod.Token))
 }
 
 func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.CancelFunc) {

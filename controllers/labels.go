@@ -3,8 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strconv"
+	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,11 +25,17 @@ const (
 	labelComponent = "app.kubernetes.io/component"
 	labelManagedBy = "app.kubernetes.io/managed-by"
 
-	appName        = "bloomery"
-	componentData  = "dataplane"
-	managerName    = "bloomery-operator"
-	httpPortName   = "http"
-	defaultAPIPort = bloomeryv1alpha1.APIPort
+	appName       = "bloomery"
+	componentData = "dataplane"
+	managerName   = "bloomery-operator"
+)
+
+// The data-plane container's ports, by name: the public API, the internal port of the operator
+// and the peers, and the ops port of the probes and /metrics.
+const (
+	httpPortName     = "http"
+	internalPortName = "internal"
+	opsPortName      = "ops"
 )
 
 // selectorLabels select the pods of one cluster. They are part of the StatefulSet's immutable
@@ -64,30 +75,62 @@ func IndexFields(ctx context.Context, indexer client.FieldIndexer) error {
 	return nil
 }
 
-// clusterPods lists the pods of a cluster.
-func clusterPods(ctx context.Context, c client.Reader, namespace, cluster string) ([]corev1.Pod, error) {
+// clusterPods lists the pods of a cluster's StatefulSet (owned) and, apart, the pods that carry
+// the cluster's labels without being pods of its StatefulSet (ignored). Anyone who may create
+// pods in the namespace can label one so: such a pod must not become a member, which would
+// give it writes and a say in check-and-set, nor be sent the cluster's token.
+func clusterPods(ctx context.Context, c client.Reader, cluster *bloomeryv1alpha1.BloomCluster) (owned, ignored []corev1.Pod, err error) {
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels(selectorLabels(cluster))); err != nil {
-		return nil, fmt.Errorf("listing pods of BloomCluster %s: %w", cluster, err)
+	if err := c.List(ctx, &pods, client.InNamespace(cluster.Namespace), client.MatchingLabels(selectorLabels(cluster.Name))); err != nil {
+		return nil, nil, fmt.Errorf("listing pods of BloomCluster %s: %w", cluster.Name, err)
 	}
-	return pods.Items, nil
+	var sts appsv1.StatefulSet
+	err = c.Get(ctx, types.NamespacedName{Namespace: cluster.Namespace, Name: statefulSetName(cluster.Name)}, &sts)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, pods.Items, nil // no StatefulSet: no pod is the cluster's
+	case err != nil:
+		return nil, nil, fmt.Errorf("getting the StatefulSet of BloomCluster %s: %w", cluster.Name, err)
+	case !metav1.IsControlledBy(&sts, cluster):
+		return nil, pods.Items, nil
+	}
+	for _, p := range pods.Items {
+		if ownedPod(&p, &sts) {
+			owned = append(owned, p)
+		} else {
+			ignored = append(ignored, p)
+		}
+	}
+	return owned, ignored, nil
 }
 
-// podAddress is how the operator reaches a pod's API: its IP and the container port named
-// "http". ok is false while the pod has no IP.
-func podAddress(pod *corev1.Pod) (Pod, bool) {
+// ownedPod reports whether pod is one the StatefulSet controller made for sts: sts (this very
+// object, by UID) is its controller and its name is <sts>-<ordinal>.
+func ownedPod(pod *corev1.Pod, sts *appsv1.StatefulSet) bool {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.UID != sts.UID || ref.Kind != "StatefulSet" || ref.APIVersion != appsv1.SchemeGroupVersion.String() {
+		return false
+	}
+	ordinal, ok := strings.CutPrefix(pod.Name, sts.Name+"-")
+	n, err := strconv.Atoi(ordinal)
+	return ok && err == nil && n >= 0 && strconv.Itoa(n) == ordinal
+}
+
+// podAddress is how the operator reaches a pod's internal port: its IP and the container port
+// named "internal", with the cluster's token. ok is false while the pod has no IP.
+func podAddress(pod *corev1.Pod, token string) (Pod, bool) {
 	if pod.Status.PodIP == "" {
 		return Pod{}, false
 	}
-	port := defaultAPIPort
+	port := bloomeryv1alpha1.InternalPort
 	for _, c := range pod.Spec.Containers {
 		for _, p := range c.Ports {
-			if p.Name == httpPortName {
+			if p.Name == internalPortName {
 				port = int(p.ContainerPort)
 			}
 		}
 	}
-	return Pod{Name: pod.Name, IP: pod.Status.PodIP, Port: port}, true
+	return Pod{Name: pod.Name, IP: pod.Status.PodIP, Port: port, Token: token}, true
 }
 
 // podReady reports the pod's Ready condition: the data plane recovered and serves.

@@ -43,11 +43,12 @@ type memberPod struct {
 // are retried soon, and the ones that should answer and do not are reported as Degraded.
 func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *clusterState) (ctrl.Result, error) {
 	c := st.cluster
-	pods, err := clusterPods(ctx, r.Client, c.Namespace, c.Name)
+	pods, ignored, err := clusterPods(ctx, r.Client, c)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	members, targets := membersOf(pods)
+	r.reportIgnored(c, ignored)
+	members, targets := membersOf(pods, st.token)
 	if !slices.Equal(members, c.Status.Members) {
 		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, "the set of pods changed")
 		// The status write at the end of this pass records the epoch; its event brings the pass
@@ -98,10 +99,27 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 	return ctrl.Result{}, nil
 }
 
+// reportIgnored counts in status the pods with the cluster's labels that are not its
+// StatefulSet's, and names them in a Warning event.
+func (r *BloomClusterReconciler) reportIgnored(c *bloomeryv1alpha1.BloomCluster, ignored []corev1.Pod) {
+	c.Status.IgnoredPods = int32(len(ignored))
+	if len(ignored) == 0 {
+		return
+	}
+	names := make([]string, len(ignored))
+	for i := range ignored {
+		names[i] = ignored[i].Name
+	}
+	slices.Sort(names)
+	orNoop(r.Recorder).Eventf(c, nil, corev1.EventTypeWarning, "IgnoredPods", "Membership",
+		"Pods %s carry the labels of BloomCluster %s but are not pods of its StatefulSet: they are not members and are sent no token",
+		strings.Join(names, ", "), c.Name)
+}
+
 // membersOf returns the membership of the cluster's pods, sorted by name, and how to reach each
-// member. A pod belongs once it has an IP, and until it is being deleted or has stopped for
-// good (an evicted pod keeps its IP in status, but never serves again).
-func membersOf(pods []corev1.Pod) ([]bloomeryv1alpha1.ClusterMember, []memberPod) {
+// member's internal port with token. A pod belongs once it has an IP, and until it is being
+// deleted or has stopped for good (an evicted pod keeps its IP in status, but never serves again).
+func membersOf(pods []corev1.Pod, token string) ([]bloomeryv1alpha1.ClusterMember, []memberPod) {
 	var members []bloomeryv1alpha1.ClusterMember
 	var targets []memberPod
 	for i := range pods {
@@ -109,7 +127,7 @@ func membersOf(pods []corev1.Pod) ([]bloomeryv1alpha1.ClusterMember, []memberPod
 		if !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			continue
 		}
-		addr, ok := podAddress(p)
+		addr, ok := podAddress(p, token)
 		if !ok {
 			continue
 		}

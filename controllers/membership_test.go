@@ -66,7 +66,7 @@ func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint6
 	t.Helper()
 	want := make([]wire.Member, len(members))
 	for i, p := range members {
-		want[i] = wire.Member{Name: p.name, URL: fmt.Sprintf("http://127.0.0.1:%d", p.port)}
+		want[i] = wire.Member{Name: p.name, URL: fmt.Sprintf("http://127.0.0.1:%d", p.ports.internal)}
 	}
 	var epoch uint64
 	eventually(t, 20*time.Second, fmt.Sprintf("membership %v on every member", want), func() (bool, string) {
@@ -80,7 +80,7 @@ func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint6
 		}
 		epoch = uint64(c.Status.MembershipEpoch)
 		for _, p := range members {
-			held, err := p.client.Membership(t.Context())
+			held, err := p.internal.Membership(t.Context())
 			if err != nil {
 				return false, fmt.Sprintf("pod %s: %v", p.name, err)
 			}
@@ -105,6 +105,7 @@ func TestMembershipFollowsThePods(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "m-9", Namespace: ns, Labels: selectorLabels("m")},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Image: "bloomery:test"}}},
 	}
+	ownedByStatefulSet(t, pending, ns, "m")
 	if err := k8s.Create(t.Context(), pending); err != nil {
 		t.Fatal(err)
 	}
@@ -188,12 +189,12 @@ func TestMembershipFollowsThePods(t *testing.T) {
 
 	// A pod told the largest epoch there is, by someone else: the operator cannot go past it, and
 	// says so by name instead of counting past the end; a restart of the pod heals it.
-	held, err := p0.client.Membership(t.Context())
+	held, err := p0.internal.Membership(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	held.Epoch = wire.MaxEpoch
-	if err := p0.client.SetMembership(t.Context(), held); err != nil {
+	if err := p0.internal.SetMembership(t.Context(), held); err != nil {
 		t.Fatal(err)
 	}
 	waitClusterCondition(t, ns, "m", ConditionDegraded, "True/"+ReasonMembershipEpochExhausted, "m-0")
@@ -211,7 +212,9 @@ func TestMembersOf(t *testing.T) {
 		p := corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: containerName, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090}, {Name: httpPortName, ContainerPort: port}},
+				Name: containerName, Ports: []corev1.ContainerPort{
+					{Name: httpPortName, ContainerPort: 8080}, {Name: internalPortName, ContainerPort: port}, {Name: opsPortName, ContainerPort: 9090},
+				},
 			}}},
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip},
 		}
@@ -221,19 +224,20 @@ func TestMembersOf(t *testing.T) {
 		return p
 	}
 	members, targets := membersOf([]corev1.Pod{
-		pod("c-2", "10.0.0.2", 8080),
-		pod("c-1", "", 8080), // no IP yet
-		pod("c-0", "10.0.0.1", 8081),
-		pod("c-3", "10.0.0.3", 8080, func(p *corev1.Pod) { p.DeletionTimestamp = new(metav1.Now()) }),
-		pod("c-4", "10.0.0.4", 8080, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), // evicted
-		pod("c-10", "fd00::a", 8080, func(p *corev1.Pod) {
+		pod("c-2", "10.0.0.2", 8090),
+		pod("c-1", "", 8090), // no IP yet
+		pod("c-0", "10.0.0.1", 8091),
+		pod("c-3", "10.0.0.3", 8090, func(p *corev1.Pod) { p.DeletionTimestamp = new(metav1.Now()) }),
+		pod("c-4", "10.0.0.4", 8090, func(p *corev1.Pod) { p.Status.Phase = corev1.PodFailed }), // evicted
+		pod("c-10", "fd00::a", 8090, func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, Started: new(true)}}
 		}),
-	})
+	}, "secret")
+	// Members are reached on their internal port.
 	want := []bloomeryv1alpha1.ClusterMember{
-		{Pod: "c-0", URL: "http://10.0.0.1:8081"},
-		{Pod: "c-10", URL: "http://[fd00::a]:8080"},
-		{Pod: "c-2", URL: "http://10.0.0.2:8080"},
+		{Pod: "c-0", URL: "http://10.0.0.1:8091"},
+		{Pod: "c-10", URL: "http://[fd00::a]:8090"},
+		{Pod: "c-2", URL: "http://10.0.0.2:8090"},
 	}
 	if !slices.Equal(members, want) {
 		t.Errorf("members %+v, want %+v", members, want)
@@ -242,7 +246,7 @@ func TestMembersOf(t *testing.T) {
 		t.Fatalf("targets %+v, want one per member", targets)
 	}
 	for i, target := range targets {
-		if target.addr.Name != want[i].Pod || target.addr.baseURL() != want[i].URL || target.started != (want[i].Pod == "c-10") {
+		if target.addr.Name != want[i].Pod || target.addr.baseURL() != want[i].URL || target.addr.Token != "secret" || target.started != (want[i].Pod == "c-10") {
 			t.Errorf("target %d: %+v, want pod %s at %s", i, target, want[i].Pod, want[i].URL)
 		}
 	}

@@ -131,7 +131,11 @@ func startManager(t testing.TB, namespace string, setup func(mgr ctrl.Manager) e
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:  testScheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+		Cache: cache.Options{
+			DefaultNamespaces: map[string]cache.Config{namespace: {}},
+			// As the operator's: the tests see what it sees of Secrets.
+			ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: TokenSecretSelector()}},
+		},
 		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(config, options)
 			if err != nil {

@@ -109,6 +109,8 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		// Only the data plane's pods matter; caching every pod of the cluster would cost memory.
 		ByObject: map[client.Object]cache.ByObject{
 			&corev1.Pod{}: {Label: controllers.DataPlanePodSelector()},
+			// Only the operator's own Secrets, the internal tokens: it keeps no copy of others.
+			&corev1.Secret{}: {Label: controllers.TokenSecretSelector()},
 		},
 	}
 	if namespaces := splitNamespaces(f.watchNamespaces); len(namespaces) > 0 {
