@@ -154,7 +154,8 @@ func (p podAPI) pollReadyz() (time.Time, []string, error) {
 	}
 }
 
-// membership is what GET /internal/v1/membership answers: the peers the operator told the pod.
+// membership is what GET /internal/v1/membership answers on the internal port: the peers the
+// operator told the pod.
 type membership struct {
 	Epoch   int64  `json:"epoch"`
 	Self    string `json:"self"`
@@ -219,7 +220,7 @@ func (n namespace) waitMembership(pods []string) int64 {
 		}
 		var wrong []string
 		for _, pod := range pods {
-			m, err := n.api(pod).membership()
+			m, err := n.internalAPI(pod).membership()
 			switch {
 			case err != nil:
 				wrong = append(wrong, err.Error())

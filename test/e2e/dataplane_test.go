@@ -5,12 +5,14 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -19,11 +21,13 @@ import (
 // plain HTTP and JSON (README, "The API").
 var dataPlaneHTTP = &http.Client{Timeout: 10 * time.Second}
 
-// podAPI is the data-plane API of one pod, at the address its status reports.
+// podAPI is the data-plane API of one pod, at the address its status reports: its public API,
+// or its internal port with the cluster's token (internalAPI).
 type podAPI struct {
-	t    testing.TB
-	pod  string
-	base string
+	t     testing.TB
+	pod   string
+	base  string
+	token string // sent as the bearer token when set
 }
 
 // api returns the API of a pod, read from its status as a user would with kubectl.
@@ -35,6 +39,38 @@ func (n namespace) api(pod string) podAPI {
 		n.t.Fatalf("pod %s has no IP (%q) or http port (%q) yet", pod, ip, port)
 	}
 	return podAPI{t: n.t, pod: pod, base: "http://" + net.JoinHostPort(ip, port)}
+}
+
+// internalAPI returns the internal port of a pod, as the operator and the peers call it: with the
+// token of its cluster, read from the Secret the operator made.
+func (n namespace) internalAPI(pod string) podAPI {
+	n.t.Helper()
+	f := strings.Fields(n.jsonpath("pod/"+pod, `{.status.podIP} {.spec.containers[0].ports[?(@.name=="internal")].containerPort} `+
+		`{.metadata.labels.app\.kubernetes\.io/instance}`))
+	if len(f) != 3 {
+		n.t.Fatalf("pod %s has no IP, internal port or cluster label yet: %q", pod, f)
+	}
+	token, err := n.internalToken(f[2])
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return podAPI{t: n.t, pod: pod, base: "http://" + net.JoinHostPort(f[0], f[1]), token: token}
+}
+
+// internalToken reads the internal token of a BloomCluster from its Secret.
+func (n namespace) internalToken(cluster string) (string, error) {
+	encoded, err := n.try("get", "secret", cluster+"-internal-token", "-o", "jsonpath={.data.token}")
+	if err != nil {
+		return "", err
+	}
+	token, err := base64.StdEncoding.DecodeString(encoded)
+	if err != nil {
+		return "", fmt.Errorf("secret %s-internal-token: %w", cluster, err)
+	}
+	if len(token) == 0 {
+		return "", fmt.Errorf("secret %s-internal-token holds no token", cluster)
+	}
+	return string(token), nil
 }
 
 // call sends a request and returns the status and body.
@@ -54,6 +90,9 @@ func (p podAPI) call(method, path string, body any) (int, []byte, error) {
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
 	resp, err := dataPlaneHTTP.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s on pod %s: %w", method, path, p.pod, err)

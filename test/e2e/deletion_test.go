@@ -48,7 +48,8 @@ func TestDeletedFilterLeavesEveryPod(t *testing.T) {
 }
 
 // TestDeletedClusterIsGarbageCollected deletes the BloomCluster: the garbage collector deletes
-// its StatefulSet, Services, ConfigMap and PodDisruptionBudget, and with the StatefulSet its pods;
+// its StatefulSet, Services, ConfigMap, token Secret and PodDisruptionBudget, and with the
+// StatefulSet its pods;
 // the volumes stay (storage.whenDeleted defaults to Retain). A BloomFilter of the deleted cluster
 // says so, and can still be deleted.
 func TestDeletedClusterIsGarbageCollected(t *testing.T) {
@@ -57,10 +58,11 @@ func TestDeletedClusterIsGarbageCollected(t *testing.T) {
 	n.applySamples()
 	pods := podNames(sampleReplicas)
 	apis := n.apis(pods...)
-	children := strings.Fields(n.run("get", "statefulsets,services,configmaps,poddisruptionbudgets",
+	children := strings.Fields(n.run("get", "statefulsets,services,configmaps,secrets,poddisruptionbudgets",
 		"-l", "app.kubernetes.io/instance=example", "-o", "name"))
 	slices.Sort(children)
-	want := []string{"configmap/example-config", "poddisruptionbudget.policy/example", "service/example", "service/example-headless", "statefulset.apps/example"}
+	want := []string{"configmap/example-config", "poddisruptionbudget.policy/example", "secret/example-internal-token",
+		"service/example", "service/example-headless", "statefulset.apps/example"}
 	if !slices.Equal(children, want) {
 		t.Fatalf("children of the BloomCluster: %v, want %v", children, want)
 	}

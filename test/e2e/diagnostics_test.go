@@ -93,7 +93,9 @@ func grepTail(path, s string, n int) string {
 // dumpPodViews logs what each running pod says of itself: its /readyz answer and the membership
 // the operator gave it (docs/replication.md, "At 3 a.m.").
 func (n namespace) dumpPodViews() {
-	out, err := n.try("get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIP} {.spec.containers[0].ports[?(@.name=="http")].containerPort}{"\n"}{end}`)
+	out, err := n.try("get", "pods", "-o", `jsonpath={range .items[*]}{.metadata.name} {.status.podIP} `+
+		`{.spec.containers[0].ports[?(@.name=="http")].containerPort} {.spec.containers[0].ports[?(@.name=="internal")].containerPort} `+
+		`{.metadata.labels.app\.kubernetes\.io/instance}{"\n"}{end}`)
 	if err != nil {
 		n.t.Logf("kubectl get pods: %v", err)
 		return
@@ -101,11 +103,20 @@ func (n namespace) dumpPodViews() {
 	var views []string
 	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
-		if len(f) != 3 {
+		if len(f) != 5 {
 			continue
 		}
-		p := podAPI{t: n.t, pod: f[0], base: "http://" + net.JoinHostPort(f[1], f[2])}
-		for _, path := range []string{"/readyz", "/internal/v1/membership"} {
+		token, err := n.internalToken(f[4])
+		if err != nil {
+			views = append(views, fmt.Sprintf("%s: no internal token: %v", f[0], err))
+		}
+		public := podAPI{t: n.t, pod: f[0], base: "http://" + net.JoinHostPort(f[1], f[2])}
+		internal := podAPI{t: n.t, pod: f[0], base: "http://" + net.JoinHostPort(f[1], f[3]), token: token}
+		for _, call := range []struct {
+			p    podAPI
+			path string
+		}{{public, "/readyz"}, {internal, "/internal/v1/membership"}} {
+			p, path := call.p, call.path
 			status, body, err := p.call(http.MethodGet, path, nil)
 			if err != nil {
 				views = append(views, fmt.Sprintf("%s %s: %v", p.pod, path, err))

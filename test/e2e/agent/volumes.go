@@ -66,6 +66,7 @@ func prepareVolumes(ctx context.Context, client kubernetes.Interface, pod *corev
 	for _, v := range pod.Spec.Volumes {
 		dir := filepath.Join(podDir, "volumes", v.Name)
 		var files map[string][]byte
+		mode := os.FileMode(0o644) // the kubelet's default mode of ConfigMap and Secret files
 		var err error
 		switch {
 		case v.PersistentVolumeClaim != nil:
@@ -80,6 +81,7 @@ func prepareVolumes(ctx context.Context, client kubernetes.Interface, pod *corev
 			if err == nil {
 				files, err = selectKeys(data, v.ConfigMap.Items, optional(v.ConfigMap.Optional))
 			}
+			mode = fileMode(v.ConfigMap.DefaultMode, mode)
 		case v.Secret != nil:
 			var data map[string][]byte
 			data, err = objects.secret(ctx, pod.Namespace, v.Secret.SecretName)
@@ -89,6 +91,8 @@ func prepareVolumes(ctx context.Context, client kubernetes.Interface, pod *corev
 			if err == nil {
 				files, err = selectKeys(data, v.Secret.Items, optional(v.Secret.Optional))
 			}
+			// A token must not be readable by every user of the machine the tests run on.
+			mode = fileMode(v.Secret.DefaultMode, mode)
 		case v.DownwardAPI != nil:
 			files, err = downwardAPIFiles(pod, v.DownwardAPI.Items, network)
 		default:
@@ -97,7 +101,7 @@ func prepareVolumes(ctx context.Context, client kubernetes.Interface, pod *corev
 		if err != nil {
 			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
-		if err := writeVolume(dir, files); err != nil {
+		if err := writeVolume(dir, files, mode); err != nil {
 			return nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 		dirs[v.Name] = dir
@@ -169,8 +173,16 @@ func formatMap(m map[string]string) string {
 	return strings.Join(lines, "\n")
 }
 
-// writeVolume creates dir and writes files into it; a file's path may not leave dir.
-func writeVolume(dir string, files map[string][]byte) error {
+// fileMode is a volume's defaultMode, or def when it sets none.
+func fileMode(defaultMode *int32, def os.FileMode) os.FileMode {
+	if defaultMode == nil {
+		return def
+	}
+	return os.FileMode(*defaultMode) & os.ModePerm
+}
+
+// writeVolume creates dir and writes files into it with mode; a file's path may not leave dir.
+func writeVolume(dir string, files map[string][]byte, mode os.FileMode) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
 	}
@@ -185,7 +197,11 @@ func writeVolume(dir string, files map[string][]byte) error {
 				return fmt.Errorf("creating %s in %s: %w", parent, dir, err)
 			}
 		}
-		if err := root.WriteFile(name, content, 0o644); err != nil {
+		if err := root.WriteFile(name, content, mode); err != nil {
+			return fmt.Errorf("writing %s in %s: %w", name, dir, err)
+		}
+		// WriteFile's mode passes through the umask, and applies only to a new file.
+		if err := root.Chmod(name, mode); err != nil {
 			return fmt.Errorf("writing %s in %s: %w", name, dir, err)
 		}
 	}
