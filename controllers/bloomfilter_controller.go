@@ -421,9 +421,10 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	if err != nil {
 		return nil, err
 	}
-	token, tokenErr := clusterToken(ctx, r.Client, &cluster)
-	if tokenErr != nil && !errors.Is(tokenErr, errNoToken) {
-		return nil, tokenErr
+	token, err := clusterToken(ctx, r.Client, &cluster)
+	noToken := errors.Is(err, errNoToken)
+	if err != nil && !noToken {
+		return nil, err
 	}
 	var mu sync.Mutex
 	var failed []string
@@ -431,10 +432,10 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	g.SetLimit(r.podParallelism())
 	for i := range pods {
 		addr, ok := podAddress(&pods[i], token)
-		if !ok {
+		switch {
+		case !ok:
 			continue
-		}
-		if tokenErr != nil {
+		case noToken: // no pod can be asked; they are retried, then given up on, as unreachable ones
 			failed = append(failed, addr.Name)
 			continue
 		}

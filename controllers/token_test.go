@@ -152,3 +152,14 @@ func TestMembershipIgnoresPodsTheStatefulSetDoesNotOwn(t *testing.T) {
 		}
 	}
 }
+
+// A Pod formatted into an error or a log line shows where it is, never the token it carries.
+func TestPodNeverPrintsItsToken(t *testing.T) {
+	t.Parallel()
+	pod := Pod{Name: "c-0", IP: "10.0.0.7", Port: 8090, Token: strings.Repeat("ab", 32)}
+	for _, s := range []string{fmt.Sprint(pod), fmt.Sprintf("%+v", pod), fmt.Sprintf("%v", []Pod{pod}), fmt.Errorf("pod %v: %w", pod, errNoToken).Error()} {
+		if strings.Contains(s, pod.Token) || !strings.Contains(s, "c-0 at http://10.0.0.7:8090") {
+			t.Errorf("%q: want the pod's name and address, without its token", s)
+		}
+	}
+}
