@@ -35,7 +35,10 @@ import (
 // result in status. It writes a child only when the child differs from what the spec asks for.
 type BloomClusterReconciler struct {
 	Client client.Client
-	Scheme *runtime.Scheme
+	// APIReader reads past Client's cache, which holds only the objects labelled as the
+	// operator's (CacheByObject); nil means Client.
+	APIReader client.Reader
+	Scheme    *runtime.Scheme
 	// Recorder records the cluster's events; nil records none.
 	Recorder recorder.EventRecorder
 	// DefaultImage is the data-plane image of clusters that name none: the operator's own image.
@@ -154,6 +157,13 @@ func staleCache(err error) bool {
 
 func (r *BloomClusterReconciler) resync() time.Duration { return positiveOr(r.Resync, defaultResync) }
 
+func (r *BloomClusterReconciler) apiReader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
+}
+
 func (r *BloomClusterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
 
 // observe reads what the status reports but the steps may not have: the StatefulSet when a step
@@ -270,6 +280,9 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Scheme == nil {
 		r.Scheme = mgr.GetScheme()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("bloomcluster-controller")

@@ -66,7 +66,7 @@ func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod 
 	p := &fakePod{name: name, port: port, stop: stop, done: done, client: client.New(fmt.Sprintf("http://127.0.0.1:%d", port))}
 	t.Cleanup(func() { p.kill(t) })
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: selectorLabels(cluster)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: clusterLabels(cluster)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "dataplane", Image: "bloomery:test",
 			Ports: []corev1.ContainerPort{{Name: httpPortName, ContainerPort: int32(port)}},

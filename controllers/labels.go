@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -98,10 +97,4 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// DataPlanePodSelector selects the pods of every BloomCluster: the operator's cache holds only
-// those.
-func DataPlanePodSelector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{labelName: appName})
 }

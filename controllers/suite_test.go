@@ -131,7 +131,8 @@ func startManager(t testing.TB, namespace string, setup func(mgr ctrl.Manager) e
 	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
 		Scheme:  testScheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache:   cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}},
+		// The operator's own cache scoping: a child the reconcilers could not see would fail here.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}, ByObject: CacheByObject()},
 		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(config, options)
 			if err != nil {

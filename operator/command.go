@@ -12,13 +12,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -106,10 +104,8 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	cacheOpts := cache.Options{
-		// Only the data plane's pods matter; caching every pod of the cluster would cost memory.
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: controllers.DataPlanePodSelector()},
-		},
+		// Only the objects the operator made, and the data plane's pods.
+		ByObject: controllers.CacheByObject(),
 	}
 	if namespaces := splitNamespaces(f.watchNamespaces); len(namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
