@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,8 +32,9 @@ import (
 )
 
 // BloomClusterReconciler runs a BloomCluster's data plane: a ConfigMap, a headless and a client
-// Service, a StatefulSet, a PodDisruptionBudget and optionally a ServiceMonitor, and reports the
-// result in status. It writes a child only when the child differs from what the spec asks for.
+// Service, a NetworkPolicy, a StatefulSet, a PodDisruptionBudget and optionally a ServiceMonitor,
+// and reports the result in status. It writes a child only when the child differs from what the
+// spec asks for.
 type BloomClusterReconciler struct {
 	Client client.Client
 	// APIReader reads past Client's cache, which holds only the objects labelled as the
@@ -51,6 +53,11 @@ type BloomClusterReconciler struct {
 	DataPlane DataPlane
 	// PodParallelism bounds the concurrent calls of one pass to the pods; 0 means 8.
 	PodParallelism int
+	// OperatorNamespace and OperatorPodLabels locate the operator's own pods, which the
+	// clusters' NetworkPolicies admit to the internal port; when either is empty, only the
+	// cluster's own pods are admitted there.
+	OperatorNamespace string
+	OperatorPodLabels map[string]string
 }
 
 // clusterState is what one pass learns, step by step; the status is computed from it at the end.
@@ -72,6 +79,7 @@ type degradation struct{ reason, message string }
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
@@ -118,6 +126,8 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 		r.reconcileMembership,
 		r.reconcileConfigMap,
 		r.reconcileServices,
+		// Before the StatefulSet: no pod runs unprotected.
+		r.reconcileNetworkPolicy,
 		r.reconcileStatefulSet,
 		r.reconcilePodDisruptionBudget,
 		r.reconcileServiceMonitor,
@@ -314,6 +324,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&bloomeryv1alpha1.BloomFilter{}, clusterOfFilter, builder.WithPredicates(filterCountChanged)).
 		Watches(&corev1.Pod{}, podsCluster).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).

@@ -42,6 +42,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* The operator's selector labels as key=value pairs, the form of --operator-pod-labels. */}}
+{{- define "bloomery.operatorSelector" -}}
+{{- $pairs := list }}
+{{- range $k, $v := include "bloomery.operatorSelectorLabels" . | fromYaml }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
 {{- define "bloomery.operatorLabels" -}}
 {{ include "bloomery.labels" . }}
 app.kubernetes.io/component: operator
