@@ -72,17 +72,23 @@ type clusterState struct {
 
 type degradation struct{ reason, message string }
 
+// The operator's rights are exactly its client's calls (Get, List and Watch through the cache,
+// Create, Update, Delete, status Patch); `get` on a child also serves ensureChild's read past the
+// cache. bloomclusters/finalizers: update is what the OwnerReferencesPermissionEnforcement
+// admission plugin asks of whoever sets blockOwnerDeletion on a child's owner reference.
+// Pods are only listed; ServiceMonitors are never listed or watched (unstructured objects are not
+// cached: every read is a get).
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;create;update;delete
 
 // Reconcile brings one BloomCluster's child objects in line with its spec and writes its status
 // once, at the end, when it changed. Children are never deleted here: they carry owner

@@ -16,7 +16,6 @@
   resources:
   - pods
   verbs:
-  - get
   - list
   - watch
 - apiGroups:
@@ -41,7 +40,6 @@
   - bloomery.io
   resources:
   - bloomclusters/finalizers
-  - bloomfilters/finalizers
   verbs:
   - update
 - apiGroups:
@@ -50,9 +48,7 @@
   - bloomclusters/status
   - bloomfilters/status
   verbs:
-  - get
   - patch
-  - update
 - apiGroups:
   - bloomery.io
   resources:
@@ -60,7 +56,6 @@
   verbs:
   - get
   - list
-  - patch
   - update
   - watch
 - apiGroups:
@@ -78,10 +73,7 @@
   - create
   - delete
   - get
-  - list
-  - patch
   - update
-  - watch
 - apiGroups:
   - networking.k8s.io
   resources:
