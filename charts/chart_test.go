@@ -285,9 +285,6 @@ bloomCluster:
 		{"bloomCluster", []string{"--values", bloomClusterValues, "--api-versions", "bloomery.io/v1alpha1"}, []string{"BloomCluster"}},
 		{"bloomCluster defaults, CRD present", []string{"--set", "bloomCluster.enabled=true", "--api-versions", "bloomery.io/v1alpha1"},
 			[]string{"BloomCluster"}},
-		{"networkPolicy", []string{"--set", "networkPolicy.enabled=true", "--set", "watchNamespaces={team-a}",
-			"--set", "networkPolicy.prometheus.namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring"},
-			[]string{"NetworkPolicy"}},
 		{"everything off", []string{"--set", "crds.enabled=false,metrics.enabled=false,rbac.userRoles=false",
 			"--set", "operator.leaderElection.enabled=false,serviceAccount.create=false"}, []string{"Deployment"}},
 	}

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -31,11 +32,13 @@ import (
 )
 
 // BloomClusterReconciler runs a BloomCluster's data plane: the Secret of its internal token, a
-// ConfigMap, a headless and a client Service, a StatefulSet, a PodDisruptionBudget and optionally
-// a ServiceMonitor, and reports the result in status. It writes a child only when the child differs from what the spec asks for.
+// ConfigMap, a headless and a client Service, a NetworkPolicy, a StatefulSet, a
+// PodDisruptionBudget and optionally a ServiceMonitor, and reports the result in status. It
+// writes a child only when the child differs from what the spec asks for.
 type BloomClusterReconciler struct {
 	Client client.Client
-	// APIReader reads from the API server what the cache does not hold; nil means the manager's.
+	// APIReader reads past Client's cache, which holds only the objects labelled as the
+	// operator's (CacheByObject); nil means Client.
 	APIReader client.Reader
 	Scheme    *runtime.Scheme
 	// Recorder records the cluster's events; nil records none.
@@ -50,6 +53,11 @@ type BloomClusterReconciler struct {
 	DataPlane DataPlane
 	// PodParallelism bounds the concurrent calls of one pass to the pods; 0 means 8.
 	PodParallelism int
+	// OperatorNamespace and OperatorPodLabels locate the operator's own pods, which the
+	// clusters' NetworkPolicies admit to the internal port; when either is empty, only the
+	// cluster's own pods are admitted there.
+	OperatorNamespace string
+	OperatorPodLabels map[string]string
 }
 
 // clusterState is what one pass learns, step by step; the status is computed from it at the end.
@@ -65,17 +73,24 @@ type clusterState struct {
 
 type degradation struct{ reason, message string }
 
+// The operator's rights are exactly its client's calls (Get, List and Watch through the cache,
+// Create, Update, Delete, status Patch); `get` on a child also serves ensureChild's read past the
+// cache. bloomclusters/finalizers: update is what the OwnerReferencesPermissionEnforcement
+// admission plugin asks of whoever sets blockOwnerDeletion on a child's owner reference.
+// Pods are only listed; ServiceMonitors are never listed or watched (unstructured objects are not
+// cached: every read is a get).
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;create;update;delete
 
 // Reconcile brings one BloomCluster's child objects in line with its spec and writes its status
 // once, at the end, when it changed. Children are never deleted here: they carry owner
@@ -121,6 +136,8 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 		r.reconcileMembership,
 		r.reconcileConfigMap,
 		r.reconcileServices,
+		// Before the StatefulSet: no pod runs unprotected.
+		r.reconcileNetworkPolicy,
 		r.reconcileStatefulSet,
 		r.reconcilePodDisruptionBudget,
 		r.reconcileServiceMonitor,
@@ -160,14 +177,14 @@ func staleCache(err error) bool {
 
 func (r *BloomClusterReconciler) resync() time.Duration { return positiveOr(r.Resync, defaultResync) }
 
-func (r *BloomClusterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
-
 func (r *BloomClusterReconciler) apiReader() client.Reader {
-	if r.APIReader != nil {
-		return r.APIReader
+	if r.APIReader == nil {
+		return r.Client
 	}
-	return r.Client
+	return r.APIReader
 }
+
+func (r *BloomClusterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
 
 // observe reads what the status reports but the steps may not have: the StatefulSet when a step
 // before it failed, and the BloomFilters that name the cluster.
@@ -319,6 +336,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&corev1.Service{}).
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
+		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&bloomeryv1alpha1.BloomFilter{}, clusterOfFilter, builder.WithPredicates(filterCountChanged)).
 		Watches(&corev1.Pod{}, podsCluster).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).

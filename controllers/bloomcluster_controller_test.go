@@ -13,6 +13,7 @@ import (
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -173,7 +174,8 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	clientSvc := waitFor(t, &corev1.Service{}, ns, "alpha", exists)
 	pdb := waitFor(t, &policyv1.PodDisruptionBudget{}, ns, "alpha", exists)
 	secret := waitFor(t, &corev1.Secret{}, ns, "alpha-internal-token", exists)
-	for _, obj := range []client.Object{sts, cm, headless, clientSvc, pdb, secret} {
+	policy := waitFor(t, &networkingv1.NetworkPolicy{}, ns, "alpha", exists)
+	for _, obj := range []client.Object{sts, cm, headless, clientSvc, pdb, secret, policy} {
 		checkOwnedBy(t, obj, cluster)
 	}
 
@@ -325,7 +327,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 				created = append(created, e.Note)
 			}
 		}
-		return len(created) == 6, fmt.Sprintf("Created events: %q", created)
+		return len(created) == 7, fmt.Sprintf("Created events: %q", created)
 	})
 
 	got := waitClusterCondition(t, ns, "alpha", ConditionReady, "False/ReplicasNotReady", "0 of 3")

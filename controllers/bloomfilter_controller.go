@@ -69,11 +69,12 @@ func (r *BloomFilterReconciler) podParallelism() int {
 	return positiveOr(r.PodParallelism, defaultPodParallelism)
 }
 
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/finalizers,verbs=update
+// The finalizer is written with an Update of the BloomFilter itself; bloomfilters/finalizers
+// would only matter to an object that names a BloomFilter as a blocking owner, and none does.
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch;update
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/status,verbs=patch
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -91,7 +91,7 @@ func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod 
 	token := testToken(t, ns, cluster)
 	p := startFakePod(t, name, token, strings.Join(dataDir, ""))
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: selectorLabels(cluster)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: clusterLabels(cluster)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
 			Name: "dataplane", Image: "bloomery:test",
 			Ports: []corev1.ContainerPort{

@@ -41,21 +41,19 @@ func ensureChild[T client.Object](ctx context.Context, r *BloomClusterReconciler
 		if !apierrors.IsNotFound(err) {
 			return existing, fmt.Errorf("getting %s %s: %w", kind, key.Name, err)
 		}
-		if err := ctrl.SetControllerReference(cluster, desired, r.Scheme); err != nil {
-			return existing, fmt.Errorf("setting owner of %s %s: %w", kind, key.Name, err)
-		}
-		if err := r.Client.Create(ctx, desired); err != nil {
-			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
-				return existing, errNamespaceTerminating
+		err := createChild(ctx, r, cluster, desired)
+		if !apierrors.IsAlreadyExists(err) {
+			if err != nil {
+				return existing, err
 			}
-			if !apierrors.IsAlreadyExists(err) {
-				r.event(cluster, desired, corev1.EventTypeWarning, "CreateFailed", "Create", "Creating %s %s failed: %v", kind, key.Name, err)
-			}
-			return existing, fmt.Errorf("creating %s %s: %w", kind, key.Name, err)
+			return desired, nil
 		}
-		log.FromContext(ctx).Info("Created child object of BloomCluster", "kind", kind, "name", key.Name)
-		r.event(cluster, desired, corev1.EventTypeNormal, "Created", "Create", "Created %s %s", kind, key.Name)
-		return desired, nil
+		// The cache does not hold it: it was created a moment ago, or it lacks the label the
+		// cache selects (CacheByObject). Read it past the cache: the update below restores the
+		// label, or the owner check refuses an object that is not this cluster's.
+		if err := r.apiReader().Get(ctx, key, existing); err != nil {
+			return existing, fmt.Errorf("getting %s %s: %w", kind, key.Name, err)
+		}
 	}
 	updated, ok := existing.DeepCopyObject().(T)
 	if !ok {
@@ -81,6 +79,27 @@ func ensureChild[T client.Object](ctx context.Context, r *BloomClusterReconciler
 	log.FromContext(ctx).Info("Updated child object of BloomCluster", "kind", kind, "name", key.Name)
 	r.event(cluster, updated, corev1.EventTypeNormal, "Updated", "Update", "Updated %s %s", kind, key.Name)
 	return updated, nil
+}
+
+// createChild creates desired with this cluster as its controller.
+func createChild(ctx context.Context, r *BloomClusterReconciler, cluster *bloomeryv1alpha1.BloomCluster, desired client.Object) error {
+	kind := r.kindOf(desired)
+	name := desired.GetName()
+	if err := ctrl.SetControllerReference(cluster, desired, r.Scheme); err != nil {
+		return fmt.Errorf("setting owner of %s %s: %w", kind, name, err)
+	}
+	if err := r.Client.Create(ctx, desired); err != nil {
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return errNamespaceTerminating
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			r.event(cluster, desired, corev1.EventTypeWarning, "CreateFailed", "Create", "Creating %s %s failed: %v", kind, name, err)
+		}
+		return fmt.Errorf("creating %s %s: %w", kind, name, err)
+	}
+	log.FromContext(ctx).Info("Created child object of BloomCluster", "kind", kind, "name", name)
+	r.event(cluster, desired, corev1.EventTypeNormal, "Created", "Create", "Created %s %s", kind, name)
+	return nil
 }
 
 // deleteChild deletes the object of desired's name and kind if this cluster controls it.

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -172,6 +173,12 @@ func TestBloomClusterSchemaRejectsInvalidManifests(t *testing.T) {
 		{"negative maxFilterBytes", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Limits.MaxFilterBytes = new(resource.MustParse("-1")) },
 			"maxFilterBytes must not be negative"},
 		{"storage size 0", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Storage.Size = new(resource.MustParse("0")) }, "size must be greater than 0"},
+		{"a client peer that selects nothing", func(c *bloomeryv1alpha1.BloomCluster) {
+			c.Spec.NetworkPolicy.ClientsFrom = []networkingv1.NetworkPolicyPeer{{}}
+		}, "each peer must set podSelector, namespaceSelector or ipBlock"},
+		{"a metrics peer that selects nothing", func(c *bloomeryv1alpha1.BloomCluster) {
+			c.Spec.NetworkPolicy.MetricsFrom = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}, {}}
+		}, "each peer must set podSelector, namespaceSelector or ipBlock"},
 		{"a name that starts with a digit", func(c *bloomeryv1alpha1.BloomCluster) { c.Name = "1cluster" },
 			"name must start with a lowercase letter"},
 		{"a name too long for the pods' labels", func(c *bloomeryv1alpha1.BloomCluster) { c.Name = "c" + strings.Repeat("x", 52) },
@@ -226,6 +233,7 @@ func TestBloomClusterDefaults(t *testing.T) {
 	check("monitoring.serviceMonitor.enabled", !s.Monitoring.ServiceMonitor.Enabled, s.Monitoring.ServiceMonitor.Enabled)
 	check("monitoring.serviceMonitor.interval", s.Monitoring.ServiceMonitor.Interval == "30s", s.Monitoring.ServiceMonitor.Interval)
 	check("replication.writeConsistency", s.Replication.WriteConsistency == bloomeryv1alpha1.ConsistencyQuorum, s.Replication.WriteConsistency)
+	check("networkPolicy.enabled", s.NetworkPolicy.Enabled != nil && *s.NetworkPolicy.Enabled, s.NetworkPolicy.Enabled)
 
 	// Replicas may change; the status subresource keeps spec writes out of status.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {

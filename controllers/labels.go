@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -141,10 +140,4 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// DataPlanePodSelector selects the pods of every BloomCluster: the operator's cache holds only
-// those.
-func DataPlanePodSelector() labels.Selector {
-	return labels.SelectorFromSet(labels.Set{labelName: appName})
 }

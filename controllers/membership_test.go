@@ -102,7 +102,7 @@ func TestMembershipFollowsThePods(t *testing.T) {
 
 	// A pod without an IP yet (scheduled, not started) is not a member.
 	pending := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "m-9", Namespace: ns, Labels: selectorLabels("m")},
+		ObjectMeta: metav1.ObjectMeta{Name: "m-9", Namespace: ns, Labels: clusterLabels("m")},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: containerName, Image: "bloomery:test"}}},
 	}
 	ownedByStatefulSet(t, pending, ns, "m")

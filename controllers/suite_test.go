@@ -127,15 +127,18 @@ func (w *writeCounter) funcs() interceptor.Funcs {
 // the test ends. Its client counts writes into the returned counter.
 func startManager(t testing.TB, namespace string, setup func(mgr ctrl.Manager) error) *writeCounter {
 	t.Helper()
+	return startManagerAs(t, restConfig, namespace, setup)
+}
+
+// startManagerAs is startManager with the identity of cfg.
+func startManagerAs(t testing.TB, cfg *rest.Config, namespace string, setup func(mgr ctrl.Manager) error) *writeCounter {
+	t.Helper()
 	writes := &writeCounter{}
-	mgr, err := ctrl.NewManager(restConfig, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  testScheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
-		Cache: cache.Options{
-			DefaultNamespaces: map[string]cache.Config{namespace: {}},
-			// As the operator's: the tests see what it sees of Secrets.
-			ByObject: map[client.Object]cache.ByObject{&corev1.Secret{}: {Label: TokenSecretSelector()}},
-		},
+		// The operator's own cache scoping: a child the reconcilers could not see would fail here.
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}, ByObject: CacheByObject()},
 		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(config, options)
 			if err != nil {

@@ -12,13 +12,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -45,6 +44,8 @@ type operatorFlags struct {
 	dataPlaneImage   string
 	resync           time.Duration
 	podTimeout       time.Duration
+	operatorNS       string
+	operatorPods     string
 	zap              zap.Options
 }
 
@@ -61,7 +62,11 @@ func NewCommand(version string) *cobra.Command {
 			if f.maxReconciles < 1 || f.resync <= 0 || f.podTimeout <= 0 {
 				return cli.NewUsageError(cmd, errors.New("--max-concurrent-reconciles, --resync and --pod-timeout must be positive"))
 			}
-			return runOperator(cmd, f, version)
+			operatorPods, err := labels.ConvertSelectorToLabelsMap(f.operatorPods)
+			if err != nil {
+				return cli.NewUsageError(cmd, fmt.Errorf("--operator-pod-labels: want key=value pairs separated by commas: %w", err))
+			}
+			return runOperator(cmd, f, operatorPods, version)
 		},
 	}
 	cmd.SetFlagErrorFunc(cli.NewUsageError)
@@ -82,6 +87,10 @@ func NewCommand(version string) *cobra.Command {
 		"image of BloomClusters that name none (default: env DATAPLANE_IMAGE, or the operator's version)")
 	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the passes that keep status true between events")
 	fs.DurationVar(&f.podTimeout, "pod-timeout", controllers.DefaultPodTimeout, "timeout of each call to a data-plane pod")
+	fs.StringVar(&f.operatorNS, "operator-namespace", os.Getenv("POD_NAMESPACE"),
+		"the operator's own namespace, which the data plane's NetworkPolicies admit to the internal port (default: env POD_NAMESPACE)")
+	fs.StringVar(&f.operatorPods, "operator-pod-labels", defaultOperatorPodLabels,
+		"labels of the operator's own pods (key=value,...), which the data plane's NetworkPolicies admit to the internal port")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
 	f.zap.BindFlags(logFlags)
 	fs.AddGoFlagSet(logFlags)
@@ -89,7 +98,11 @@ func NewCommand(version string) *cobra.Command {
 	return cmd
 }
 
-func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
+// defaultOperatorPodLabels are the labels both install methods (the chart and config/manager) put
+// on the operator's pods.
+const defaultOperatorPodLabels = "app.kubernetes.io/name=bloomery,app.kubernetes.io/component=operator"
+
+func runOperator(cmd *cobra.Command, f operatorFlags, operatorPods map[string]string, version string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&f.zap)))
 	logger := ctrl.Log.WithName("setup")
 
@@ -106,12 +119,8 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
 	cacheOpts := cache.Options{
-		// Only the data plane's pods matter; caching every pod of the cluster would cost memory.
-		ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: controllers.DataPlanePodSelector()},
-			// Only the operator's own Secrets, the internal tokens: it keeps no copy of others.
-			&corev1.Secret{}: {Label: controllers.TokenSecretSelector()},
-		},
+		// Only the objects the operator made, and the data plane's pods.
+		ByObject: controllers.CacheByObject(),
 	}
 	if namespaces := splitNamespaces(f.watchNamespaces); len(namespaces) > 0 {
 		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
@@ -148,6 +157,8 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 		Resync:                  f.resync,
 		MaxConcurrentReconciles: f.maxReconciles,
 		DataPlane:               dataPlane,
+		OperatorNamespace:       f.operatorNS,
+		OperatorPodLabels:       operatorPods,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the BloomCluster controller: %w", err)
 	}
@@ -167,8 +178,13 @@ func runOperator(cmd *cobra.Command, f operatorFlags, version string) error {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return err
 	}
+	if f.operatorNS == "" {
+		logger.Info("The operator's namespace is unknown (--operator-namespace, env POD_NAMESPACE): " +
+			"the data plane's NetworkPolicies will not admit the operator to the pods' internal port")
+	}
 	logger.Info("Starting operator", "version", version, "watchNamespaces", f.watchNamespaces,
-		"dataplaneImage", f.dataPlaneImage, "leaderElection", f.leaderElect)
+		"dataplaneImage", f.dataPlaneImage, "leaderElection", f.leaderElect,
+		"operatorNamespace", f.operatorNS, "operatorPodLabels", f.operatorPods)
 	if err := mgr.Start(ctx); err != nil {
 		return fmt.Errorf("running the manager: %w", err)
 	}

@@ -1,6 +1,13 @@
 package operator
 
-import "testing"
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/bloomery/bloomery/internal/cli"
+)
 
 // The install manifests set DATAPLANE_IMAGE to the operator's own image; without it, the image of
 // the operator's version is the default.
@@ -13,5 +20,18 @@ func TestDataPlaneImageDefault(t *testing.T) {
 	t.Setenv("DATAPLANE_IMAGE", "")
 	if got := defaultOf(); got != "ghcr.io/bloomery/bloomery:v2.0.0" {
 		t.Errorf("without DATAPLANE_IMAGE: default %q, want the version's image", got)
+	}
+}
+
+// The chart passes the operator's pod labels; a malformed value stops the command before it
+// connects to anything.
+func TestOperatorPodLabelsMustBeLabels(t *testing.T) {
+	cmd := NewCommand("v2.0.0")
+	cmd.SetArgs([]string{"--operator-pod-labels=app.kubernetes.io/name"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	var usage *cli.UsageError
+	if err := cmd.Execute(); !errors.As(err, &usage) || !strings.Contains(err.Error(), "--operator-pod-labels") {
+		t.Errorf("a label without a value: %v, want a usage error naming --operator-pod-labels", err)
 	}
 }

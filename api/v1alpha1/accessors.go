@@ -42,6 +42,12 @@ func (c *BloomCluster) DesiredReplicas() int32 {
 	return *c.Spec.Replicas
 }
 
+// NetworkPolicyEnabled is spec.networkPolicy.enabled, or the schema's default (true) when the
+// field is absent.
+func (c *BloomCluster) NetworkPolicyEnabled() bool {
+	return c.Spec.NetworkPolicy.Enabled == nil || *c.Spec.NetworkPolicy.Enabled
+}
+
 // ClientServiceName is the name of the Service applications call: the cluster's own.
 func (c *BloomCluster) ClientServiceName() string { return clientServiceName(c.Name) }
 

@@ -19,6 +19,17 @@ func TestDesiredReplicasDefaultsAsTheSchema(t *testing.T) {
 	}
 }
 
+func TestNetworkPolicyEnabledDefaultsAsTheSchema(t *testing.T) {
+	c := &v1alpha1.BloomCluster{}
+	if !c.NetworkPolicyEnabled() {
+		t.Error("without spec.networkPolicy.enabled: false, want the schema's default true")
+	}
+	c.Spec.NetworkPolicy.Enabled = new(false)
+	if c.NetworkPolicyEnabled() {
+		t.Error("spec.networkPolicy.enabled false: true, want false")
+	}
+}
+
 // A filter's URL is on its cluster's client Service, the cluster's endpoint, whether or not the
 // cluster was read.
 func TestURLsNameTheClientService(t *testing.T) {

@@ -18,6 +18,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -104,6 +105,42 @@ type BloomClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	Replication ReplicationSpec `json:"replication,omitempty"`
+
+	// networkPolicy limits who may reach the pods, port by port, with a NetworkPolicy the
+	// operator makes for the cluster.
+	// +kubebuilder:default={}
+	// +optional
+	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+}
+
+// NetworkPolicySpec configures the cluster's NetworkPolicy. It admits to the client port (8080)
+// the clientsFrom peers, to the internal port (8090) only the cluster's own pods and the
+// operator, to the ops port (9090) the metricsFrom peers, and lets the pods call only their peers'
+// internal port and DNS. It takes effect only where the network plugin enforces NetworkPolicies.
+type NetworkPolicySpec struct {
+	// enabled creates the NetworkPolicy; false deletes the one the operator made.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// clientsFrom are the applications allowed to call the client port. Absent means every pod
+	// of the cluster's namespace.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="each peer must set podSelector, namespaceSelector or ipBlock"
+	// +listType=atomic
+	// +optional
+	ClientsFrom []networkingv1.NetworkPolicyPeer `json:"clientsFrom,omitempty"`
+
+	// metricsFrom are the scrapers allowed to read /metrics on the ops port. Absent means the
+	// pods labelled app.kubernetes.io/name=prometheus in any namespace. The kubelet's probes,
+	// which come from the node, are not affected by most network plugins.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:XValidation:rule="self.all(p, has(p.podSelector) || has(p.namespaceSelector) || has(p.ipBlock))",message="each peer must set podSelector, namespaceSelector or ipBlock"
+	// +listType=atomic
+	// +optional
+	MetricsFrom []networkingv1.NetworkPolicyPeer `json:"metricsFrom,omitempty"`
 }
 
 // ReplicationSpec configures how a write reaches the cluster's pods.

@@ -42,6 +42,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: operator
 {{- end }}
 
+{{/* The operator's selector labels as key=value pairs, the form of --operator-pod-labels. */}}
+{{- define "bloomery.operatorSelector" -}}
+{{- $pairs := list }}
+{{- range $k, $v := include "bloomery.operatorSelectorLabels" . | fromYaml }}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- join "," $pairs }}
+{{- end }}
+
 {{- define "bloomery.operatorLabels" -}}
 {{ include "bloomery.labels" . }}
 app.kubernetes.io/component: operator
@@ -72,15 +81,6 @@ app.kubernetes.io/component: operator
 {{/* The image of BloomClusters that name none: the operator's own unless overridden. */}}
 {{- define "bloomery.dataPlaneImage" -}}
 {{- default (include "bloomery.image" .) .Values.operator.dataPlaneImage }}
-{{- end }}
-
-{{/*
-Namespaces where the NetworkPolicy of the data plane goes: networkPolicy.namespaces, else the
-watched namespaces, else the release's own.
-*/}}
-{{- define "bloomery.networkPolicyNamespaces" -}}
-{{- $ns := .Values.networkPolicy.namespaces | default .Values.watchNamespaces | default (list .Release.Namespace) }}
-{{- toJson (uniq $ns) }}
 {{- end }}
 
 {{- define "bloomery.bloomClusterName" -}}

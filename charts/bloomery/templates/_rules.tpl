@@ -16,7 +16,6 @@
   resources:
   - pods
   verbs:
-  - get
   - list
   - watch
 - apiGroups:
@@ -50,7 +49,6 @@
   - bloomery.io
   resources:
   - bloomclusters/finalizers
-  - bloomfilters/finalizers
   verbs:
   - update
 - apiGroups:
@@ -59,9 +57,7 @@
   - bloomclusters/status
   - bloomfilters/status
   verbs:
-  - get
   - patch
-  - update
 - apiGroups:
   - bloomery.io
   resources:
@@ -69,7 +65,6 @@
   verbs:
   - get
   - list
-  - patch
   - update
   - watch
 - apiGroups:
@@ -87,8 +82,16 @@
   - create
   - delete
   - get
+  - update
+- apiGroups:
+  - networking.k8s.io
+  resources:
+  - networkpolicies
+  verbs:
+  - create
+  - delete
+  - get
   - list
-  - patch
   - update
   - watch
 - apiGroups:

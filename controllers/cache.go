@@ -1,0 +1,33 @@
+package controllers
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// CacheByObject limits the operator's cache, for each kind it makes or reads in the users'
+// namespaces, to the objects labelled as managed by it: every child of a BloomCluster. Pods are
+// cached by the name label that a cluster's selector carries, so that a pod made to look like a
+// cluster's, which is never a member, is still seen and counted in status.ignoredPods. Caching
+// every ConfigMap, Service or Pod of the cluster would cost memory, and hold objects the operator
+// has no business with. A child that lost the label is invisible to the reconcilers' reads: ensureChild finds it
+// again when its create collides. ServiceMonitors are not cached at all: they are unstructured,
+// and the client reads those from the API server.
+func CacheByObject() map[client.Object]cache.ByObject {
+	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})}
+	return map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}:             managed,
+		&corev1.Service{}:               managed,
+		&appsv1.StatefulSet{}:           managed,
+		&policyv1.PodDisruptionBudget{}: managed,
+		&networkingv1.NetworkPolicy{}:   managed,
+		&corev1.Pod{}:                   {Label: labels.SelectorFromSet(labels.Set{labelName: appName})},
+		// Only the operator's own Secrets, the internal tokens: it keeps no copy of others.
+		&corev1.Secret{}: {Label: TokenSecretSelector()},
+	}
+}

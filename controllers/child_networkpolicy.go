@@ -1,0 +1,94 @@
+package controllers
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+)
+
+// namespaceNameLabel is the label the API server sets on every namespace to its name.
+const namespaceNameLabel = "kubernetes.io/metadata.name"
+
+// prometheusPodLabels select the scrapers of the ops port when spec.networkPolicy.metricsFrom is
+// absent: the label the Prometheus Operator and the prometheus Helm charts put on Prometheus's pods.
+var prometheusPodLabels = map[string]string{labelName: "prometheus"}
+
+func networkPolicyName(cluster string) string { return cluster }
+
+func (r *BloomClusterReconciler) reconcileNetworkPolicy(ctx context.Context, st *clusterState) (ctrl.Result, error) {
+	desired := buildNetworkPolicy(st.cluster, r.OperatorNamespace, r.OperatorPodLabels)
+	if !st.cluster.NetworkPolicyEnabled() {
+		return ctrl.Result{}, deleteChild(ctx, r, st.cluster, desired)
+	}
+	_, err := ensureChild(ctx, r, st.cluster, desired, &networkingv1.NetworkPolicy{}, mergeNetworkPolicy)
+	return ctrl.Result{}, err
+}
+
+// buildNetworkPolicy admits to each port of the cluster's pods only who needs it, and lets the
+// pods call only their peers' internal port and DNS. operatorNamespace and operatorPods locate
+// the operator's pods; with either unknown (an operator run outside the cluster, which no pod
+// selector can match), the internal port admits the cluster's own pods alone.
+func buildNetworkPolicy(c *bloomeryv1alpha1.BloomCluster, operatorNamespace string, operatorPods map[string]string) *networkingv1.NetworkPolicy {
+	peers := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(c.Name)}}
+	internalFrom := []networkingv1.NetworkPolicyPeer{peers}
+	if operatorNamespace != "" && len(operatorPods) > 0 {
+		internalFrom = append(internalFrom, networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{namespaceNameLabel: operatorNamespace}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: operatorPods},
+		})
+	}
+	clientsFrom := c.Spec.NetworkPolicy.ClientsFrom
+	if len(clientsFrom) == 0 {
+		// An empty pod selector without a namespace selector: every pod of the policy's namespace.
+		clientsFrom = []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{}}}
+	}
+	metricsFrom := c.Spec.NetworkPolicy.MetricsFrom
+	if len(metricsFrom) == 0 {
+		metricsFrom = []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: prometheusPodLabels},
+		}}
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: childMeta(c, networkPolicyName(c.Name)),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(c.Name)},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{Ports: tcpPorts(bloomeryv1alpha1.APIPort), From: clientsFrom},
+				{Ports: tcpPorts(bloomeryv1alpha1.InternalPort), From: internalFrom},
+				{Ports: tcpPorts(bloomeryv1alpha1.OpsPort), From: metricsFrom},
+			},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				// Replication, forwarding to a filter's home and catch-up: all on the internal port.
+				{Ports: tcpPorts(bloomeryv1alpha1.InternalPort), To: []networkingv1.NetworkPolicyPeer{peers}},
+				// DNS to any address: the resolver may be a pod (CoreDNS), a node-local cache on a
+				// link-local address or a server outside the pod network, which pod and namespace
+				// selectors would not match.
+				{Ports: []networkingv1.NetworkPolicyPort{port(corev1.ProtocolUDP, 53), port(corev1.ProtocolTCP, 53)}},
+			},
+		},
+	}
+}
+
+func tcpPorts(p int32) []networkingv1.NetworkPolicyPort {
+	return []networkingv1.NetworkPolicyPort{port(corev1.ProtocolTCP, p)}
+}
+
+// port sets the protocol, which the API server would default to TCP, so that the built policy
+// compares equal to the stored one.
+func port(protocol corev1.Protocol, p int32) networkingv1.NetworkPolicyPort {
+	n := intstr.FromInt32(p)
+	return networkingv1.NetworkPolicyPort{Protocol: &protocol, Port: &n}
+}
+
+// mergeNetworkPolicy owns the whole spec: a rule added by hand would widen what the policy admits.
+func mergeNetworkPolicy(existing, desired *networkingv1.NetworkPolicy) {
+	existing.Spec = desired.Spec
+}
