@@ -1,0 +1,90 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestTrustBoundaryIsInPlace checks what the node agent does not enforce: the NetworkPolicy the
+// operator made for the sample cluster, admitting each port only its callers, and the pods'
+// configuration: three named ports, the probes on the ops port, the token mounted and required.
+func TestTrustBoundaryIsInPlace(t *testing.T) {
+	t.Parallel()
+	n := newNamespace(t)
+	n.applySamples()
+	pods := podNames(sampleReplicas)
+	n.waitMembership(pods)
+
+	var policy struct {
+		Spec struct {
+			PolicyTypes []string `json:"policyTypes"`
+			Ingress     []struct {
+				Ports []struct{ Port int } `json:"ports"`
+				From  []json.RawMessage    `json:"from"`
+			} `json:"ingress"`
+			Egress []struct {
+				Ports []struct {
+					Port     int
+					Protocol string
+				} `json:"ports"`
+			} `json:"egress"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal([]byte(n.run("get", "networkpolicy", "example", "-o", "json")), &policy); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(policy.Spec.PolicyTypes, []string{"Ingress", "Egress"}) {
+		t.Errorf("policy types %v, want Ingress and Egress", policy.Spec.PolicyTypes)
+	}
+	var ingressPorts []int
+	for _, rule := range policy.Spec.Ingress {
+		if len(rule.From) == 0 {
+			t.Errorf("an ingress rule with no from admits everyone: %+v", rule)
+		}
+		for _, p := range rule.Ports {
+			ingressPorts = append(ingressPorts, p.Port)
+		}
+	}
+	slices.Sort(ingressPorts)
+	if !slices.Equal(ingressPorts, []int{8080, 8090, 9090}) {
+		t.Errorf("ingress ports %v, want one rule each for 8080, 8090 and 9090", ingressPorts)
+	}
+	var egress []string
+	for _, rule := range policy.Spec.Egress {
+		for _, p := range rule.Ports {
+			egress = append(egress, p.Protocol+"/"+strconv.Itoa(p.Port))
+		}
+	}
+	slices.Sort(egress)
+	if !slices.Equal(egress, []string{"TCP/53", "TCP/8090", "UDP/53"}) {
+		t.Errorf("egress %v, want the peers' internal port and DNS", egress)
+	}
+
+	ports := n.jsonpath("statefulset/example", `{range .spec.template.spec.containers[0].ports[*]}{.name}={.containerPort} {end}`)
+	if ports != "http=8080 internal=8090 ops=9090 " {
+		t.Errorf("container ports %q", ports)
+	}
+	probes := n.jsonpath("statefulset/example", `{.spec.template.spec.containers[0].readinessProbe.httpGet.port} `+
+		`{.spec.template.spec.containers[0].livenessProbe.httpGet.port} {.spec.template.spec.containers[0].startupProbe.httpGet.port}`)
+	if probes != "ops ops ops" {
+		t.Errorf("probes on ports %q, want ops for all three", probes)
+	}
+	if args := n.jsonpath("statefulset/example", `{.spec.template.spec.containers[0].args}`); !strings.Contains(args, "--internal-token-file") {
+		t.Errorf("the data plane is not given the token file: args %s", args)
+	}
+	for _, pod := range pods {
+		stranger := n.internalAPI(pod)
+		stranger.token = ""
+		status, body, err := stranger.call(http.MethodGet, "/internal/v1/membership", nil)
+		var answer struct{ Code int }
+		if err != nil || status != http.StatusUnauthorized || json.Unmarshal(body, &answer) != nil || answer.Code != 10 {
+			t.Errorf("pod %s without the token: %d %s, %v; want 401 code 10", pod, status, body, err)
+		}
+	}
+}
