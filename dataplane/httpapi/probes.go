@@ -22,6 +22,9 @@ func (s *Server) readyz(c echo.Context) error {
 	case Draining:
 		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "not ready: shutting down"}
 	}
+	if err := s.logBroken(); err != nil {
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "not ready: " + err.Error()}
+	}
 	if !s.Node.Ready() {
 		if known, _ := s.Node.Known(); !known {
 			return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, "not ready: waiting for the operator to tell this pod its peers"}

@@ -55,6 +55,9 @@ type Options struct {
 	// InternalToken is the bearer token the internal port requires; empty refuses every request
 	// there.
 	InternalToken string
+	// LogBroken answers why the update log cannot be written, nil while it can (and in memory):
+	// writes then fail, so the pod is not ready.
+	LogBroken func() error
 }
 
 // Phase is a stage of the process's life, as /readyz and the filter API see it.
@@ -181,4 +184,13 @@ func (s *Server) SetPhase(p Phase) { s.phase.Store(int32(p)) }
 func (s *Server) currentPhase() Phase { return Phase(s.phase.Load()) }
 
 // Ready reports whether the pod should take traffic: serving, and caught up with its peers.
-func (s *Server) Ready() bool { return s.currentPhase() == Serving && s.Node.Ready() }
+func (s *Server) Ready() bool {
+	return s.currentPhase() == Serving && s.Node.Ready() && s.logBroken() == nil
+}
+
+func (s *Server) logBroken() error {
+	if s.LogBroken == nil {
+		return nil
+	}
+	return s.LogBroken()
+}

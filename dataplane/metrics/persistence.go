@@ -22,7 +22,7 @@ type Persistence struct {
 	syncs    prometheus.Histogram
 
 	snapshots, snapshotFailures, lastSnapshotTime, lastSnapshotDuration, lastSnapshotSize *prometheus.Desc
-	logRecords, logBytes                                                                  *prometheus.Desc
+	logRecords, logBytes, logHealthy, logWriteErrors                                      *prometheus.Desc
 
 	recoveryDuration, recoveryFilters, recoveryRecovered, recoverySkipped, recoveryExpired, recoveryCorrupt, recoverySnapshotBytes *prometheus.Desc
 }
@@ -45,6 +45,8 @@ func newPersistence() *Persistence {
 		lastSnapshotSize:     desc("snapshot_last_size_bytes", "Size of the last snapshot written."),
 		logRecords:           desc("log_appended_records_total", "Records appended to the update log."),
 		logBytes:             desc("log_appended_bytes_total", "Bytes appended to the update log, record headers included."),
+		logHealthy:           desc("log_healthy", "1 while the update log can be written; 0 while a failed write (a full or failing disk) keeps writes failing, until it heals."),
+		logWriteErrors:       desc("log_write_errors_total", "Failed writes and syncs of the update log, and failed attempts to heal it."),
 
 		recoveryDuration:      desc("recovery_duration_seconds", "How long recovery took at start."),
 		recoveryFilters:       desc("recovery_filters", "Live filters in memory after recovery."),
@@ -71,7 +73,7 @@ func (p *Persistence) Describe(ch chan<- *prometheus.Desc) {
 	p.syncs.Describe(ch)
 	for _, d := range []*prometheus.Desc{
 		p.snapshots, p.snapshotFailures, p.lastSnapshotTime, p.lastSnapshotDuration, p.lastSnapshotSize,
-		p.logRecords, p.logBytes,
+		p.logRecords, p.logBytes, p.logHealthy, p.logWriteErrors,
 		p.recoveryDuration, p.recoveryFilters, p.recoveryRecovered, p.recoverySkipped, p.recoveryExpired,
 		p.recoveryCorrupt, p.recoverySnapshotBytes,
 	} {
@@ -93,6 +95,12 @@ func (p *Persistence) Collect(ch chan<- prometheus.Metric) {
 		metric(p.lastSnapshotSize, prometheus.GaugeValue, float64(s.LastSnapshotBytes.Load()))
 		metric(p.logRecords, prometheus.CounterValue, float64(s.LogRecords.Load()))
 		metric(p.logBytes, prometheus.CounterValue, float64(s.LogBytes.Load()))
+		healthy := 1.0
+		if s.LogBroken() != nil {
+			healthy = 0
+		}
+		metric(p.logHealthy, prometheus.GaugeValue, healthy)
+		metric(p.logWriteErrors, prometheus.CounterValue, float64(s.LogWriteErrors.Load()))
 	}
 	if r := p.recovery.Load(); r != nil {
 		metric(p.recoveryDuration, prometheus.GaugeValue, r.Duration.Seconds())

@@ -63,7 +63,13 @@ func openDirectSegment(file *os.File, aio *asyncIO) (segmentFile, error) {
 	return s, nil
 }
 
-func (s *directSegment) write(records []byte, _ bool) error {
+func (s *directSegment) write(records []byte, _ bool) (err error) {
+	begin := s.size
+	defer func() {
+		if err != nil {
+			s.size = begin // the blocks written hold part of the records: they count for nothing
+		}
+	}()
 	for len(records) > 0 {
 		start := s.size &^ (directBlock - 1)
 		tail := int(s.size - start) // bytes of the last partial block, at the start of buf
@@ -95,6 +101,13 @@ func (s *directSegment) allocate(end int64) error {
 		s.fileSize += preallocChunk
 	}
 	return nil
+}
+
+func (s *directSegment) abandon() int64 {
+	_ = s.direct.Close()
+	_ = unix.Munmap(s.buf)
+	_ = s.file.Close()
+	return s.size
 }
 
 func (s *directSegment) close() error {

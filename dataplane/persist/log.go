@@ -89,8 +89,19 @@ type wal struct {
 	written  uint64 // last ticket handed to the operating system
 	synced   uint64 // last ticket durable
 	flushing bool   // one flush (or rotation) at a time; the others wait on cond
-	err      error  // sticky: after a failed write the log refuses further writes
 	closed   bool
+
+	// err is why the log is broken: a write or sync failed, and until heal succeeds the log
+	// refuses records. The records of the failed flush stay in buf, first, for heal to write.
+	err error
+	// retryAt is when heal may try again, backoff apart from the last failure.
+	retryAt time.Time
+	backoff time.Duration
+	// trim is the segment a failed write left behind, to cut at its last records before the log
+	// goes on in a new one; nil when there is none.
+	trim *segmentTrim
+	// health hears every change of the log's health: the error that broke it, nil once healed.
+	health func(error)
 
 	// Under SyncAlways, flusher says that run's goroutine does the flushes, and kick, which
 	// append fills, wakes it. Otherwise (before run, after it) a writer waiting for its record
@@ -135,13 +146,16 @@ func (w *wal) createSegment(seq uint64) (segmentFile, error) {
 	if w.aio != nil {
 		seg, err := openDirect(f, w.aio)
 		if err == nil {
-			return seg, nil
+			return faults(seg), nil
 		}
 		w.bufferedFromNowOn(err)
 		_ = w.closeAIO()
 	}
-	return &bufferedSegment{file: f}, nil
+	return faults(&bufferedSegment{file: f}), nil
 }
+
+// faults passes every segment through; tests make segments fail as a full disk does.
+var faults = func(s segmentFile) segmentFile { return s }
 
 // openDirect is openDirectSegment; tests make it fail as file systems without O_DIRECT do.
 var openDirect = openDirectSegment
@@ -242,11 +256,14 @@ func (w *wal) flushLocked(sync bool) {
 	}
 
 	w.mu.Lock()
-	w.spare = buf[:0]
 	w.flushing = false
 	if err != nil {
-		w.err = fmt.Errorf("writing log segment %s: %w", segmentName(w.segment), err)
+		// The batch goes back in front of what was appended meanwhile: heal writes it again, in
+		// order, since it may have been acknowledged (under everysec and no, once buffered).
+		w.buf, w.spare = append(buf, w.buf...), nil
+		w.fail(fmt.Errorf("writing log segment %s: %w", segmentName(w.segment), err))
 	} else {
+		w.spare = buf[:0]
 		w.written = target
 		if sync {
 			w.synced = target
@@ -255,17 +272,92 @@ func (w *wal) flushLocked(sync bool) {
 	w.cond.Broadcast()
 }
 
+// The back-off between two attempts to heal the log.
+const (
+	firstBackoff = time.Second
+	maxBackoff   = 30 * time.Second
+)
+
+// segmentTrim is a segment to cut at size bytes.
+type segmentTrim struct {
+	seq  uint64
+	size int64
+}
+
+// fail marks the log broken by err, with mu held.
+func (w *wal) fail(err error) {
+	if w.err == nil {
+		w.backoff = firstBackoff
+		w.log.Error("The update log cannot be written: writes fail until it heals", "error", err.Error(), "retryIn", w.backoff.String())
+	} else {
+		w.backoff = min(2*w.backoff, maxBackoff)
+		w.log.Warn("The update log is still broken", "error", err.Error(), "retryIn", w.backoff.String())
+	}
+	w.err, w.retryAt = err, time.Now().Add(w.backoff)
+	if w.health != nil {
+		w.health(err)
+	}
+}
+
+// heal tries, once the back-off has passed (at once with force), to put a broken log back in
+// service: it cuts the segment the failure left at its last records, opens the next segment,
+// and writes there what the failure left unwritten. Called with mu held and no flush running.
+func (w *wal) heal(force bool) {
+	if w.err == nil || w.closed || (!force && time.Now().Before(w.retryAt)) {
+		return
+	}
+	if w.file != nil {
+		w.trim = &segmentTrim{seq: w.segment, size: w.file.abandon()}
+		w.file = nil
+	}
+	if w.trim != nil {
+		if err := trimSegment(w.dir, w.trim.seq, w.trim.size); err != nil {
+			w.fail(fmt.Errorf("cutting log segment %s after a failed write: %w", segmentName(w.trim.seq), err))
+			return
+		}
+		w.trim = nil
+	}
+	next, err := w.createSegment(w.segment + 1)
+	if err != nil {
+		w.fail(err)
+		return
+	}
+	w.file, w.segment = next, w.segment+1
+	broken := w.err
+	w.err = nil
+	w.flushLocked(true)
+	if w.err == nil {
+		w.log.Info("The update log is written again", "segment", segmentName(w.segment), "brokenBy", broken.Error())
+		if w.health != nil {
+			w.health(nil)
+		}
+	}
+}
+
+// healIfDue is heal on the timer: it waits for a running flush.
+func (w *wal) healIfDue() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for w.flushing {
+		w.cond.Wait()
+	}
+	w.heal(false)
+}
+
 // run flushes until ctx ends: on a timer for the policies that do not flush per write, and under
 // SyncAlways as soon as records wait and no flush is running. One goroutine doing every flush,
 // rather than one of the waiting writers, starts the next flush the moment the last one returns:
 // a writer that had to lead would first be woken, behind the writers the last flush released.
 // It made `always` about 9% faster (docs/performance.md).
 func (w *wal) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { tick.Every(ctx, firstBackoff/4, w.healIfDue) })
 	if w.policy == SyncAlways {
 		w.runFlusher(ctx)
-		return
+	} else {
+		tick.Every(ctx, flushInterval, func() { _ = w.flush(w.policy == SyncEverySecond) })
 	}
-	tick.Every(ctx, flushInterval, func() { _ = w.flush(w.policy == SyncEverySecond) })
+	wg.Wait()
 }
 
 func (w *wal) runFlusher(ctx context.Context) {
@@ -283,9 +375,7 @@ func (w *wal) runFlusher(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-w.kick:
-			if err := w.flush(true); err != nil {
-				return
-			}
+			_ = w.flush(true) // a failure breaks the log, which heals on its own timer
 		}
 	}
 }
@@ -298,6 +388,7 @@ func (w *wal) rotate() (uint64, error) {
 	for w.flushing {
 		w.cond.Wait()
 	}
+	w.heal(true) // a snapshot, perhaps the last before shutdown, is worth a try at once
 	if w.err != nil || w.closed {
 		return 0, w.errLocked()
 	}
@@ -333,19 +424,26 @@ func (w *wal) removeBefore(seq uint64) error {
 	return syncDir(w.dir)
 }
 
-// close makes what is buffered durable and closes the segment.
+// close makes what is buffered durable and closes the segment. A broken log gets one more try.
 func (w *wal) close() error {
-	err := w.flush(true)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for w.flushing {
 		w.cond.Wait()
 	}
 	if w.closed {
-		return err
+		return nil
 	}
+	w.heal(true)
+	if w.err == nil {
+		w.flushLocked(true)
+	}
+	err := w.err
 	w.closed = true
-	return errors.Join(err, w.file.close(), w.closeAIO())
+	if w.file != nil {
+		err = errors.Join(err, w.file.close())
+	}
+	return errors.Join(err, w.closeAIO())
 }
 
 // syncDir makes renames, creations and removals in dir durable.

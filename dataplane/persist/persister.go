@@ -64,6 +64,28 @@ type Stats struct {
 	LastSnapshotBytes  atomic.Int64
 	LogRecords         atomic.Int64
 	LogBytes           atomic.Int64
+	// LogWriteErrors counts the log's failed writes and syncs, and its failed attempts to heal.
+	LogWriteErrors atomic.Int64
+	// logBroken is why the log is broken, nil while it is healthy.
+	logBroken atomic.Pointer[error]
+}
+
+// LogBroken answers why the log cannot be written, or nil while it can: writes then fail, and the
+// pod should not take traffic.
+func (s *Stats) LogBroken() error {
+	if err := s.logBroken.Load(); err != nil {
+		return *err
+	}
+	return nil
+}
+
+func (s *Stats) logHealth(err error) {
+	if err == nil {
+		s.logBroken.Store(nil)
+		return
+	}
+	s.LogWriteErrors.Add(1)
+	s.logBroken.Store(&err)
 }
 
 // Open locks the data directory, creating it if needed. A second process on the same directory
@@ -180,6 +202,7 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 		return rep, err
 	}
 	p.wal.observe = p.opts.SyncObserver
+	p.wal.health = p.stats.logHealth
 	p.store = store
 	store.SetJournal(p)
 	if rep.SnapshotTmp {

@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -15,11 +16,15 @@ const preallocChunk = 1 << 20
 // segmentFile takes one log segment's records, in order, each batch after the last.
 type segmentFile interface {
 	// write adds records after those written before; when sync is set they are durable when it
-	// returns.
+	// returns. After an error the records count as not written, whatever part of them reached
+	// the file.
 	write(records []byte, sync bool) error
 	// close cuts the zeros ahead of the records off the file and closes it. The cut need not be
 	// durable: zeros end a segment anyway.
 	close() error
+	// abandon closes the file without cutting it, after a failed write, and answers how many bytes
+	// of records it holds: what follows them may be part of the failed write, not zeros.
+	abandon() int64
 }
 
 // createSegmentFile creates segment seq in dir, durably.
@@ -29,7 +34,9 @@ func createSegmentFile(dir string, seq uint64) (*os.File, error) {
 		return nil, fmt.Errorf("creating log segment: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
+		// Gone rather than left behind, so that a later attempt can create it again.
 		_ = f.Close()
+		_ = os.Remove(f.Name())
 		return nil, err
 	}
 	return f, nil
@@ -50,22 +57,45 @@ func (s *bufferedSegment) write(records []byte, sync bool) error {
 	if _, err := s.file.WriteAt(records, s.size); err != nil {
 		return err
 	}
-	s.size += int64(len(records))
-	if s.size > s.fileSize {
-		grown := roundUp(s.size, preallocChunk)
-		if _, err := s.file.WriteAt(zeros[:grown-s.size], s.size); err != nil {
+	end := s.size + int64(len(records))
+	if end > s.fileSize {
+		grown := roundUp(end, preallocChunk)
+		if _, err := s.file.WriteAt(zeros[:grown-end], end); err != nil {
 			return err
 		}
 		s.fileSize = grown
 	}
 	if sync {
-		return syncData(s.file)
+		if err := syncData(s.file); err != nil {
+			return err
+		}
 	}
+	s.size = end
 	return nil
 }
 
 func (s *bufferedSegment) close() error {
 	return closeTrimmed(s.file, s.size)
+}
+
+func (s *bufferedSegment) abandon() int64 {
+	_ = s.file.Close() // the file is cut by path, durably, before the log goes on
+	return s.size
+}
+
+// trimSegment cuts segment seq of dir to size bytes, durably: the part of a failed write after
+// its last records must not outlive the segment, which is no longer the newest once the log goes
+// on, and whose damage recovery would then refuse.
+func trimSegment(dir string, seq uint64, size int64) error {
+	f, err := os.OpenFile(filepath.Join(dir, segmentName(seq)), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	err = f.Truncate(size)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
 }
 
 // closeTrimmed truncates f to size and closes it.

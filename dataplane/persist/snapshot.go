@@ -80,9 +80,12 @@ func (s *snapshotWriter) commit() error {
 	if cerr := s.file.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(filepath.Join(s.dir, snapshotTmp), filepath.Join(s.dir, snapshotFile))
+	if err != nil {
+		// Most likely a full disk: the unfinished file would only take the room the log needs.
+		_ = os.Remove(filepath.Join(s.dir, snapshotTmp))
+		return fmt.Errorf("writing snapshot: %w", err)
 	}
+	err = os.Rename(filepath.Join(s.dir, snapshotTmp), filepath.Join(s.dir, snapshotFile))
 	if err == nil {
 		err = syncDir(s.dir)
 	}

@@ -91,6 +91,7 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		LastSnapshot:  d.lastSnapshot,
 		Durable:       d.durable,
 		InternalToken: token,
+		LogBroken:     d.logBroken,
 	})
 	if err != nil {
 		return nil, err
@@ -132,6 +133,16 @@ func readToken(path string) (string, error) {
 func (d *DataPlane) durable() error {
 	if p := d.persister.Load(); p != nil {
 		return p.Snapshot()
+	}
+	return nil
+}
+
+// logBroken answers why the update log cannot be written; nil while it can, and in memory.
+func (d *DataPlane) logBroken() error {
+	if p := d.persister.Load(); p != nil {
+		if err := p.Stats().LogBroken(); err != nil {
+			return fmt.Errorf("the update log cannot be written: %w", err)
+		}
 	}
 	return nil
 }

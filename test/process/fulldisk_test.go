@@ -1,0 +1,192 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+)
+
+// smallDisk mounts a tmpfs of size bytes at a new directory, as a volume that fills up. It needs
+// root, which CI has; elsewhere the test says how to run it.
+func smallDisk(t *testing.T, size int) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
+		if os.Getenv("CI") == "" && errors.Is(err, syscall.EPERM) {
+			t.Skipf("mounting a tmpfs needs root (%v): run this test as root to see a full disk", err)
+		}
+		t.Fatalf("mounting a tmpfs at %s: %v", dir, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+// fill writes a ballast file into dir until the disk is full.
+func fill(t *testing.T, dir string) string {
+	t.Helper()
+	path := filepath.Join(dir, "ballast")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }()
+	chunk := make([]byte, 64<<10)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return path
+			}
+			t.Fatal(err)
+		}
+	}
+}
+
+// opsGet answers the status and body of GET path on the ops port.
+func (dp *dataPlane) opsGet(t *testing.T, path string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.opsAddr+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// A full disk fails writes instead of acknowledging them, takes the pod out of service with the
+// reason, and once space returns the pod heals without a restart; after a SIGKILL every
+// acknowledged value is there.
+func TestFullDiskHealsWithoutARestart(t *testing.T) {
+	dir := smallDisk(t, 8<<20)
+	dp := startDataPlane(t, dir, "--log-sync", "always")
+	createFilter(t, dp, "full")
+	var acked []string
+	write := func(prefix string, n int) error {
+		values := valuesOf(prefix, n)
+		if err := dp.client.MultiSet(t.Context(), "full", values); err != nil {
+			return err
+		}
+		acked = append(acked, values...)
+		return nil
+	}
+	if err := write("before", 1000); err != nil {
+		t.Fatal(err)
+	}
+
+	ballast := fill(t, dir)
+	// The log's segment has room left in the chunk it allocated ahead: write until it runs out.
+	var refused error
+	for i := 0; refused == nil && i < 1000; i++ {
+		refused = write(fmt.Sprint("filling-", i, "-"), 1000)
+	}
+	if refused == nil {
+		t.Fatal("a full disk took 1,000,000 values")
+	}
+	if !strings.Contains(refused.Error(), "HTTP 500") || !strings.Contains(refused.Error(), "no space left on device") {
+		t.Errorf("a write to a full disk: %v, want 500 naming the lack of space", refused)
+	}
+	status, body := dp.opsGet(t, "/readyz")
+	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the update log cannot be written") {
+		t.Errorf("/readyz with a full disk: %d %s", status, body)
+	}
+	if v, ok := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_healthy"); !ok || v != 0 {
+		t.Errorf("bloomery_log_healthy = %v (%v), want 0", v, ok)
+	}
+	if v, ok := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_write_errors_total"); !ok || v < 1 {
+		t.Errorf("bloomery_log_write_errors_total = %v (%v), want at least 1", v, ok)
+	}
+
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(45 * time.Second) // the back-off between tries grows to 30 s
+	for !dp.ready(t) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pod did not heal after the disk had room again:\n%s", dp.logs())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := write("after", 1000); err != nil {
+		t.Fatalf("a write after the disk had room again: %v", err)
+	}
+	if v, _ := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_healthy"); v != 1 {
+		t.Errorf("bloomery_log_healthy = %v after healing, want 1", v)
+	}
+
+	_ = dp.cmd.Process.Kill()
+	<-dp.exited
+	restarted := startDataPlane(t, dir, "--log-sync", "always")
+	present, err := restarted.client.MultiCheck(t.Context(), "full", acked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lost []string
+	for i, ok := range present {
+		if !ok {
+			lost = append(lost, acked[i])
+		}
+	}
+	if len(lost) > 0 {
+		t.Fatalf("after SIGKILL and a restart, %d of %d acknowledged values are missing, such as %q", len(lost), len(acked), lost[0])
+	}
+	if !strings.Contains(restarted.logs(), `"corruptFiles":0,`) {
+		t.Errorf("the restart found damage:\n%s", restarted.logs())
+	}
+}
+
+// A snapshot that finds the disk full says so, leaves no snapshot.tmp taking the room, and loses
+// nothing: the log still holds every acknowledged write.
+func TestSnapshotOnAFullDiskLeavesNothingBehind(t *testing.T) {
+	dir := smallDisk(t, 16<<20)
+	dp := startDataPlane(t, dir, "--log-sync", "always")
+	// About 3.6 MB of bits: more than the room the log gives back when the snapshot rotates it.
+	if _, _, err := dp.client.Create(t.Context(), "kept", client.CreateOptions{
+		ExpectedInsertions: new(uint64(2_000_000)), FPP: new(0.001), ValidPeriodAfterCreate: new(int64(0)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	values := valuesOf("kept", 20_000)
+	if err := dp.client.MultiSet(t.Context(), "kept", values); err != nil {
+		t.Fatal(err)
+	}
+	ballast := fill(t, dir)
+	dp.stop(t, syscall.SIGTERM) // the final snapshot finds no room
+	if code := dp.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit code %d after a failed final snapshot, want 1", code)
+	}
+	if !strings.Contains(dp.logs(), "final snapshot") || !strings.Contains(dp.logs(), "no space left on device") {
+		t.Errorf("the log does not say the final snapshot found no room:\n%s", dp.logs())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "snapshot.tmp")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("snapshot.tmp after a failed snapshot: %v, want none", err)
+	}
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	restarted := startDataPlane(t, dir, "--log-sync", "always")
+	present, err := restarted.client.MultiCheck(t.Context(), "kept", values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range present {
+		if !ok {
+			t.Fatalf("after the failed snapshot %q is missing", values[i])
+		}
+	}
+}
