@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/internal/cli"
 )
 
@@ -39,14 +40,14 @@ func NewCommand(version string) *cobra.Command {
 		// text would only bury.
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := opts.config(cmd.Flags(), cli.IsTerminal(cmd.ErrOrStderr()))
+			cfg, file, err := opts.config(cmd.Flags(), cli.IsTerminal(cmd.ErrOrStderr()))
 			if err != nil {
 				return &cli.UsageError{Err: err}
 			}
 			if opts.pprofPort < 0 || opts.pprofPort > 65535 {
 				return cli.NewUsageError(cmd, fmt.Errorf("--pprof: port %d is not in 1..65535", opts.pprofPort))
 			}
-			return runDataPlane(cmd.Context(), cfg, version, cmd.ErrOrStderr(), opts.pprofPort)
+			return runDataPlane(cmd.Context(), cfg, file, version, cmd.ErrOrStderr(), opts.pprofPort)
 		},
 	}
 	cmd.SetFlagErrorFunc(cli.NewUsageError)
@@ -97,13 +98,13 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 
 // config is the file's configuration (or the defaults) with the flags the user set applied over
 // it. terminal says whether the logs go to a terminal, where text reads better than JSON.
-func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config, error) {
+func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config, config.File, error) {
 	cfg := config.Default()
 	var file config.File
 	if fs.Changed("config") {
 		var err error
 		if cfg, file, err = config.LoadWithFile(o.configFile); err != nil {
-			return cfg, err
+			return cfg, file, err
 		}
 	}
 	// The file has no port, address or docs keys, so these flags always decide; a flag default
@@ -138,28 +139,28 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 	}
 	if fs.Changed("log-level") {
 		if err := config.CheckLogLevel(o.logLevel); err != nil {
-			return cfg, fmt.Errorf("--log-level: %w", err)
+			return cfg, file, fmt.Errorf("--log-level: %w", err)
 		}
 		cfg.LogLevel = config.LogLevel(o.logLevel)
 	}
 	switch {
 	case fs.Changed("log-format"):
 		if err := config.CheckLogFormat(o.logFormat); err != nil {
-			return cfg, fmt.Errorf("--log-format: %w", err)
+			return cfg, file, fmt.Errorf("--log-format: %w", err)
 		}
 		cfg.LogFormat = config.LogFormat(o.logFormat)
 	case terminal && file.LogFormat == nil:
 		cfg.LogFormat = config.LogFormatText
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, fmt.Errorf("invalid configuration: %w", err)
+		return cfg, file, fmt.Errorf("invalid configuration: %w", err)
 	}
-	return cfg, nil
+	return cfg, file, nil
 }
 
 // runDataPlane serves until ctx is cancelled or a signal asks to stop, and returns nil after a
 // clean shutdown.
-func runDataPlane(ctx context.Context, cfg config.Config, version string, logOutput io.Writer, pprofPort int) error {
+func runDataPlane(ctx context.Context, cfg config.Config, file config.File, version string, logOutput io.Writer, pprofPort int) error {
 	log := newDataPlaneLogger(cfg, logOutput)
 	// The standard library's own messages (net/http's included) go through it too.
 	slog.SetDefault(log)
@@ -170,6 +171,7 @@ func runDataPlane(ctx context.Context, cfg config.Config, version string, logOut
 	// in case the graceful shutdown hangs.
 	context.AfterFunc(ctx, stopSignals)
 
+	cfg = limitMemory(cfg, file, log)
 	log.Info("Starting data plane", "version", version, "config", cfg)
 	if o := cfg.ChannelOptions; (o.SoRcvBuf > 0 && o.SoRcvBuf < 64<<10) || (o.SoSndBuf > 0 && o.SoSndBuf < 64<<10) {
 		log.Warn("Small socket buffers limit throughput; consider removing SO_RCVBUF and SO_SNDBUF so that the kernel sizes them",
@@ -194,6 +196,25 @@ func runDataPlane(ctx context.Context, cfg config.Config, version string, logOut
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// limitMemory gives the filters a share of the process's memory when the file sets no
+// maxTotalBytes, so that a create beyond the memory is refused rather than killed for, and says
+// which limit holds.
+func limitMemory(cfg config.Config, file config.File, log *slog.Logger) config.Config {
+	switch {
+	case file.MaxTotalBytes == nil:
+		limit, from, err := totalBytesDefault()
+		if err != nil {
+			log.Warn("No memory limit for the filters: set maxTotalBytes, or a create beyond the memory gets the process killed", "error", err.Error())
+			return cfg
+		}
+		cfg.MaxTotalBytes = limit
+		log.Info("Memory limit for the filters", "maxTotalBytes", filter.FormatBytes(limit), "from", from)
+	case cfg.MaxTotalBytes == 0:
+		log.Warn("No memory limit for the filters (maxTotalBytes: 0): a create or a growth beyond the memory gets the process killed")
+	}
+	return cfg
 }
 
 func newDataPlaneLogger(cfg config.Config, w io.Writer) *slog.Logger {

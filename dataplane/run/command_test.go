@@ -20,7 +20,8 @@ func parseFlags(t *testing.T, terminal bool, args ...string) (config.Config, err
 	if err := fs.Parse(args); err != nil {
 		t.Fatalf("parsing %v: %v", args, err)
 	}
-	return o.config(fs, terminal)
+	cfg, _, err := o.config(fs, terminal)
+	return cfg, err
 }
 
 // Logs are JSON for collectors and text for people at a terminal, unless the file or a flag says.

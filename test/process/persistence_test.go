@@ -46,10 +46,17 @@ func startDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 // launchDataPlane starts the binary and returns once it listens, ready or not.
 func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 	t.Helper()
+	return launchDataPlaneWithEnv(t, nil, dataDir, args...)
+}
+
+// launchDataPlaneWithEnv is launchDataPlane with env added to the process's environment.
+func launchDataPlaneWithEnv(t *testing.T, env []string, dataDir string, args ...string) *dataPlane {
+	t.Helper()
 	args = append([]string{"dataplane", "-p", "0", "--internal-port", "0", "--ops-port", "0",
 		"--internal-token-file", tokenFile(t), "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
 	cmd := exec.CommandContext(t.Context(), binary, args...)
 	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), env...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
