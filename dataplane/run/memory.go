@@ -26,7 +26,7 @@ func processMemoryLimit() (memoryLimit, error) {
 	if err := syscall.Sysinfo(&sys); err != nil {
 		return memoryLimit{}, err
 	}
-	limit := memoryLimit{bytes: uint64(sys.Totalram) * uint64(sys.Unit), source: "the machine's memory"}
+	limit := memoryLimit{bytes: sys.Totalram * uint64(sys.Unit), source: "the machine's memory"}
 	if v, ok, err := cgroupMemoryMax(); err != nil {
 		return memoryLimit{}, err
 	} else if ok && v < limit.bytes {
