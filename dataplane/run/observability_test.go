@@ -142,7 +142,9 @@ func TestMetricsFollowRequests(t *testing.T) {
 // are answered from far fewer encodings, and every answer is a whole exposition.
 func TestConcurrentGzipScrapesShareEncodings(t *testing.T) {
 	t.Parallel()
-	s := runServer(t, nil)
+	// A hundred scrapes at once under the race detector, on a busy machine, can take longer than
+	// the default write timeout; the test is about sharing encodings, not about that timeout.
+	s := runServer(t, func(cfg *config.Config) { cfg.RequestTimeout = time.Minute })
 	// Many filters with series of their own make each encoding take a while, as on a real pod.
 	for i := range 100 {
 		create(t, s, "filter-"+string(rune('a'+i/26))+string(rune('a'+i%26)), client.CreateOptions{ExpectedInsertions: new(uint64(100))})
