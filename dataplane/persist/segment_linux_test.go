@@ -2,9 +2,13 @@ package persist
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -29,6 +33,13 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 		if direct != wantDirect {
 			t.Errorf("direct segment: %t, want %t; logs: %s", direct, wantDirect, logs.String())
 		}
+		if d, ok := w.file.(*directSegment); ok {
+			// Each direct write is durable by itself only with both flags: the kernel says which
+			// the file was opened with.
+			if flags := openFlags(t, d.direct); flags&(syscall.O_DIRECT|syscall.O_DSYNC) != syscall.O_DIRECT|syscall.O_DSYNC {
+				t.Errorf("the direct segment is open with flags %#o, want O_DIRECT|O_DSYNC", flags)
+			}
+		}
 		if !wantDirect && !bytes.Contains(logs.Bytes(), []byte("fdatasync")) {
 			t.Errorf("logs %q: want a line saying that writes go through fdatasync", logs.String())
 		}
@@ -46,6 +57,11 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 	t.Run("disk", func(t *testing.T) {
 		dir := t.TempDir()
 		if !directIOWorks(dir) {
+			// Skipping must be asked for, and never in CI, which runs on a disk that takes it.
+			if os.Getenv("CI") != "" || os.Getenv("BLOOMERY_SKIP_DIRECT_IO_TESTS") != "1" {
+				t.Fatalf("%s does not take O_DIRECT: run the tests with TMPDIR on a disk that does, "+
+					"or set BLOOMERY_SKIP_DIRECT_IO_TESTS=1 to skip this on your machine", dir)
+			}
 			t.Skipf("%s does not take O_DIRECT", dir)
 		}
 		check(t, dir, true)
@@ -78,5 +94,65 @@ func TestAIOStructSizes(t *testing.T) {
 	}
 	if got := unsafe.Sizeof(ioEvent{}); got != 32 {
 		t.Errorf("ioEvent is %d bytes, want 32", got)
+	}
+}
+
+// openFlags reads the flags f was opened with from /proc/self/fdinfo.
+func openFlags(t *testing.T, f *os.File) int {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/self/fdinfo/%d", f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "flags:"); ok {
+			flags, err := strconv.ParseInt(strings.TrimSpace(v), 8, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int(flags)
+		}
+	}
+	t.Fatalf("no flags in fdinfo: %s", raw)
+	return 0
+}
+
+// Under always every answered write went through fdatasync on its segment; under everysec the
+// timed flush does it; under no nothing does. A segment written without it would pass every
+// crash test of the process alone: the page cache outlives the process.
+func TestDurableMeansFdatasync(t *testing.T) {
+	defer func(saved func(*os.File, *asyncIO) (segmentFile, error)) { openDirect = saved }(openDirect)
+	openDirect = func(*os.File, *asyncIO) (segmentFile, error) { return nil, syscall.EINVAL } // buffered segments
+	var calls atomic.Int64
+	defer func(saved func(int) error) { fdatasync = saved }(fdatasync)
+	fdatasync = func(fd int) error {
+		calls.Add(1)
+		return syscall.Fdatasync(fd)
+	}
+	for _, tc := range []struct {
+		policy SyncPolicy
+		want   bool
+	}{{SyncAlways, true}, {SyncEverySecond, true}, {SyncNo, false}} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			w, err := openWAL(t.TempDir(), 1, tc.policy, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = w.close() }()
+			before := calls.Load()
+			ticket, err := w.append([]byte("record"))
+			if err == nil {
+				err = w.commit(ticket)
+			}
+			if err == nil && tc.policy != SyncAlways {
+				err = w.flush(tc.policy == SyncEverySecond) // what the timer does once a second
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if synced := calls.Load() > before; synced != tc.want {
+				t.Errorf("fdatasync called: %t, want %t", synced, tc.want)
+			}
+		})
 	}
 }

@@ -3,9 +3,11 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -23,13 +25,16 @@ const operatorResync = "5s"
 const buildTimeout = 10 * time.Minute
 
 // buildBloomery builds the bloomery binary of the repository at root into dir: the operator and
-// every data-plane pod run it. E2E_BUILD_FLAGS adds flags to go build: -race makes the operator
-// and the data planes report data races into their logs.
+// every data-plane pod run it. When the suite runs with the race detector the binary has it too,
+// and the suite fails on a race any process reports (raceReports); E2E_BUILD_FLAGS adds flags.
 func buildBloomery(root, dir string) (string, error) {
 	out := filepath.Join(dir, "bloomery")
 	ctx, cancel := context.WithTimeout(context.Background(), buildTimeout)
 	defer cancel()
 	args := append([]string{"build", "-ldflags", "-X main.version=e2e", "-o", out}, strings.Fields(os.Getenv("E2E_BUILD_FLAGS"))...)
+	if raceDetector {
+		args = append(args, "-race")
+	}
 	cmd := exec.CommandContext(ctx, "go", append(args, ".")...)
 	cmd.Dir = root
 	if output, err := cmd.CombinedOutput(); err != nil {
@@ -105,4 +110,30 @@ func repoRoot() (string, error) {
 		return "", fmt.Errorf("working directory: %w", err)
 	}
 	return filepath.Abs(filepath.Join(wd, "..", ".."))
+}
+
+// raceReport is what the race detector writes when it finds a data race.
+const raceReport = "WARNING: DATA RACE"
+
+// raceReports lists the files under dir (the operator's and every pod's logs) that hold a race
+// report, with the report's first lines.
+func raceReports(dir string) ([]string, error) {
+	var found []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !d.Type().IsRegular() {
+			return err
+		}
+		if info, err := d.Info(); err != nil || info.Size() > 256<<20 {
+			return err // data files and binaries are no logs
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if i := bytes.Index(data, []byte(raceReport)); i >= 0 {
+			found = append(found, path+":\n"+string(data[i:min(len(data), i+3000)]))
+		}
+		return nil
+	})
+	return found, err
 }

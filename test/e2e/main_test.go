@@ -9,14 +9,15 @@
 //	make test-e2e
 //
 // E2E_KEEP=1 keeps the run directory (logs, pod directories, kubeconfig) after a passing run; a
-// failing run always keeps it. E2E_BUILD_FLAGS=-race builds the operator and data plane with the
-// race detector, which then reports into their logs.
+// failing run always keeps it. Run with -race (make test-e2e does), the suite builds the operator
+// and data plane with the race detector too, and fails if any of them reports a race.
 package e2e
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,6 +48,13 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e: tearing down:", err)
 	}
 	fmt.Fprintf(os.Stderr, "e2e: torn down in %v\n", time.Since(stopping).Round(time.Millisecond))
+	if races, err := raceReports(h.workDir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: reading the logs for races:", err)
+		code = 1
+	} else if len(races) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: %d processes reported data races:\n%s\n", len(races), strings.Join(races, "\n\n"))
+		code = 1
+	}
 	if code == 0 && os.Getenv("E2E_KEEP") == "" {
 		_ = os.RemoveAll(h.workDir) // a leftover temporary directory is harmless
 	} else {

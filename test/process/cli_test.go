@@ -36,7 +36,8 @@ func buildAndRun(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
 	binary = filepath.Join(dir, "bloomery")
-	build := exec.CommandContext(context.Background(), "go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, "github.com/bloomery/bloomery")
+	args := append([]string{"build", "-ldflags", "-X main.version=" + testVersion, "-o", binary}, buildFlags()...)
+	build := exec.CommandContext(context.Background(), "go", append(args, "github.com/bloomery/bloomery")...)
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building the binary:", err)
@@ -69,6 +70,7 @@ func runBinary(t *testing.T, args ...string) result {
 	case err != nil:
 		t.Fatal(err)
 	}
+	noDataRace(t, "bloomery "+strings.Join(args, " "), stderr.String())
 	return result{code: cmd.ProcessState.ExitCode(), stdout: stdout.String(), stderr: stderr.String()}
 }
 

@@ -98,8 +98,8 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if refused == nil {
 		t.Fatal("a full disk took 1,000,000 values")
 	}
-	if !strings.Contains(refused.Error(), "HTTP 500") || !strings.Contains(refused.Error(), "no space left on device") {
-		t.Errorf("a write to a full disk: %v, want 500 naming the lack of space", refused)
+	if !strings.Contains(refused.Error(), "HTTP 500, code 6") || !strings.Contains(refused.Error(), "no space left on device") {
+		t.Errorf("a write to a full disk: %v, want 500 code 6 naming the lack of space", refused)
 	}
 	status, body := dp.opsGet(t, "/readyz")
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the update log cannot be written") {

@@ -121,6 +121,7 @@ func TestOperatorCommand(t *testing.T) {
 	if !strings.Contains(logs.String(), "Successfully acquired lease") {
 		t.Errorf("no leader election in the logs:\n%s", logs.String())
 	}
+	noDataRace(t, "the operator", logs.String())
 }
 
 func freeAddress(t *testing.T) string {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -83,7 +84,11 @@ func launchDataPlaneWithEnv(t *testing.T, env []string, dataDir string, args ...
 		_ = cmd.Wait()
 		close(dp.exited)
 	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-dp.exited })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-dp.exited
+		noDataRace(t, "the data plane", dp.logs())
+	})
 	timeout := time.After(30 * time.Second)
 	for dp.addr == "" || dp.internalAddr == "" || dp.opsAddr == "" {
 		select {
@@ -171,9 +176,15 @@ type answered struct {
 	at    time.Time
 }
 
+// minAnswered is the least a crash round must have acknowledged to prove anything: a round that
+// answered nothing would pass with a server that persists nothing.
+const minAnswered = 100
+
 // hammer runs check-and-sets of unique values from several clients until the server goes away
-// and returns the ones that were answered.
-func hammer(dp *dataPlane, filter, prefix string, clients int) []answered {
+// and returns the ones that were answered. With killAt > 0 it kills the process once that many
+// were answered. An answer that is an error of the API, rather than a connection the killed
+// process no longer takes, fails the test.
+func hammer(t *testing.T, dp *dataPlane, filter, prefix string, clients, killAt int) []answered {
 	var mu sync.Mutex
 	var out []answered
 	var wg sync.WaitGroup
@@ -186,11 +197,18 @@ func hammer(dp *dataPlane, filter, prefix string, clients int) []answered {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				_, err := cl.CheckAndSet(ctx, filter, value)
 				cancel()
+				if apiErr := (*client.Error)(nil); errors.As(err, &apiErr) {
+					t.Errorf("check-and-set of %s answered an error before the kill: %v", value, err)
+					return
+				}
 				if err != nil {
 					return // the process was killed
 				}
 				mu.Lock()
 				out = append(out, answered{value, time.Now()})
+				if len(out) == killAt {
+					_ = dp.cmd.Process.Kill() // the other clients' requests in flight may still be answered
+				}
 				mu.Unlock()
 			}
 		})
@@ -245,11 +263,13 @@ func TestCrashLosesNoAcknowledgedWrite(t *testing.T) {
 		if lost := missing(t, dp, "crash", all); len(lost) > 0 {
 			t.Fatalf("round %d: %d of %d acknowledged values lost, e.g. %q", round, len(lost), len(all), lost[0].value)
 		}
-		killAfter := time.Duration(100+rand.IntN(400)) * time.Millisecond
-		time.AfterFunc(killAfter, func() { _ = dp.cmd.Process.Kill() })
-		got := hammer(dp, "crash", fmt.Sprintf("r%d", round), 8)
+		killAt := minAnswered + rand.IntN(2000)
+		got := hammer(t, dp, "crash", fmt.Sprintf("r%d", round), 8, killAt)
 		<-dp.exited
-		t.Logf("round %d: killed after %v with %d values answered", round, killAfter, len(got))
+		if len(got) < minAnswered {
+			t.Fatalf("round %d: %d values answered before the kill, fewer than the %d that prove anything", round, len(got), minAnswered)
+		}
+		t.Logf("round %d: killed after %d values answered, %d answered in all", round, killAt, len(got))
 		all = append(all, got...)
 	}
 	dp := startDataPlane(t, dir, "--log-sync", "always")
@@ -266,8 +286,11 @@ func TestCrashWithEverySecondSync(t *testing.T) {
 	createFilter(t, dp, "crash")
 	var killedAt time.Time
 	time.AfterFunc(1500*time.Millisecond, func() { killedAt = time.Now(); _ = dp.cmd.Process.Kill() })
-	got := hammer(dp, "crash", "v", 8)
+	got := hammer(t, dp, "crash", "v", 8, 0)
 	<-dp.exited
+	if len(got) < minAnswered {
+		t.Fatalf("%d values answered before the kill, fewer than the %d that prove anything", len(got), minAnswered)
+	}
 
 	dp = startDataPlane(t, dir, "--log-sync", "everysec")
 	lost := missing(t, dp, "crash", got)
@@ -395,8 +418,9 @@ func TestDamagedLogStopsTheStart(t *testing.T) {
 			}
 
 			strict := writeFile(t, "strict.yaml", "allowRecoverFromCorruptedPersistentFile: false\n")
-			cmd := exec.CommandContext(t.Context(), binary, "dataplane", "-p", "0", "--bind-address", "127.0.0.1", "--data-dir", dir, "-c", strict)
+			cmd := exec.CommandContext(t.Context(), binary, "dataplane", "-p", "0", "--ops-port", "0", "--bind-address", "127.0.0.1", "--data-dir", dir, "-c", strict)
 			out, err := cmd.CombinedOutput()
+			noDataRace(t, "the data plane", string(out))
 			if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), target+want) {
 				t.Fatalf("strict start: exit %d (%v), output:\n%s\nwant exit 1 naming %s", code, err, out, target)
 			}
