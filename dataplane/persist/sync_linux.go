@@ -1,6 +1,7 @@
 package persist
 
 import (
+	"errors"
 	"os"
 	"syscall"
 )
@@ -11,7 +12,7 @@ import (
 func syncData(f *os.File) error {
 	for {
 		err := fdatasync(int(f.Fd()))
-		if err != syscall.EINTR {
+		if !errors.Is(err, syscall.EINTR) {
 			if err != nil {
 				return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
 			}
