@@ -50,6 +50,9 @@ type ClusterTLS struct {
 	Certificate     tls.Certificate
 }
 
+// String leaves the certificate's private key out wherever a ClusterTLS is formatted (%v).
+func (c *ClusterTLS) String() string { return "TLS Secret " + c.Secret + " at version " + c.Version }
+
 // reconcileTLS reads the spec.tls Secret. One the operator cannot use makes the cluster Degraded
 // without stopping the pass: the StatefulSet's pods wait for the Secret (the kubelet mounts it only
 // once it exists), and the membership step calls no pod until it is usable.

@@ -132,7 +132,10 @@ func TestTLSSecretIsChecked(t *testing.T) {
 			got, err := clusterTLS(t.Context(), b.Build(), cluster)
 			if tt.message == "" {
 				if err != nil || got == nil || got.Secret != "ns/c-tls" || got.Version == "" || got.Roots == nil {
-					t.Errorf("clusterTLS: %+v, %v; want the Secret's CA and certificate at its version", got, err)
+					t.Fatalf("clusterTLS: %+v, %v; want the Secret's CA and certificate at its version", got, err)
+				}
+				if s := fmt.Sprintf("%+v", got); s != "TLS Secret ns/c-tls at version "+got.Version {
+					t.Errorf("a ClusterTLS prints as %q: its key must not show", s)
 				}
 				return
 			}
