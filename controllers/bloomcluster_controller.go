@@ -65,7 +65,10 @@ type clusterState struct {
 	cluster     *bloomeryv1alpha1.BloomCluster
 	configHash  string
 	token       string              // the internal port's bearer token, from the cluster's Secret
+	tls         *ClusterTLS         // how to call the pods with spec.tls; nil without
 	statefulSet *appsv1.StatefulSet // as the API server last returned it; nil if it does not exist
+	// noTLS is true when spec.tls names a Secret the operator cannot use: the pods are not called.
+	noTLS bool
 	// notApplied lists parts of the spec that could not be applied, without a failure: they make
 	// the cluster Degraded but do not stop the pass.
 	notApplied []degradation
@@ -129,8 +132,9 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 	}
 	st := &clusterState{cluster: cluster}
 	steps := []func(context.Context, *clusterState) (ctrl.Result, error){
-		// The token comes before anything that reaches the pods or runs them.
+		// The token and the TLS Secret come before anything that reaches the pods or runs them.
 		r.reconcileTokenSecret,
+		r.reconcileTLS,
 		// Next, because it depends only on the pods that exist, and running pods need it to
 		// turn ready even when a later step fails (a StatefulSet update the API server refuses).
 		r.reconcileMembership,

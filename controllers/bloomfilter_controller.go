@@ -40,6 +40,9 @@ const filterFinalizer = "bloomery.io/filter-cleanup"
 // because a pod that lost a filter sends no event.
 type BloomFilterReconciler struct {
 	Client client.Client
+	// APIReader reads past Client's cache, which holds no Secret but the operator's own tokens:
+	// the clusters' spec.tls Secrets are read through it; nil means Client.
+	APIReader client.Reader
 	// DataPlane reaches the pods; nil means HTTP with a 5 s timeout.
 	DataPlane DataPlane
 	// Recorder records the filters' events; nil records none.
@@ -56,6 +59,13 @@ type BloomFilterReconciler struct {
 }
 
 func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
+
+func (r *BloomFilterReconciler) apiReader() client.Reader {
+	if r.APIReader == nil {
+		return r.Client
+	}
+	return r.APIReader
+}
 
 func (r *BloomFilterReconciler) events() recorder.EventRecorder { return orNoop(r.Recorder) }
 
@@ -112,24 +122,23 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 		}
 	}
 	bf.Status.ObservedGeneration = gen
-	bf.Status.URL = bf.URL()
+	cluster, err := r.clusterOf(ctx, bf)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	bf.Status.URL = bf.URL(cluster) // https with the cluster's spec.tls
 
 	shape, err := shapeOf(bf.Spec)
 	if err != nil {
 		r.fail(bf, ReasonInvalidSpec, err.Error())
 		return ctrl.Result{}, nil // a new spec brings a new pass
 	}
-	var cluster bloomeryv1alpha1.BloomCluster
-	err = r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster)
-	if apierrors.IsNotFound(err) {
+	if cluster == nil {
 		bf.Status.Pods = nil
 		r.fail(bf, ReasonClusterNotFound, fmt.Sprintf("BloomCluster %s does not exist in namespace %s", bf.Spec.ClusterRef.Name, bf.Namespace))
 		return ctrl.Result{RequeueAfter: r.resync()}, nil
 	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("getting BloomCluster: %w", err)
-	}
-	token, err := clusterToken(ctx, r.Client, &cluster)
+	token, err := clusterToken(ctx, r.Client, cluster)
 	if errors.Is(err, errNoToken) {
 		r.fail(bf, ReasonNoInternalToken, fmt.Sprintf("BloomCluster %s has %v", cluster.Name, err))
 		return ctrl.Result{RequeueAfter: r.resync()}, nil
@@ -137,13 +146,35 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pods, _, err := clusterPods(ctx, r.Client, &cluster) // the cluster reports the ignored ones
+	podTLS, err := clusterTLS(ctx, r.apiReader(), cluster)
+	if errors.Is(err, errNoTLS) {
+		// No call at all rather than one in plain HTTP, which would send the token in clear.
+		r.fail(bf, ReasonTLSSecretNotUsable, fmt.Sprintf("BloomCluster %s has %v", cluster.Name, err))
+		return ctrl.Result{RequeueAfter: min(r.resync(), tlsRetry)}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	observed := r.ensureOnPods(ctx, bf, pods, shape, token)
-	r.report(bf, &cluster, observed)
+	pods, _, err := clusterPods(ctx, r.Client, cluster) // the cluster reports the ignored ones
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	observed := r.ensureOnPods(ctx, bf, pods, shape, token, podTLS)
+	r.report(bf, cluster, observed)
 	return ctrl.Result{RequeueAfter: r.resync()}, nil
+}
+
+// clusterOf reads the BloomCluster the filter names; nil when it does not exist.
+func (r *BloomFilterReconciler) clusterOf(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) (*bloomeryv1alpha1.BloomCluster, error) {
+	var cluster bloomeryv1alpha1.BloomCluster
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("getting BloomCluster: %w", err)
+	}
+	return &cluster, nil
 }
 
 // shapeOf turns the spec into the data plane's create parameters.
@@ -179,13 +210,14 @@ type podObservation struct {
 
 // ensureOnPods creates the filter on every pod that lacks it and reads every pod's copy, with
 // bounded parallelism. A pod that fails is reported, never a reason to stop the others.
-func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape, token string) []podObservation {
+func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pods []corev1.Pod, shape FilterShape,
+	token string, podTLS *ClusterTLS) []podObservation {
 	observed := make([]podObservation, len(pods))
 	var g errgroup.Group
 	g.SetLimit(r.podParallelism())
 	for i := range pods {
 		g.Go(func() error {
-			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape, token)
+			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape, token, podTLS)
 			return nil
 		})
 	}
@@ -194,9 +226,9 @@ func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1
 	return observed
 }
 
-func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod *corev1.Pod, shape FilterShape, token string) podObservation {
+func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod *corev1.Pod, shape FilterShape, token string, podTLS *ClusterTLS) podObservation {
 	o := podObservation{status: bloomeryv1alpha1.PodFilterStatus{Pod: pod.Name}}
-	addr, ok := podAddress(pod, token)
+	addr, ok := podAddress(pod, token, podTLS)
 	if !ok {
 		o.waiting, o.status.Message = true, "pod has no IP yet ("+string(pod.Status.Phase)+")"
 		return o
@@ -408,23 +440,24 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 
 // deleteFromPods deletes the filter on every pod that has an address and returns the pods that
 // failed. A missing cluster or a pod without an IP holds nothing to delete; without the cluster's
-// token, every pod with an address fails.
+// token, or its usable TLS Secret with spec.tls, every pod with an address fails.
 func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) ([]string, error) {
-	var cluster bloomeryv1alpha1.BloomCluster
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster)
-	if apierrors.IsNotFound(err) {
-		return nil, nil // its pods go with it
+	cluster, err := r.clusterOf(ctx, bf)
+	if err != nil || cluster == nil {
+		return nil, err // without a cluster, its pods went with it
 	}
-	if err != nil {
-		return nil, fmt.Errorf("getting BloomCluster: %w", err)
-	}
-	pods, _, err := clusterPods(ctx, r.Client, &cluster)
+	pods, _, err := clusterPods(ctx, r.Client, cluster)
 	if err != nil {
 		return nil, err
 	}
-	token, err := clusterToken(ctx, r.Client, &cluster)
+	token, err := clusterToken(ctx, r.Client, cluster)
 	noToken := errors.Is(err, errNoToken)
 	if err != nil && !noToken {
+		return nil, err
+	}
+	podTLS, err := clusterTLS(ctx, r.apiReader(), cluster)
+	noTLS := errors.Is(err, errNoTLS)
+	if err != nil && !noTLS {
 		return nil, err
 	}
 	var mu sync.Mutex
@@ -432,11 +465,11 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	var g errgroup.Group
 	g.SetLimit(r.podParallelism())
 	for i := range pods {
-		addr, ok := podAddress(&pods[i], token)
+		addr, ok := podAddress(&pods[i], token, podTLS)
 		switch {
 		case !ok:
 			continue
-		case noToken: // no pod can be asked; they are retried, then given up on, as unreachable ones
+		case noToken || noTLS: // no pod can be asked; they are retried, then given up on, as unreachable ones
 			failed = append(failed, addr.Name)
 			continue
 		}
@@ -477,6 +510,9 @@ var podServingChanged = predicate.Funcs{
 func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("bloomfilter-controller")

@@ -34,24 +34,35 @@ type fakePod struct {
 	name  string
 	ports dataPlanePorts
 	token string
-	stop  context.CancelFunc
-	done  chan error
+	// tls, when set, serves the client and internal ports over TLS with the cluster's certificate.
+	tls  *testTLS
+	stop context.CancelFunc
+	done chan error
 	// client calls the public API on the client port, as applications do; internal calls the
 	// internal port with the token, as the operator and the peers do.
 	client, internal *client.Client
+}
+
+// internalURL is the pod's internal port, as a member of a membership.
+func (p *fakePod) internalURL() string {
+	return fmt.Sprintf("%s://127.0.0.1:%d", p.tls.scheme(), p.ports.internal)
 }
 
 // dataPlanePorts are the loopback ports of a test's data plane; 0 picks a free one.
 type dataPlanePorts struct{ client, internal int }
 
 // startDataPlaneServer runs a data plane with token on 127.0.0.1 (its ops port on a free port), in
-// memory unless dataDir is given; then it snapshots every 100 ms after any write.
-func startDataPlaneServer(t testing.TB, ports dataPlanePorts, dataDir, token string) (dataPlanePorts, context.CancelFunc, chan error) {
+// memory unless dataDir is given; then it snapshots every 100 ms after any write. With certs, it
+// serves TLS from the files of the cluster's Secret.
+func startDataPlaneServer(t testing.TB, ports dataPlanePorts, dataDir, token string, certs *testTLS) (dataPlanePorts, context.CancelFunc, chan error) {
 	t.Helper()
 	cfg := config.Default()
 	cfg.InMemory = dataDir == ""
 	cfg.DataDir = dataDir
 	cfg.InternalTokenFile = tokenFile(t, token)
+	if certs != nil {
+		cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSCAFile = certs.files.Cert, certs.files.Key, certs.files.CA
+	}
 	cfg.TriggerPersistenceCriteria = []config.TriggerPersistenceCriterion{{Period: 100 * time.Millisecond, UpdatesMoreThan: 0}}
 	// Shutdown waits up to 5 s for a connection dialed but not yet used (net/http treats it as
 	// active): the operator's keep-alive dials make that likely.
@@ -88,8 +99,15 @@ func tokenFile(t testing.TB, token string) string {
 // cluster's token, persistent if dataDir is given.
 func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod {
 	t.Helper()
-	token := testToken(t, ns, cluster)
-	p := startFakePod(t, name, token, strings.Join(dataDir, ""))
+	p := startFakePod(t, name, testToken(t, ns, cluster), strings.Join(dataDir, ""), nil)
+	createPodOf(t, ns, cluster, p)
+	return p
+}
+
+// createPodOf creates the ready Pod of the cluster's StatefulSet that p's data plane stands for.
+func createPodOf(t testing.TB, ns, cluster string, p *fakePod) {
+	t.Helper()
+	name := p.name
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: clusterLabels(cluster)},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{
@@ -111,16 +129,20 @@ func addPod(t testing.TB, ns, cluster, name string, dataDir ...string) *fakePod 
 	if err := k8s.Status().Update(t.Context(), pod); err != nil {
 		t.Fatal(err)
 	}
-	return p
 }
 
-// startFakePod starts the data plane of a pod with token, stopped when the test ends.
-func startFakePod(t testing.TB, name, token, dataDir string) *fakePod {
+// startFakePod starts the data plane of a pod with token, over TLS with certs, stopped when the
+// test ends.
+func startFakePod(t testing.TB, name, token, dataDir string, certs *testTLS) *fakePod {
 	t.Helper()
-	ports, stop, done := startDataPlaneServer(t, dataPlanePorts{}, dataDir, token)
-	p := &fakePod{name: name, ports: ports, token: token, stop: stop, done: done,
-		client:   client.New(fmt.Sprintf("http://127.0.0.1:%d", ports.client)),
-		internal: client.New(fmt.Sprintf("http://127.0.0.1:%d", ports.internal), client.Internal(token))}
+	ports, stop, done := startDataPlaneServer(t, dataPlanePorts{}, dataDir, token, certs)
+	p := &fakePod{name: name, ports: ports, token: token, tls: certs, stop: stop, done: done}
+	var opts []client.Option
+	if certs != nil {
+		opts = append(opts, client.WithHTTPClient(certs.httpClient()))
+	}
+	p.client = client.New(fmt.Sprintf("%s://127.0.0.1:%d", certs.scheme(), ports.client), opts...)
+	p.internal = client.New(p.internalURL(), append(opts, client.Internal(token))...)
 	t.Cleanup(func() { p.kill(t) })
 	return p
 }
@@ -195,7 +217,7 @@ func (p *fakePod) kill(t testing.TB) {
 func (p *fakePod) restartEmpty(t *testing.T) {
 	t.Helper()
 	p.kill(t)
-	_, p.stop, p.done = startDataPlaneServer(t, p.ports, "", p.token)
+	_, p.stop, p.done = startDataPlaneServer(t, p.ports, "", p.token, p.tls)
 }
 
 func createCluster(t testing.TB, ns, name string, replicas int32) {

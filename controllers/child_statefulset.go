@@ -82,8 +82,10 @@ func (r *BloomClusterReconciler) image(c *bloomeryv1alpha1.BloomCluster) (string
 // buildStatefulSet runs the data plane. configHash and tokenHash go into the pod template so that
 // a new configuration or a new token rolls the pods.
 //
-// The ports and the token file are arguments rather than keys of config.yaml: the configuration
-// stays a function of the spec alone, and the token's path sits beside the mount that provides it.
+// The ports, the token file and the TLS files are arguments rather than keys of config.yaml: the
+// configuration stays a function of the spec alone, and each file's path sits beside the mount
+// that provides it. The TLS Secret has no hash in the template: the data plane reloads its files,
+// so a renewal rolls nothing (a new spec.tls.secretName changes the template, and rolls the pods).
 func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, tokenHash string) *appsv1.StatefulSet {
 	replicas := c.DesiredReplicas()
 	pullPolicy := c.Spec.ImagePullPolicy
@@ -135,6 +137,25 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
+	volumes := []corev1.Volume{{
+		Name: configVolume,
+		VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+			LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(c.Name)},
+			DefaultMode:          new(corev1.ConfigMapVolumeSourceDefaultMode),
+		}},
+	}, {
+		Name: tokenVolume,
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+			SecretName: tokenSecretName(c.Name),
+			// Readable by the data plane's user and group alone.
+			DefaultMode: new(int32(0o440)),
+		}},
+	}}
+	if spec.TLS != nil {
+		container.Args = append(container.Args, tlsArgs()...)
+		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsMountPath, ReadOnly: true})
+		volumes = append(volumes, buildTLSVolume(spec.TLS))
+	}
 	for _, l := range []corev1.ResourceList{container.Resources.Limits, container.Resources.Requests} {
 		for name, q := range l {
 			// The API server rounds quantities up to milli units; do the same so they compare equal.
@@ -168,21 +189,8 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 					Annotations: map[string]string{configHashAnnotation: configHash, tokenHashAnnotation: tokenHash},
 				},
 				Spec: corev1.PodSpec{
-					Containers: []corev1.Container{container},
-					Volumes: []corev1.Volume{{
-						Name: configVolume,
-						VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: configMapName(c.Name)},
-							DefaultMode:          new(corev1.ConfigMapVolumeSourceDefaultMode),
-						}},
-					}, {
-						Name: tokenVolume,
-						VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
-							SecretName: tokenSecretName(c.Name),
-							// Readable by the data plane's user and group alone.
-							DefaultMode: new(int32(0o440)),
-						}},
-					}},
+					Containers:                    []corev1.Container{container},
+					Volumes:                       volumes,
 					TerminationGracePeriodSeconds: &grace,
 					RestartPolicy:                 corev1.RestartPolicyAlways,
 					DNSPolicy:                     corev1.DNSClusterFirst,

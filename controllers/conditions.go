@@ -52,6 +52,9 @@ const (
 	// Both
 	ReasonAsExpected = "AsExpected"
 	ReasonPaused     = "ReconciliationPaused"
+	// spec.tls names a Secret that does not exist or does not hold a usable certificate, key and
+	// CA: the operator calls no pod of the cluster, rather than call them over plain HTTP.
+	ReasonTLSSecretNotUsable = "TLSSecretNotUsable"
 )
 
 // PauseAnnotation stops reconciliation of the object that carries it with the value "true", for

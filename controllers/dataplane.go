@@ -16,19 +16,28 @@ import (
 )
 
 // Pod is a data-plane pod as the operator addresses it: its internal port, by IP, so no cluster
-// domain is assumed, and the cluster's token, which that port requires.
+// domain is assumed, the cluster's token, which that port requires, and with the cluster's
+// spec.tls, how to speak TLS to it.
 type Pod struct {
 	Name  string
 	IP    string
 	Port  int
 	Token string
+	// TLS, when set, has the pod called over https, verified against the cluster's CA and shown
+	// the cluster's certificate; nil calls it over plain HTTP.
+	TLS *ClusterTLS
 }
 
-// String leaves the token out wherever a Pod is formatted (%v), in errors, logs and tests.
+// String leaves the token and the TLS key out wherever a Pod is formatted (%v), in errors, logs
+// and tests.
 func (p Pod) String() string { return p.Name + " at " + p.baseURL() }
 
 func (p Pod) baseURL() string {
-	return "http://" + net.JoinHostPort(p.IP, strconv.Itoa(p.Port))
+	scheme := "http://"
+	if p.TLS != nil {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(p.IP, strconv.Itoa(p.Port))
 }
 
 // FilterShape is what the operator creates a filter with.
@@ -79,29 +88,35 @@ type DataPlane interface {
 const DefaultPodTimeout = 5 * time.Second
 
 // HTTPDataPlane is the DataPlane of real pods, over the data plane's REST API. It shares one HTTP
-// client (and its connections) across pods and reconciles; every call is bounded by Timeout and
-// by the reconcile's context.
+// client (and its connections) across the pods of plain HTTP, and one per TLS Secret across those
+// of TLS, and across reconciles; every call is bounded by Timeout and by the reconcile's context.
 type HTTPDataPlane struct {
 	HTTP    *http.Client
 	Timeout time.Duration
+	// transport is HTTP's, which the clients of TLS pods share.
+	transport client.TransportOptions
+	tls       tlsClients
 }
 
 // NewHTTPDataPlane returns a DataPlane with a 2 s dial timeout, kept-alive connections and
 // per-call timeout.
 func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
-	return &HTTPDataPlane{
-		HTTP: client.NewHTTPClient(client.TransportOptions{
-			DialTimeout:         2 * time.Second,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 8,
-		}),
-		Timeout: timeout,
+	transport := client.TransportOptions{
+		DialTimeout:         2 * time.Second,
+		TLSHandshakeTimeout: 2 * time.Second,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 8,
 	}
+	return &HTTPDataPlane{HTTP: client.NewHTTPClient(transport), Timeout: timeout, transport: transport}
 }
 
-// client calls the pod's internal port with the token.
+// client calls the pod's internal port with the token, over https with the pod's TLS.
 func (d *HTTPDataPlane) client(pod Pod) *client.Client {
-	return client.New(pod.baseURL(), client.WithHTTPClient(d.HTTP), client.Internal(pod.Token))
+	httpClient := d.HTTP
+	if pod.TLS != nil {
+		httpClient = d.tls.get(pod.TLS, d.transport)
+	}
+	return client.New(pod.baseURL(), client.WithHTTPClient(httpClient), client.Internal(pod.Token))
 }
 
 func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -116,8 +116,9 @@ func ownedPod(pod *corev1.Pod, sts *appsv1.StatefulSet) bool {
 }
 
 // podAddress is how the operator reaches a pod's internal port: its IP and the container port
-// named "internal", with the cluster's token. ok is false while the pod has no IP.
-func podAddress(pod *corev1.Pod, token string) (Pod, bool) {
+// named "internal", with the cluster's token, and its TLS (nil: plain HTTP). ok is false while
+// the pod has no IP.
+func podAddress(pod *corev1.Pod, token string, tls *ClusterTLS) (Pod, bool) {
 	if pod.Status.PodIP == "" {
 		return Pod{}, false
 	}
@@ -129,7 +130,7 @@ func podAddress(pod *corev1.Pod, token string) (Pod, bool) {
 			}
 		}
 	}
-	return Pod{Name: pod.Name, IP: pod.Status.PodIP, Port: port, Token: token}, true
+	return Pod{Name: pod.Name, IP: pod.Status.PodIP, Port: port, Token: token, TLS: tls}, true
 }
 
 // podReady reports the pod's Ready condition: the data plane recovered and serves.

@@ -48,7 +48,11 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 		return ctrl.Result{}, err
 	}
 	r.reportIgnored(c, ignored)
-	members, targets := membersOf(pods, st.token)
+	if st.noTLS {
+		// reconcileTLS reported why; plain HTTP would send the token in clear.
+		return ctrl.Result{RequeueAfter: tlsRetry}, nil
+	}
+	members, targets := membersOf(pods, st.token, st.tls)
 	if !slices.Equal(members, c.Status.Members) {
 		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, "the set of pods changed")
 		// The status write at the end of this pass records the epoch; its event brings the pass
@@ -117,9 +121,10 @@ func (r *BloomClusterReconciler) reportIgnored(c *bloomeryv1alpha1.BloomCluster,
 }
 
 // membersOf returns the membership of the cluster's pods, sorted by name, and how to reach each
-// member's internal port with token. A pod belongs once it has an IP, and until it is being
-// deleted or has stopped for good (an evicted pod keeps its IP in status, but never serves again).
-func membersOf(pods []corev1.Pod, token string) ([]bloomeryv1alpha1.ClusterMember, []memberPod) {
+// member's internal port with token and tls (https URLs with it). A pod belongs once it has an
+// IP, and until it is being deleted or has stopped for good (an evicted pod keeps its IP in
+// status, but never serves again).
+func membersOf(pods []corev1.Pod, token string, tls *ClusterTLS) ([]bloomeryv1alpha1.ClusterMember, []memberPod) {
 	var members []bloomeryv1alpha1.ClusterMember
 	var targets []memberPod
 	for i := range pods {
@@ -127,7 +132,7 @@ func membersOf(pods []corev1.Pod, token string) ([]bloomeryv1alpha1.ClusterMembe
 		if !p.DeletionTimestamp.IsZero() || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			continue
 		}
-		addr, ok := podAddress(p, token)
+		addr, ok := podAddress(p, token, tls)
 		if !ok {
 			continue
 		}

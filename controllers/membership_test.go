@@ -66,7 +66,7 @@ func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint6
 	t.Helper()
 	want := make([]wire.Member, len(members))
 	for i, p := range members {
-		want[i] = wire.Member{Name: p.name, URL: fmt.Sprintf("http://127.0.0.1:%d", p.ports.internal)}
+		want[i] = wire.Member{Name: p.name, URL: p.internalURL()}
 	}
 	var epoch uint64
 	eventually(t, 20*time.Second, fmt.Sprintf("membership %v on every member", want), func() (bool, string) {
@@ -223,7 +223,7 @@ func TestMembersOf(t *testing.T) {
 		}
 		return p
 	}
-	members, targets := membersOf([]corev1.Pod{
+	pods := []corev1.Pod{
 		pod("c-2", "10.0.0.2", 8090),
 		pod("c-1", "", 8090), // no IP yet
 		pod("c-0", "10.0.0.1", 8091),
@@ -232,7 +232,8 @@ func TestMembersOf(t *testing.T) {
 		pod("c-10", "fd00::a", 8090, func(p *corev1.Pod) {
 			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: containerName, Started: new(true)}}
 		}),
-	}, "secret")
+	}
+	members, targets := membersOf(pods, "secret", nil)
 	// Members are reached on their internal port.
 	want := []bloomeryv1alpha1.ClusterMember{
 		{Pod: "c-0", URL: "http://10.0.0.1:8091"},
@@ -248,6 +249,15 @@ func TestMembersOf(t *testing.T) {
 	for i, target := range targets {
 		if target.addr.Name != want[i].Pod || target.addr.baseURL() != want[i].URL || target.addr.Token != "secret" || target.started != (want[i].Pod == "c-10") {
 			t.Errorf("target %d: %+v, want pod %s at %s", i, target, want[i].Pod, want[i].URL)
+		}
+	}
+
+	// With the cluster's TLS, members are reached, and reach each other, over https.
+	podTLS := &ClusterTLS{Secret: "ns/c-tls", Version: "1"}
+	members, targets = membersOf(pods, "secret", podTLS)
+	for i, m := range members {
+		if wantURL := strings.Replace(want[i].URL, "http:", "https:", 1); m.URL != wantURL || targets[i].addr.TLS != podTLS {
+			t.Errorf("member %+v, TLS %v; want %s with the cluster's TLS", m, targets[i].addr.TLS, wantURL)
 		}
 	}
 }

@@ -104,7 +104,7 @@ func TestMembershipIgnoresPodsTheStatefulSetDoesNotOwn(t *testing.T) {
 
 	intruders := map[string]*fakePod{}
 	for _, name := range []string{"i-1", "i-x"} {
-		p := startFakePod(t, name, member.token, "") // even a pod that knows the token
+		p := startFakePod(t, name, member.token, "", nil) // even a pod that knows the token
 		intruders[name] = p
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: selectorLabels("i")},

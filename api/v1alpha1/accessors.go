@@ -51,17 +51,27 @@ func (c *BloomCluster) NetworkPolicyEnabled() bool {
 // ClientServiceName is the name of the Service applications call: the cluster's own.
 func (c *BloomCluster) ClientServiceName() string { return clientServiceName(c.Name) }
 
-// ClientURL is the base URL applications call: the client Service, without a cluster domain.
-func (c *BloomCluster) ClientURL() string { return clientURL(c.Namespace, c.Name) }
+// TLSEnabled reports whether the pods serve TLS (spec.tls).
+func (c *BloomCluster) TLSEnabled() bool { return c.Spec.TLS != nil }
 
-// URL is where applications call the filter: on the client Service of the cluster it names,
-// whether or not that cluster exists yet.
-func (f *BloomFilter) URL() string {
-	return clientURL(f.Namespace, f.Spec.ClusterRef.Name) + wire.FilterPath(f.Name)
+// ClientURL is the base URL applications call: the client Service, without a cluster domain,
+// over https when the pods serve TLS.
+func (c *BloomCluster) ClientURL() string { return clientURL(c.Namespace, c.Name, c.TLSEnabled()) }
+
+// URL is where applications call the filter: on the client Service of the cluster it names, over
+// https when that cluster has spec.tls. cluster is nil while it does not exist: the URL is then
+// plain HTTP's, until the cluster says otherwise.
+func (f *BloomFilter) URL(cluster *BloomCluster) string {
+	tls := cluster != nil && cluster.TLSEnabled()
+	return clientURL(f.Namespace, f.Spec.ClusterRef.Name, tls) + wire.FilterPath(f.Name)
 }
 
 func clientServiceName(cluster string) string { return cluster }
 
-func clientURL(namespace, cluster string) string {
-	return fmt.Sprintf("http://%s.%s.svc:%d", clientServiceName(cluster), namespace, APIPort)
+func clientURL(namespace, cluster string, tls bool) string {
+	scheme := "http"
+	if tls {
+		scheme = "https"
+	}
+	return fmt.Sprintf("%s://%s.%s.svc:%d", scheme, clientServiceName(cluster), namespace, APIPort)
 }

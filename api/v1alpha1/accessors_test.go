@@ -30,8 +30,8 @@ func TestNetworkPolicyEnabledDefaultsAsTheSchema(t *testing.T) {
 	}
 }
 
-// A filter's URL is on its cluster's client Service, the cluster's endpoint, whether or not the
-// cluster was read.
+// A filter's URL is on its cluster's client Service, the cluster's endpoint, over https when the
+// cluster has spec.tls; a cluster not read (nil) gives plain HTTP.
 func TestURLsNameTheClientService(t *testing.T) {
 	c := &v1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "prod", Namespace: "ns"}}
 	if got, want := c.ClientURL(), "http://prod.ns.svc:8080"; got != want {
@@ -41,7 +41,18 @@ func TestURLsNameTheClientService(t *testing.T) {
 		ObjectMeta: metav1.ObjectMeta{Name: "users", Namespace: "ns"},
 		Spec:       v1alpha1.BloomFilterSpec{ClusterRef: v1alpha1.ClusterReference{Name: "prod"}},
 	}
-	if got, want := f.URL(), c.ClientURL()+"/v1/bloomfilter/users"; got != want {
+	if got, want := f.URL(c), c.ClientURL()+"/v1/bloomfilter/users"; got != want {
 		t.Errorf("URL = %q, want %q", got, want)
+	}
+	if got, want := f.URL(nil), c.ClientURL()+"/v1/bloomfilter/users"; got != want {
+		t.Errorf("URL without the cluster = %q, want %q", got, want)
+	}
+
+	c.Spec.TLS = &v1alpha1.TLSSpec{SecretName: "prod-tls"}
+	if got, want := c.ClientURL(), "https://prod.ns.svc:8080"; got != want {
+		t.Errorf("ClientURL with spec.tls = %q, want %q", got, want)
+	}
+	if got, want := f.URL(c), "https://prod.ns.svc:8080/v1/bloomfilter/users"; got != want {
+		t.Errorf("URL on a cluster with spec.tls = %q, want %q", got, want)
 	}
 }

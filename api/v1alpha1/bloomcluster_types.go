@@ -111,6 +111,26 @@ type BloomClusterSpec struct {
 	// +kubebuilder:default={}
 	// +optional
 	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// tls serves the pods' client and internal ports over TLS, with the certificate of a Secret
+	// the operator does not make (cert-manager issues one). Absent means plain HTTP.
+	// +optional
+	TLS *TLSSpec `json:"tls,omitempty"`
+}
+
+// TLSSpec names the certificate of a cluster's pods. Every pod serves it, the internal port
+// requires a client certificate that chains to its CA, pods verify their peers against that CA
+// alone (they call each other by IP, so names are not checked), and the operator presents the same
+// certificate to the pods: it must allow both server auth and client auth. A renewal reaches the
+// pods without a restart.
+type TLSSpec struct {
+	// secretName is a Secret of type kubernetes.io/tls in the cluster's namespace holding
+	// tls.crt, tls.key and ca.crt, the CA of the cluster's own. Changing it rolls the pods.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +required
+	SecretName string `json:"secretName"`
 }
 
 // NetworkPolicySpec configures the cluster's NetworkPolicy. It admits to the client port (8080)
@@ -324,7 +344,7 @@ type BloomClusterStatus struct {
 	// +optional
 	Filters int32 `json:"filters"`
 
-	// endpoint is the URL applications call: the client Service.
+	// endpoint is the URL applications call: the client Service, over https with spec.tls.
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
 
@@ -372,7 +392,7 @@ type ClusterMember struct {
 	Pod string `json:"pod"`
 
 	// url is where the pod's internal port answers its peers and the operator, such as
-	// http://10.0.0.7:8090.
+	// http://10.0.0.7:8090 (https with spec.tls).
 	// +kubebuilder:validation:MaxLength=512
 	// +required
 	URL string `json:"url"`

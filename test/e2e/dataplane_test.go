@@ -28,6 +28,16 @@ type podAPI struct {
 	pod   string
 	base  string
 	token string // sent as the bearer token when set
+	// http sends the requests; nil means dataPlaneHTTP. A pod of a cluster with spec.tls needs
+	// one that trusts the cluster's CA (overTLS).
+	http *http.Client
+}
+
+// overTLS calls the same port over https with client, as a pod of a cluster with spec.tls serves it.
+func (p podAPI) overTLS(client *http.Client) podAPI {
+	p.base = "https://" + strings.TrimPrefix(p.base, "http://")
+	p.http = client
+	return p
 }
 
 // api returns the API of a pod, read from its status as a user would with kubectl.
@@ -93,7 +103,11 @@ func (p podAPI) call(method, path string, body any) (int, []byte, error) {
 	if p.token != "" {
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}
-	resp, err := dataPlaneHTTP.Do(req)
+	client := dataPlaneHTTP
+	if p.http != nil {
+		client = p.http
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, nil, fmt.Errorf("%s %s on pod %s: %w", method, path, p.pod, err)
 	}

@@ -32,6 +32,18 @@ func (n namespace) applySamples() {
 // others, and such a test would show nothing.
 func (n namespace) applyOnePodSamples() {
 	n.t.Helper()
+	n.applySamplesPatched(`- op: replace
+  path: /spec/replicas
+  value: 1`)
+	if got := n.jsonpath("statefulset/example", "{.spec.replicas}"); got != "1" {
+		n.t.Fatalf("the one-pod overlay of the samples made a StatefulSet of %s replicas", got)
+	}
+}
+
+// applySamplesPatched applies config/samples with a JSON patch of the BloomCluster, through a
+// kustomize overlay as a user would adapt the samples, and waits until both are Ready.
+func (n namespace) applySamplesPatched(patch string) {
+	n.t.Helper()
 	overlay := n.t.TempDir()
 	// kustomize takes a base by a relative path only.
 	base, err := filepath.Rel(overlay, filepath.Join(h.root, "config", "samples"))
@@ -47,18 +59,18 @@ patches:
       kind: BloomCluster
       name: example
     patch: |-
-      - op: replace
-        path: /spec/replicas
-        value: 1
-`, base)
+%s
+`, base, indent(patch, "      "))
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		n.t.Fatal(err)
 	}
 	n.run("apply", "-k", overlay)
 	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
-	if got := n.jsonpath("statefulset/example", "{.spec.replicas}"); got != "1" {
-		n.t.Fatalf("the one-pod overlay of the samples made a StatefulSet of %s replicas", got)
-	}
+}
+
+// indent puts prefix before every line of s.
+func indent(s, prefix string) string {
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
 }
 
 // TestSamplesBecomeReady applies the samples and checks what `kubectl get` and `kubectl explain`
