@@ -78,9 +78,12 @@ type Config struct {
 	MetricsMaxLabelledFilters int
 
 	// Persistence. InMemory turns it off (flag --in-memory, for tests and benchmarks).
-	InMemory                                bool
-	DataDir                                 string // flag --data-dir wins over the file
-	TriggerPersistenceCriteria              []TriggerPersistenceCriterion
+	InMemory                   bool
+	DataDir                    string // flag --data-dir wins over the file
+	TriggerPersistenceCriteria []TriggerPersistenceCriterion
+	// SnapshotLogBytes snapshots once the log written since the last snapshot exceeds it, so that
+	// the log cannot outgrow the volume; 0 turns that trigger off.
+	SnapshotLogBytes                        uint64
 	AllowRecoverFromCorruptedPersistentFile bool
 	// LogSync is when the log of updates reaches the disk (flag --log-sync wins over the file).
 	LogSync LogSync
@@ -184,6 +187,7 @@ func Default() Config {
 		TriggerPersistenceCriteria: []TriggerPersistenceCriterion{
 			{Period: 300 * time.Second, UpdatesMoreThan: 100},
 		},
+		SnapshotLogBytes:                        128 << 20,
 		AllowRecoverFromCorruptedPersistentFile: true,
 		ChannelBufferSizeForFilterPersistence:   102400,
 		LogSync:                                 LogSyncEverySecond,

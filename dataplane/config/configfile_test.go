@@ -44,6 +44,7 @@ triggerPersistenceCriteria:
   - periodInSeconds: 3600
     updatesMoreThan: 1
 persistentStorageDirectory: /var/lib/bloomery
+snapshotLogBytes: 1Gi
 allowRecoverFromCorruptedPersistentFile: false
 defaultChannelBufferSizeForFilterPersistence: 4096
 channelOptions:
@@ -89,6 +90,7 @@ antiEntropyIntervalSeconds: 120
 		{Period: time.Hour, UpdatesMoreThan: 1},
 	}
 	want.DataDir = "/var/lib/bloomery"
+	want.SnapshotLogBytes = 1 << 30
 	want.AllowRecoverFromCorruptedPersistentFile = false
 	want.ChannelBufferSizeForFilterPersistence = 4096
 	want.ChannelOptions = ChannelOptions{SoRcvBuf: 128 << 10, SoSndBuf: 256 << 10, SoBacklog: 1024, TCPNoDelay: false}

@@ -50,6 +50,7 @@ type File struct {
 	// TriggerPersistenceCriteria replaces the default criteria. An empty list, and for
 	// filter-service's sake a null one, turns periodic snapshots off.
 	TriggerPersistenceCriteria              *[]FileCriterion  `yaml:"triggerPersistenceCriteria,omitempty"`
+	SnapshotLogBytes                        *ByteSize         `yaml:"snapshotLogBytes,omitempty"`
 	AllowRecoverFromCorruptedPersistentFile *bool             `yaml:"allowRecoverFromCorruptedPersistentFile,omitempty"`
 	ChannelBufferSizeForFilterPersistence   *int              `yaml:"defaultChannelBufferSizeForFilterPersistence,omitempty" check:"positive"`
 	LogSync                                 *LogSync          `yaml:"logSync,omitempty"`
@@ -114,6 +115,7 @@ func (f File) apply(c *Config) {
 			c.TriggerPersistenceCriteria[i] = TriggerPersistenceCriterion{Period: time.Duration(fc.Period), UpdatesMoreThan: fc.UpdatesMoreThan}
 		}
 	}
+	setBytes(&c.SnapshotLogBytes, f.SnapshotLogBytes)
 	set(&c.AllowRecoverFromCorruptedPersistentFile, f.AllowRecoverFromCorruptedPersistentFile)
 	set(&c.ChannelBufferSizeForFilterPersistence, f.ChannelBufferSizeForFilterPersistence)
 	set(&c.LogSync, f.LogSync)
@@ -176,6 +178,7 @@ func (c Config) file() File {
 		},
 		DataDir:                                 new(c.DataDir),
 		TriggerPersistenceCriteria:              &criteria,
+		SnapshotLogBytes:                        new(ByteSize(c.SnapshotLogBytes)),
 		AllowRecoverFromCorruptedPersistentFile: new(c.AllowRecoverFromCorruptedPersistentFile),
 		ChannelBufferSizeForFilterPersistence:   new(c.ChannelBufferSizeForFilterPersistence),
 		LogSync:                                 new(c.LogSync),

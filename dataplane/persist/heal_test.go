@@ -146,3 +146,39 @@ func TestLogHealsAfterAFullDisk(t *testing.T) {
 		})
 	}
 }
+
+// Once the log written since the last snapshot exceeds SnapshotLogBytes a snapshot is taken and
+// the segments it covers go, whatever the update-count criteria say.
+func TestSnapshotOnLogSize(t *testing.T) {
+	dir := t.TempDir()
+	p, store, _ := open(t, dir, func(o *Options) { o.SnapshotLogBytes = 64 << 10; o.Criteria = nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	f := mustCreate(t, store, "f", scalable(100_000, 0.01))
+	if err := f.AddMany(keys("below-", 100)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * logCheckInterval)
+	if n := p.Stats().SnapshotsTaken.Load(); n != 0 {
+		t.Fatalf("%d snapshots with a few KiB of log, want none", n)
+	}
+	for i := range 20 {
+		if err := f.AddMany(keys(fmt.Sprint("above-", i, "-"), 500)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for p.Stats().SnapshotsTaken.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no snapshot after %d bytes of log", p.Stats().LogBytes.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	segments, err := listSegments(dir)
+	if err != nil || len(segments) != 1 {
+		t.Errorf("segments after the snapshot: %v, %v; want only the new one", segments, err)
+	}
+}

@@ -32,6 +32,9 @@ type Options struct {
 	// instead of refusing to start.
 	AllowCorruptSnapshot bool
 	Criteria             []Criterion
+	// SnapshotLogBytes takes a snapshot once the log written since the last one exceeds it, so
+	// that the log cannot outgrow the volume; 0 takes none for that.
+	SnapshotLogBytes int64
 	Log                  *slog.Logger
 	// Clock decides which filters expired; nil means time.Now.
 	Clock func() time.Time
@@ -50,6 +53,8 @@ type Persister struct {
 
 	// updates counts changes since the last snapshot started, for the triggers.
 	updates atomic.Int64
+	// logBytesAtSnapshot is Stats.LogBytes when the last snapshot moved the log on.
+	logBytesAtSnapshot atomic.Int64
 	// snapshotting lets one snapshot run at a time.
 	snapshotting sync.Mutex
 	stats        Stats
@@ -353,7 +358,33 @@ func (p *Persister) Run(ctx context.Context) {
 	for _, c := range p.opts.Criteria {
 		wg.Go(func() { p.trigger(ctx, c) })
 	}
+	if p.opts.SnapshotLogBytes > 0 {
+		wg.Go(func() { p.triggerOnLogSize(ctx) })
+	}
 	wg.Wait()
+}
+
+// logCheckInterval is how often the log's size is compared with SnapshotLogBytes, and
+// failedSnapshotPause how long a snapshot that failed waits before the size triggers it again.
+const (
+	logCheckInterval    = time.Second
+	failedSnapshotPause = 30 * time.Second
+)
+
+// triggerOnLogSize takes a snapshot whenever the log written since the last one exceeds
+// SnapshotLogBytes.
+func (p *Persister) triggerOnLogSize(ctx context.Context) {
+	var notBefore time.Time
+	tick.Every(ctx, logCheckInterval, func() {
+		written := p.stats.LogBytes.Load() - p.logBytesAtSnapshot.Load()
+		if written <= p.opts.SnapshotLogBytes || time.Now().Before(notBefore) {
+			return
+		}
+		if err := p.Snapshot(); err != nil {
+			notBefore = time.Now().Add(failedSnapshotPause)
+			p.opts.Log.Error("Snapshot failed", "error", err.Error(), "logBytes", written, "retryIn", failedSnapshotPause.String())
+		}
+	})
 }
 
 // trigger takes a snapshot every period in which more than the criterion's updates happened.
@@ -395,6 +426,7 @@ func (p *Persister) snapshot() error {
 	if err != nil {
 		return err
 	}
+	logBytes := p.stats.LogBytes.Load() // the log the snapshot covers, once it is durable
 	w, err := createSnapshot(p.opts.Dir)
 	if err != nil {
 		return err
@@ -426,6 +458,7 @@ func (p *Persister) snapshot() error {
 		return err
 	}
 	p.stats.LastSnapshotBytes.Store(w.size)
+	p.logBytesAtSnapshot.Store(logBytes)
 	return p.wal.removeBefore(first)
 }
 

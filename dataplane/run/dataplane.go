@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"os"
 	"strings"
@@ -169,6 +170,7 @@ func persistOptions(c config.Config, log *slog.Logger, syncObserver func(time.Du
 		Sync:                 persist.SyncPolicy(c.LogSync), // the same spellings; TestLogSyncPolicies holds them together
 		AllowCorruptSnapshot: c.AllowRecoverFromCorruptedPersistentFile,
 		Criteria:             criteria,
+		SnapshotLogBytes:     int64(min(c.SnapshotLogBytes, math.MaxInt64)),
 		Log:                  log,
 		SyncObserver:         syncObserver,
 	}
