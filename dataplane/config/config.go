@@ -85,6 +85,9 @@ type Config struct {
 	// the log cannot outgrow the volume; 0 turns that trigger off.
 	SnapshotLogBytes                        uint64
 	AllowRecoverFromCorruptedPersistentFile bool
+	// AllowStartWithLowDiskSpace starts, with a warning, on a volume without room for one more
+	// snapshot, which the start otherwise refuses.
+	AllowStartWithLowDiskSpace bool
 	// LogSync is when the log of updates reaches the disk (flag --log-sync wins over the file).
 	LogSync LogSync
 	// ChannelBufferSizeForFilterPersistence is filter-service's buffer between its filters and its

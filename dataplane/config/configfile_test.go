@@ -45,6 +45,7 @@ triggerPersistenceCriteria:
     updatesMoreThan: 1
 persistentStorageDirectory: /var/lib/bloomery
 snapshotLogBytes: 1Gi
+allowStartWithLowDiskSpace: true
 allowRecoverFromCorruptedPersistentFile: false
 defaultChannelBufferSizeForFilterPersistence: 4096
 channelOptions:
@@ -91,6 +92,7 @@ antiEntropyIntervalSeconds: 120
 	}
 	want.DataDir = "/var/lib/bloomery"
 	want.SnapshotLogBytes = 1 << 30
+	want.AllowStartWithLowDiskSpace = true
 	want.AllowRecoverFromCorruptedPersistentFile = false
 	want.ChannelBufferSizeForFilterPersistence = 4096
 	want.ChannelOptions = ChannelOptions{SoRcvBuf: 128 << 10, SoSndBuf: 256 << 10, SoBacklog: 1024, TCPNoDelay: false}

@@ -52,6 +52,7 @@ type File struct {
 	TriggerPersistenceCriteria              *[]FileCriterion  `yaml:"triggerPersistenceCriteria,omitempty"`
 	SnapshotLogBytes                        *ByteSize         `yaml:"snapshotLogBytes,omitempty"`
 	AllowRecoverFromCorruptedPersistentFile *bool             `yaml:"allowRecoverFromCorruptedPersistentFile,omitempty"`
+	AllowStartWithLowDiskSpace              *bool             `yaml:"allowStartWithLowDiskSpace,omitempty"`
 	ChannelBufferSizeForFilterPersistence   *int              `yaml:"defaultChannelBufferSizeForFilterPersistence,omitempty" check:"positive"`
 	LogSync                                 *LogSync          `yaml:"logSync,omitempty"`
 	WriteConsistency                        *wire.Consistency `yaml:"writeConsistency,omitempty"`
@@ -117,6 +118,7 @@ func (f File) apply(c *Config) {
 	}
 	setBytes(&c.SnapshotLogBytes, f.SnapshotLogBytes)
 	set(&c.AllowRecoverFromCorruptedPersistentFile, f.AllowRecoverFromCorruptedPersistentFile)
+	set(&c.AllowStartWithLowDiskSpace, f.AllowStartWithLowDiskSpace)
 	set(&c.ChannelBufferSizeForFilterPersistence, f.ChannelBufferSizeForFilterPersistence)
 	set(&c.LogSync, f.LogSync)
 	set(&c.WriteConsistency, f.WriteConsistency)
@@ -180,6 +182,7 @@ func (c Config) file() File {
 		TriggerPersistenceCriteria:              &criteria,
 		SnapshotLogBytes:                        new(ByteSize(c.SnapshotLogBytes)),
 		AllowRecoverFromCorruptedPersistentFile: new(c.AllowRecoverFromCorruptedPersistentFile),
+		AllowStartWithLowDiskSpace:              new(c.AllowStartWithLowDiskSpace),
 		ChannelBufferSizeForFilterPersistence:   new(c.ChannelBufferSizeForFilterPersistence),
 		LogSync:                                 new(c.LogSync),
 		WriteConsistency:                        new(c.WriteConsistency),

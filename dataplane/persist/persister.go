@@ -32,10 +32,13 @@ type Options struct {
 	// instead of refusing to start.
 	AllowCorruptSnapshot bool
 	Criteria             []Criterion
+	// AllowLowDiskSpace starts, with a warning, on a volume without room for one more snapshot;
+	// otherwise recovery refuses to.
+	AllowLowDiskSpace bool
 	// SnapshotLogBytes takes a snapshot once the log written since the last one exceeds it, so
 	// that the log cannot outgrow the volume; 0 takes none for that.
 	SnapshotLogBytes int64
-	Log                  *slog.Logger
+	Log              *slog.Logger
 	// Clock decides which filters expired; nil means time.Now.
 	Clock func() time.Time
 	// SyncObserver, if set, hears how long each durable flush of the log took (metrics): an
@@ -202,6 +205,9 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	}
 	rep.Expired += len(store.PurgeExpired())
 	store.Range(func(*filter.Filter) bool { rep.Filters++; return true })
+	if err := p.roomForASnapshot(store.UsedBytes()); err != nil {
+		return rep, err
+	}
 
 	if p.wal, err = openWAL(p.opts.Dir, max(next, 1), p.opts.Sync, p.opts.Log); err != nil {
 		return rep, err
@@ -526,4 +532,21 @@ func (p *Persister) append(body []byte) (uint64, error) {
 	p.stats.LogRecords.Add(1)
 	p.stats.LogBytes.Add(int64(len(body) + recordHeaderSize))
 	return ticket, nil
+}
+
+// roomForASnapshot refuses a volume that cannot hold one more snapshot of data bytes of filters
+// beside what it holds: the pod could neither snapshot nor, once its log filled the rest, take a
+// write. AllowLowDiskSpace turns the refusal into a warning.
+func (p *Persister) roomForASnapshot(data uint64) error {
+	free, err := freeSpace(p.opts.Dir)
+	if err != nil || free >= data {
+		return nil //nolint:nilerr // a file system that cannot say is not refused
+	}
+	msg := fmt.Sprintf("the data directory %s has %s free, and the next snapshot of the filters needs about %s: free space or grow the volume",
+		p.opts.Dir, filter.FormatBytes(free), filter.FormatBytes(data))
+	if p.opts.AllowLowDiskSpace {
+		p.opts.Log.Warn("Low disk space: "+msg, "free", free, "needed", data)
+		return nil
+	}
+	return errors.New(msg + " (allowStartWithLowDiskSpace: true starts anyway)")
 }

@@ -24,3 +24,12 @@ func syncData(f *os.File) error {
 // fdatasync is the system call; tests count the calls, to tell a durable write from one that is
 // only in the page cache, which no crash of the process alone can.
 var fdatasync = syscall.Fdatasync
+
+// freeSpace answers the bytes of dir's file system that the process may still write.
+func freeSpace(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}

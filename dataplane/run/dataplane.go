@@ -169,6 +169,7 @@ func persistOptions(c config.Config, log *slog.Logger, syncObserver func(time.Du
 		Dir:                  c.DataDir,
 		Sync:                 persist.SyncPolicy(c.LogSync), // the same spellings; TestLogSyncPolicies holds them together
 		AllowCorruptSnapshot: c.AllowRecoverFromCorruptedPersistentFile,
+		AllowLowDiskSpace:    c.AllowStartWithLowDiskSpace,
 		Criteria:             criteria,
 		SnapshotLogBytes:     int64(min(c.SnapshotLogBytes, math.MaxInt64)),
 		Log:                  log,

@@ -190,3 +190,45 @@ func TestSnapshotOnAFullDiskLeavesNothingBehind(t *testing.T) {
 		}
 	}
 }
+
+// A volume without room for one more snapshot of the filters is refused at start, naming what is
+// free and what is needed, unless allowStartWithLowDiskSpace says to go on.
+func TestStartRefusesAVolumeWithoutRoomForASnapshot(t *testing.T) {
+	dir := smallDisk(t, 16<<20)
+	dp := startDataPlane(t, dir)
+	if _, _, err := dp.client.Create(t.Context(), "big", client.CreateOptions{
+		ExpectedInsertions: new(uint64(2_000_000)), FPP: new(0.001), ValidPeriodAfterCreate: new(int64(0)),
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dp.stop(t, syscall.SIGTERM) // a final snapshot of about 3.6 MB
+	ballast := fill(t, dir)
+	// Leave 2 MiB: room for the log, not for another snapshot.
+	if err := os.Truncate(ballast, mustSize(t, ballast)-2<<20); err != nil {
+		t.Fatal(err)
+	}
+
+	r := runBinary(t, "dataplane", "-p", "0", "--ops-port", "0", "--bind-address", "127.0.0.1", "--data-dir", dir)
+	if r.code != 1 || !strings.Contains(r.stderr, "MiB free, and the next snapshot of the filters needs about 3.8 MiB: free space or grow the volume") ||
+		!strings.Contains(r.stderr, "allowStartWithLowDiskSpace: true starts anyway") {
+		t.Fatalf("start on a volume without room for a snapshot: exit %d\n%s", r.code, r.stderr)
+	}
+
+	allow := writeFile(t, "allow.yaml", "allowStartWithLowDiskSpace: true\n")
+	started := startDataPlane(t, dir, "-c", allow)
+	if !strings.Contains(started.logs(), "Low disk space: the data directory") {
+		t.Errorf("no warning about the low disk space:\n%s", started.logs())
+	}
+	if _, err := started.client.Get(t.Context(), "big"); err != nil {
+		t.Errorf("the filter after a start on low disk space: %v", err)
+	}
+}
+
+func mustSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
