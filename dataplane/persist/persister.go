@@ -545,7 +545,7 @@ func (p *Persister) roomForASnapshot(data uint64) error {
 	msg := fmt.Sprintf("the data directory %s has %s free, and the next snapshot of the filters needs about %s: free space or grow the volume",
 		p.opts.Dir, filter.FormatBytes(free), filter.FormatBytes(data))
 	if p.opts.AllowLowDiskSpace {
-		p.opts.Log.Warn("Low disk space: "+msg, "free", free, "needed", data)
+		p.opts.Log.Warn("Low disk space: starting anyway, as allowStartWithLowDiskSpace says", "problem", msg)
 		return nil
 	}
 	return errors.New(msg + " (allowStartWithLowDiskSpace: true starts anyway)")

@@ -216,7 +216,7 @@ func TestStartRefusesAVolumeWithoutRoomForASnapshot(t *testing.T) {
 
 	allow := writeFile(t, "allow.yaml", "allowStartWithLowDiskSpace: true\n")
 	started := startDataPlane(t, dir, "-c", allow)
-	if !strings.Contains(started.logs(), "Low disk space: the data directory") {
+	if !strings.Contains(started.logs(), "Low disk space: starting anyway") || !strings.Contains(started.logs(), "free space or grow the volume") {
 		t.Errorf("no warning about the low disk space:\n%s", started.logs())
 	}
 	if _, err := started.client.Get(t.Context(), "big"); err != nil {
