@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -123,7 +124,9 @@ func TestHomeCatchingUpDoesNotServe(t *testing.T) {
 		t.Errorf("%s counted %v failovers from the catching-up home, want 2", from.Name, got)
 	}
 	asPeer := client.New(joiner.InternalURL, client.Internal(cluster.Token), client.Forwarded())
-	_, err := asPeer.CheckAndSet(t.Context(), name, "v2")
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a home that served would wait a minute for its stalled peers
+	defer cancel()
+	_, err := asPeer.CheckAndSet(ctx, name, "v2")
 	if msg := cluster.WantError(t, err, 503, wire.CodeUnavailable); msg != "catching up from the peers; not serving as a filter's home yet" {
 		t.Errorf("a forwarded check-and-set on a home catching up: %q", msg)
 	}
