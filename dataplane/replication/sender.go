@@ -74,17 +74,22 @@ func (s *sender) run(ctx context.Context) {
 	// carried is the write that did not fit in the last batch; it opens the next.
 	var carried *pending
 	for {
+		// Leaving comes first: a select that also had writes waiting would pick at random, and
+		// send a departed pod what is queued for it.
+		if err := s.stopped(ctx); err != nil {
+			s.fail(carried, err)
+			s.drain(err)
+			return
+		}
 		batch = batch[:0]
 		if carried != nil {
 			batch, carried = append(batch, *carried), nil
 		} else {
 			select {
 			case <-ctx.Done():
-				s.drain(ctx.Err())
-				return
+				continue
 			case <-s.quit:
-				s.drain(fmt.Errorf("%s left the cluster", s.peer.Name))
-				return
+				continue
 			case p := <-s.queue:
 				batch = append(batch, p)
 			}
@@ -108,6 +113,26 @@ func (s *sender) run(ctx context.Context) {
 		}
 		s.queued.Add(-int64(len(batch)))
 		s.send(ctx, batch)
+	}
+}
+
+// stopped answers why the sender must stop sending, nil while it sends.
+func (s *sender) stopped(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.quit:
+		return fmt.Errorf("%s left the cluster", s.peer.Name)
+	default:
+		return nil
+	}
+}
+
+// fail fails the write p, if any.
+func (s *sender) fail(p *pending, err error) {
+	if p != nil {
+		s.queued.Add(-1)
+		p.ack <- fmt.Errorf("%s: %w", s.peer.Name, err)
 	}
 }
 

@@ -92,11 +92,9 @@ func TestWritesQueuedForADepartedPodFail(t *testing.T) {
 	})
 
 	c.Push(a, b)
-	// Refusing ends the batch in flight. The departed pod must stay unreachable: the stopped
-	// sender picks at random between its stop and its queue, so a reachable departed pod may
-	// still be sent the queued write and acknowledge it (reported to the lead; see the report of
-	// the cluster-harness branch).
-	c.Proxy(a, gone).Set(cluster.Refuse())
+	// Passing again cuts the stalled batch's connection, which fails the write in flight; the
+	// departed pod is reachable, and still the write queued for it is not sent to it.
+	c.Proxy(a, gone).Set(cluster.Pass())
 	for range 2 {
 		msg := cluster.WantError(t, <-errs, 503, wire.CodeReplication)
 		if !strings.Contains(msg, `consistency "all" needs 3 of 3 pods and 2 acknowledged (pod-2: `) {
