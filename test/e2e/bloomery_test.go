@@ -115,16 +115,13 @@ func repoRoot() (string, error) {
 // raceReport is what the race detector writes when it finds a data race.
 const raceReport = "WARNING: DATA RACE"
 
-// raceReports lists the files under dir (the operator's and every pod's logs) that hold a race
-// report, with the report's first lines.
+// raceReports lists the logs under dir (the operator's, the node agent's and every pod's) that
+// hold a race report, with the report's first lines.
 func raceReports(dir string) ([]string, error) {
 	var found []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !d.Type().IsRegular() {
-			return err
-		}
-		if info, err := d.Info(); err != nil || info.Size() > 256<<20 {
-			return err // data files and binaries are no logs
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".log" {
+			return err // the binary holds the report's text too
 		}
 		data, err := os.ReadFile(path)
 		if err != nil {
