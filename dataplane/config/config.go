@@ -59,9 +59,12 @@ type Config struct {
 	// HTTP.
 	MaxHTTPConnections   int
 	MaxHTTPRequestLength int64 // bytes
-	RequestTimeout       time.Duration
-	IdleTimeout          time.Duration // keep-alive connections idle this long are closed
-	ChannelOptions       ChannelOptions
+	// MaxRequestBytesInFlight bounds the bytes of request bodies the client port holds at once;
+	// a request past it answers 503. 0 is unlimited.
+	MaxRequestBytesInFlight uint64
+	RequestTimeout          time.Duration
+	IdleTimeout             time.Duration // keep-alive connections idle this long are closed
+	ChannelOptions          ChannelOptions
 
 	PurgeInterval           time.Duration
 	GracefulShutdownTimeout time.Duration
@@ -180,6 +183,7 @@ func Default() Config {
 		MaxFilters:                100_000,
 		MaxHTTPConnections:        1000,
 		MaxHTTPRequestLength:      10 << 20,
+		MaxRequestBytesInFlight:   64 << 20,
 		RequestTimeout:            5 * time.Second,
 		IdleTimeout:               60 * time.Second,
 		ChannelOptions:            ChannelOptions{TCPNoDelay: true},
@@ -229,6 +233,10 @@ func (c Config) Validate() error {
 	check("maxFilters", rulePositive(c.MaxFilters))
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
 	check("maxHttpRequestLength", rulePositive(c.MaxHTTPRequestLength))
+	if c.MaxRequestBytesInFlight > 0 && c.MaxHTTPRequestLength > 0 && c.MaxRequestBytesInFlight < uint64(c.MaxHTTPRequestLength) {
+		check("maxRequestBytesInFlight", fmt.Errorf("must be 0 (unlimited) or at least maxHttpRequestLength (%d), got %d: a body of the largest size could never be read",
+			c.MaxHTTPRequestLength, c.MaxRequestBytesInFlight))
+	}
 	check("requestTimeoutSeconds", rulePositive(c.RequestTimeout))
 	check("idleTimeoutMillis", rulePositive(c.IdleTimeout))
 	check("purgeFilterIntervalMillis", rulePositive(c.PurgeInterval))

@@ -34,6 +34,7 @@ defaultFalsePositiveProbability: 0.0002
 defaultValidSecondsAfterCreate: 172800
 maxHttpConnections: 2000
 maxHttpRequestLength: 5242880
+maxRequestBytesInFlight: 32Mi
 requestTimeoutSeconds: 6
 idleTimeoutMillis: 1500
 purgeFilterIntervalMillis: 200
@@ -82,6 +83,7 @@ antiEntropyIntervalSeconds: 120
 	want.DefaultValidAfterCreate = 48 * time.Hour
 	want.MaxHTTPConnections = 2000
 	want.MaxHTTPRequestLength = 5 << 20
+	want.MaxRequestBytesInFlight = 32 << 20
 	want.RequestTimeout = 6 * time.Second
 	want.IdleTimeout = 1500 * time.Millisecond
 	want.PurgeInterval = 200 * time.Millisecond

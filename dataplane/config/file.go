@@ -36,6 +36,7 @@ type File struct {
 	MaxFilters              *int      `yaml:"maxFilters,omitempty" check:"positive"`
 	MaxHTTPConnections      *int      `yaml:"maxHttpConnections,omitempty" check:"positive"`
 	MaxHTTPRequestLength    *int64    `yaml:"maxHttpRequestLength,omitempty" check:"positive"`
+	MaxRequestBytesInFlight *ByteSize `yaml:"maxRequestBytesInFlight,omitempty"`
 	RequestTimeout          *Seconds  `yaml:"requestTimeoutSeconds,omitempty" check:"positive"`
 	// RequestTimeoutAlias is filter-service's older name of requestTimeoutSeconds; a file that sets
 	// both is refused rather than have one silently win.
@@ -96,6 +97,7 @@ func (f File) apply(c *Config) {
 	set(&c.MaxFilters, f.MaxFilters)
 	set(&c.MaxHTTPConnections, f.MaxHTTPConnections)
 	set(&c.MaxHTTPRequestLength, f.MaxHTTPRequestLength)
+	setBytes(&c.MaxRequestBytesInFlight, f.MaxRequestBytesInFlight)
 	setDuration(&c.RequestTimeout, f.RequestTimeoutAlias)
 	setDuration(&c.RequestTimeout, f.RequestTimeout)
 	setDuration(&c.IdleTimeout, f.IdleTimeout)
@@ -169,6 +171,7 @@ func (c Config) file() File {
 		MaxFilters:                new(c.MaxFilters),
 		MaxHTTPConnections:        new(c.MaxHTTPConnections),
 		MaxHTTPRequestLength:      new(c.MaxHTTPRequestLength),
+		MaxRequestBytesInFlight:   new(ByteSize(c.MaxRequestBytesInFlight)),
 		RequestTimeout:            new(Seconds(c.RequestTimeout)),
 		IdleTimeout:               new(Millis(c.IdleTimeout)),
 		PurgeInterval:             new(Millis(c.PurgeInterval)),

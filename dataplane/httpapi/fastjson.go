@@ -28,7 +28,7 @@ const maxPooledBody = 1 << 20
 // readRaw reads the body of a request that declares its length, at most limit, into a pooled
 // buffer; releaseRaw gives the buffer back. ok is false when the request has no declared length or
 // when it is over the limit: the caller then takes the strict path, which reads or refuses it.
-func readRaw(c echo.Context, limit int64) (raw []byte, pooled *[]byte, ok bool, err error) {
+func (s *Server) readRaw(c echo.Context, limit int64) (raw []byte, pooled *[]byte, ok bool, err error) {
 	req := c.Request()
 	n := req.ContentLength
 	if n < 0 || n > limit {
@@ -38,7 +38,7 @@ func readRaw(c echo.Context, limit int64) (raw []byte, pooled *[]byte, ok bool, 
 	raw, err = readDeclared(req.Body, (*pooled)[:0], n)
 	if err != nil {
 		releaseRaw(pooled, raw)
-		return nil, nil, true, badRequest("could not read the request body: " + err.Error())
+		return nil, nil, true, s.readError(c, err)
 	}
 	return raw, pooled, true, nil
 }

@@ -41,7 +41,7 @@ func (s *Server) createFilter(c echo.Context) error {
 	if handled, err := s.forwardToHome(c); handled || err != nil {
 		return err
 	}
-	b, err := readBody(c, s.Config.MaxHTTPRequestLength)
+	b, err := s.readBody(c, s.Config.MaxHTTPRequestLength)
 	if err != nil {
 		return err
 	}
@@ -158,13 +158,13 @@ func (s *Server) readValue(c echo.Context) (*filter.Filter, string, error) {
 // decodeHot reads the body of a hot endpoint: fast decodes the plain well-formed case in place
 // (fastjson.go) and answers ok; anything else comes back as a body for the strict getters, whose
 // messages are the contract.
-func decodeHot[T any](c echo.Context, limit int64, fast func([]byte) (T, bool)) (v T, b body, ok bool, err error) {
-	raw, pooled, declared, err := readRaw(c, limit)
+func decodeHot[T any](s *Server, c echo.Context, limit int64, fast func([]byte) (T, bool)) (v T, b body, ok bool, err error) {
+	raw, pooled, declared, err := s.readRaw(c, limit)
 	if err != nil {
 		return v, nil, false, err
 	}
 	if !declared {
-		b, err = readBody(c, limit)
+		b, err = s.readBody(c, limit)
 		return v, b, false, err
 	}
 	defer releaseRaw(pooled, raw) // fast and decodeBody copy what they keep
@@ -177,7 +177,7 @@ func decodeHot[T any](c echo.Context, limit int64, fast func([]byte) (T, bool)) 
 
 // singleValue decodes {"value": "..."}.
 func (s *Server) singleValue(c echo.Context) (string, error) {
-	value, b, ok, err := decodeHot(c, s.Config.MaxHTTPRequestLength, fastValue)
+	value, b, ok, err := decodeHot(s, c, s.Config.MaxHTTPRequestLength, fastValue)
 	if ok || err != nil {
 		return value, err
 	}
@@ -197,7 +197,7 @@ type valueBatch struct {
 // readValues reads {"values": [...]} and the filter it is meant for.
 func (s *Server) readValues(c echo.Context) (*filter.Filter, valueBatch, error) {
 	var bt valueBatch
-	values, b, ok, err := decodeHot(c, s.Config.MaxHTTPRequestLength, fastValues)
+	values, b, ok, err := decodeHot(s, c, s.Config.MaxHTTPRequestLength, fastValues)
 	switch {
 	case err != nil:
 		return nil, bt, err

@@ -59,7 +59,7 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 		return false, nil //nolint:nilerr // served here, where filterName answers the error
 	}
 	req := c.Request()
-	raw, err := readLimited(c, s.Config.MaxHTTPRequestLength)
+	raw, err := s.readLimited(c, s.Config.MaxHTTPRequestLength)
 	if err != nil {
 		return false, err
 	}
@@ -105,7 +105,7 @@ func (s *Server) getMembership(c echo.Context) error {
 
 func (s *Server) putMembership(c echo.Context) error {
 	var m wire.Membership
-	if err := decodeJSON(c, s.Config.MaxHTTPRequestLength, &m); err != nil {
+	if err := s.decodeJSON(c, s.Config.MaxHTTPRequestLength, &m); err != nil {
 		return err
 	}
 	err := s.Node.SetMembership(m)
@@ -124,14 +124,14 @@ func (s *Server) applyOps(c echo.Context) error {
 	limit := replication.ApplyBodyLimit(s.Config.MaxHTTPRequestLength)
 	if c.Request().Header.Get(echo.HeaderContentType) == wire.OpsContentType {
 		// What peers send; JSON is accepted too, for people and tools.
-		raw, err := readLimited(c, limit)
+		raw, err := s.readLimited(c, limit)
 		if err != nil {
 			return err
 		}
 		if req.Ops, err = replication.DecodeOps(raw); err != nil {
 			return badRequest(err.Error())
 		}
-	} else if err := decodeJSON(c, limit, &req); err != nil {
+	} else if err := s.decodeJSON(c, limit, &req); err != nil {
 		return err
 	}
 	applied, err := s.Node.Apply(req.Ops)
@@ -165,7 +165,7 @@ func (s *Server) dump(c echo.Context) error {
 // merge ORs a dump into the filter of the path, which must have the dump's shape. The bits reach
 // the other pods through anti-entropy.
 func (s *Server) merge(c echo.Context) error {
-	raw, err := readLimited(c, s.Config.MaxHTTPRequestLength)
+	raw, err := s.readLimited(c, s.Config.MaxHTTPRequestLength)
 	if err != nil {
 		return err
 	}
@@ -192,8 +192,8 @@ func (s *Server) merge(c echo.Context) error {
 
 // decodeJSON reads a body of the internal endpoints into v, strictly: they are called by the
 // operator and by peers, whose mistakes should show at once.
-func decodeJSON(c echo.Context, limit int64, v any) error {
-	raw, err := readLimited(c, limit)
+func (s *Server) decodeJSON(c echo.Context, limit int64, v any) error {
+	raw, err := s.readLimited(c, limit)
 	if err != nil {
 		return err
 	}

@@ -21,8 +21,8 @@ type body map[string]json.RawMessage
 
 // readBody reads at most limit bytes and decodes a JSON object. An empty body is an empty object,
 // so `curl -X PUT .../name` creates a filter with the defaults.
-func readBody(c echo.Context, limit int64) (body, error) {
-	raw, err := readLimited(c, limit)
+func (s *Server) readBody(c echo.Context, limit int64) (body, error) {
+	raw, err := s.readLimited(c, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -30,7 +30,7 @@ func readBody(c echo.Context, limit int64) (body, error) {
 }
 
 // readLimited reads a whole body of at most limit bytes; a larger one is a 413.
-func readLimited(c echo.Context, limit int64) ([]byte, error) {
+func (s *Server) readLimited(c echo.Context, limit int64) ([]byte, error) {
 	req := c.Request()
 	if req.ContentLength > limit {
 		return nil, errBodyTooLarge(limit)
@@ -40,7 +40,7 @@ func readLimited(c echo.Context, limit int64) ([]byte, error) {
 		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 			return nil, errBodyTooLarge(limit)
 		}
-		return nil, badRequest(fmt.Sprintf("could not read the request body: %v", err))
+		return nil, s.readError(c, err)
 	}
 	return raw, nil
 }

@@ -5,6 +5,7 @@ package httpapi
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -28,6 +29,8 @@ type Server struct {
 	client, internal, ops *echo.Echo
 	// tokenDigest is the SHA-256 of the internal port's token; nil refuses every request there.
 	tokenDigest []byte
+	// bodies bounds the request bodies the client port holds at once.
+	bodies *bodyBudget
 	// docsPage is the API documentation page, built once; nil without -d.
 	docsPage []byte
 	// routePaths are the registered route templates, for the route label of metrics: anything
@@ -78,7 +81,7 @@ func New(o Options) (*Server, error) {
 	if o.Config.MaxHTTPRequestLength <= 0 {
 		return nil, fmt.Errorf("maxHttpRequestLength must be > 0, got %d", o.Config.MaxHTTPRequestLength)
 	}
-	s := &Server{Options: o}
+	s := &Server{Options: o, bodies: &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))}}
 	if o.InternalToken != "" {
 		s.tokenDigest = digest(o.InternalToken)
 	}
@@ -101,6 +104,9 @@ func (s *Server) routes() {
 		e.GET(wire.HealthzPath, s.healthz)
 		e.GET(wire.ReadyzPath, s.readyz)
 		e.GET(wire.MetricsPath, s.scrapeMetrics)
+	}
+	if s.bodies.limit > 0 {
+		s.client.Use(s.limitBodies)
 	}
 	s.client.GET(wire.PingPath, s.ping)
 	s.filterRoutes(s.client, func(path string) string { return path })

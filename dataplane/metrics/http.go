@@ -27,6 +27,9 @@ type HTTP struct {
 	// unauthorized counts the internal port's refusals, which a scan or a misconfigured peer
 	// shows up as.
 	unauthorized prometheus.Counter
+	// bodiesRefused counts requests refused because the client port held maxRequestBytesInFlight
+	// of bodies already.
+	bodiesRefused prometheus.Counter
 
 	// series caches the children of the vectors by label values: a vector's lookup hashes the
 	// values and takes the vector's lock, on every request; a sync.Map read of a key that exists
@@ -67,6 +70,10 @@ func newHTTP() *HTTP {
 			Namespace: namespace, Subsystem: "http", Name: "unauthorized_requests_total",
 			Help: "Requests to the internal port refused for a missing or wrong bearer token.",
 		}),
+		bodiesRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "http", Name: "bodies_refused_total",
+			Help: "Requests answered 503 because the client port held maxRequestBytesInFlight of request bodies already.",
+		}),
 	}
 }
 
@@ -77,6 +84,7 @@ func (h *HTTP) Describe(ch chan<- *prometheus.Desc) {
 	h.inFlight.Describe(ch)
 	h.open.Describe(ch)
 	h.unauthorized.Describe(ch)
+	h.bodiesRefused.Describe(ch)
 }
 
 // Collect implements prometheus.Collector.
@@ -86,7 +94,11 @@ func (h *HTTP) Collect(ch chan<- prometheus.Metric) {
 	h.inFlight.Collect(ch)
 	h.open.Collect(ch)
 	h.unauthorized.Collect(ch)
+	h.bodiesRefused.Collect(ch)
 }
+
+// BodyRefused counts a request refused for the bytes of bodies in flight.
+func (h *HTTP) BodyRefused() { h.bodiesRefused.Inc() }
 
 // Unauthorized counts a request the internal port refused for its token.
 func (h *HTTP) Unauthorized() { h.unauthorized.Inc() }

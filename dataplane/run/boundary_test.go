@@ -1,13 +1,16 @@
 package run_test
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -138,4 +141,43 @@ func getWithin(t *testing.T, timeout time.Duration, url string) (int, error) {
 	}
 	_ = resp.Body.Close()
 	return resp.StatusCode, nil
+}
+
+// The client port holds at most maxRequestBytesInFlight of request bodies: a request that would
+// pass it answers 503 code 7 with Retry-After, and is served once the bodies held are done.
+func TestRequestBodiesInFlightAreBounded(t *testing.T) {
+	const limit = 1 << 20
+	ts := runServer(t, func(c *config.Config) { c.MaxHTTPRequestLength, c.MaxRequestBytesInFlight = limit, limit })
+	create(t, ts, "f", client.CreateOptions{})
+
+	// A client that sends 900 KiB of a 1 MiB body and then waits: the server holds what it read.
+	slow, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", strings.TrimPrefix(ts.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = slow.Close() }()
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: bloomery\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+		wire.FilterOpPath("f", wire.OpMultiSet), limit)
+	if _, err := slow.Write(append([]byte(head+`{"values":["`), bytes.Repeat([]byte("x"), 900<<10)...)); err != nil {
+		t.Fatal(err)
+	}
+
+	body := `{"values":["` + strings.Repeat("y", 200<<10) + `"]}`
+	var refused response
+	eventually(t, 10*time.Second, 10*time.Millisecond, "a request past the budget to be refused", func() bool {
+		refused = ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiSet), body)
+		return refused.status == http.StatusServiceUnavailable
+	})
+	msg := refused.wantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	if !strings.Contains(msg, "1.0 MiB of request bodies, its limit (maxRequestBytesInFlight)") || refused.header.Get("Retry-After") != "1" {
+		t.Errorf("refusal %q, Retry-After %q", msg, refused.header.Get("Retry-After"))
+	}
+	if v := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_http_bodies_refused_total"); v < 1 {
+		t.Errorf("bloomery_http_bodies_refused_total = %v, want at least 1", v)
+	}
+
+	_ = slow.Close() // the held body goes with its request
+	eventually(t, 10*time.Second, 10*time.Millisecond, "the budget to be given back", func() bool {
+		return ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiSet), body).status == http.StatusOK
+	})
 }

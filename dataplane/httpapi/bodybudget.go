@@ -1,0 +1,96 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// bodyBudget bounds the bytes of request bodies the client port holds at once
+// (maxRequestBytesInFlight): a thousand connections each sending a body of the largest size
+// would otherwise hold a thousand times maxHttpRequestLength.
+type bodyBudget struct {
+	limit int64
+	used  atomic.Int64
+}
+
+// take takes n bytes of the budget, or reports false when they would exceed it.
+func (b *bodyBudget) take(n int64) bool {
+	for {
+		used := b.used.Load()
+		if used+n > b.limit {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return true
+		}
+	}
+}
+
+// errBodyBudget ends the read of a body that the budget has no room for.
+var errBodyBudget = errors.New("request bodies in flight at their limit")
+
+// budgetedBody charges the bytes read from a body to the budget, and gives them back when the
+// request ends: the handlers hold what they read until then.
+type budgetedBody struct {
+	io.ReadCloser
+	budget *bodyBudget
+	held   int64
+}
+
+func (b *budgetedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		if !b.budget.take(int64(n)) {
+			return 0, errBodyBudget
+		}
+		b.held += int64(n)
+	}
+	return n, err
+}
+
+// budgetedBodies are reused: every request with a body takes one.
+var budgetedBodies = sync.Pool{New: func() any { return new(budgetedBody) }}
+
+// limitBodies charges every request body of the router to the budget.
+func (s *Server) limitBodies(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		req := c.Request()
+		if req.Body == nil || req.Body == http.NoBody {
+			return next(c)
+		}
+		b := budgetedBodies.Get().(*budgetedBody)
+		*b = budgetedBody{ReadCloser: req.Body, budget: s.bodies}
+		req.Body = b
+		defer s.giveBack(b)
+		return next(c)
+	}
+}
+
+// giveBack returns what a finished request's body held. Nothing reads the body once its handler
+// returned: net/http closes the request's own body, not this wrapper.
+func (s *Server) giveBack(b *budgetedBody) {
+	s.bodies.used.Add(-b.held)
+	*b = budgetedBody{}
+	budgetedBodies.Put(b)
+}
+
+// readError is the answer to a body that could not be read.
+func (s *Server) readError(c echo.Context, err error) error {
+	if errors.Is(err, errBodyBudget) {
+		s.Metrics.HTTP.BodyRefused()
+		c.Response().Header().Set("Retry-After", "1")
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, fmt.Sprintf(
+			"the pod holds %s of request bodies, its limit (maxRequestBytesInFlight): retry shortly",
+			filter.FormatBytes(uint64(s.bodies.limit)))}
+	}
+	return badRequest("could not read the request body: " + err.Error())
+}
