@@ -53,6 +53,20 @@ func launchDataPlane(t *testing.T, dataDir string, args ...string) *dataPlane {
 // launchDataPlaneWithEnv is launchDataPlane with env added to the process's environment.
 func launchDataPlaneWithEnv(t *testing.T, env []string, dataDir string, args ...string) *dataPlane {
 	t.Helper()
+	dp, err := tryLaunch(t, env, dataDir, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dp
+}
+
+// errExitedEarly is tryLaunch's answer for a process that exited before it listened.
+var errExitedEarly = errors.New("the data plane exited before it listened")
+
+// tryLaunch is launchDataPlaneWithEnv, answering an error wrapping errExitedEarly when the process
+// exits before it listens, so that a caller may try again.
+func tryLaunch(t *testing.T, env []string, dataDir string, args ...string) (*dataPlane, error) {
+	t.Helper()
 	args = append([]string{"dataplane", "-p", "0", "--internal-port", "0", "--ops-port", "0",
 		"--internal-token-file", tokenFile(t), "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
 	cmd := exec.CommandContext(t.Context(), binary, args...)
@@ -60,10 +74,10 @@ func launchDataPlaneWithEnv(t *testing.T, env []string, dataDir string, args ...
 	cmd.Env = append(os.Environ(), env...)
 	pipe, err := cmd.StderrPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	dp := &dataPlane{cmd: cmd, exited: make(chan struct{})}
 	listening := make(chan [2]string, 3)
@@ -102,14 +116,14 @@ func launchDataPlaneWithEnv(t *testing.T, env []string, dataDir string, args ...
 				dp.opsAddr = l[1]
 			}
 		case <-dp.exited:
-			t.Fatalf("the data plane exited before it listened:\n%s", dp.logs())
+			return nil, fmt.Errorf("%w:\n%s", errExitedEarly, dp.logs())
 		case <-timeout:
-			t.Fatalf("the data plane did not listen on its three ports in time:\n%s", dp.logs())
+			return nil, fmt.Errorf("the data plane did not listen on its three ports in time:\n%s", dp.logs())
 		}
 	}
 	dp.client = client.New("http://" + dp.addr)
 	dp.internal = client.New("http://"+dp.internalAddr, client.Internal(testToken))
-	return dp
+	return dp, nil
 }
 
 // testToken is the internal port's token of every process these tests start.

@@ -2,6 +2,7 @@ package process
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -102,11 +104,12 @@ func startTestCluster(t *testing.T, n, antiEntropy int, tls *clusterTLS) *testCl
 	return c
 }
 
-// newReplica is a pod with its ports, data directory and, over TLS, certificate, not started.
+// newReplica is a pod with its data directory and, over TLS, certificate, not started. Its ports
+// are the kernel's choice at its first start, and the same at every restart.
 func (c *testCluster) newReplica(name string) *replica {
 	t := c.t
 	t.Helper()
-	p := &replica{name: name, port: freePort(t), internalPort: freePort(t), dir: t.TempDir(), scheme: "http"}
+	p := &replica{name: name, port: "0", internalPort: "0", dir: t.TempDir(), scheme: "http"}
 	if c.tls != nil {
 		p.scheme = "https"
 		files := c.tls.issueFiles(t, name)
@@ -116,15 +119,38 @@ func (c *testCluster) newReplica(name string) *replica {
 	return p
 }
 
-// launch starts the pod's process on its port and directory, without waiting for readiness.
+// launch starts the pod's process on its ports and directory, without waiting for readiness. A
+// restart takes the ports it had, which another process may have taken meanwhile for a moment:
+// it tries again then, as a pod's container would be restarted.
 func (c *testCluster) launch(p *replica) {
 	c.t.Helper()
 	args := append([]string{"-p", p.port, "--internal-port", p.internalPort, "-c", c.config}, p.tlsArgs...)
-	p.dp = launchDataPlane(c.t, p.dir, args...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		dp, err := tryLaunch(c.t, nil, p.dir, args...)
+		if err == nil {
+			p.dp = dp
+			break
+		}
+		if !errors.Is(err, errExitedEarly) || !strings.Contains(err.Error(), "address already in use") || time.Now().After(deadline) {
+			c.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	p.port, p.internalPort = portOf(c.t, p.dp.addr), portOf(c.t, p.dp.internalAddr)
 	if p.hc != nil {
 		p.dp.client = p.clientOf()
 		p.dp.internal = client.New(p.internalURL(), client.WithHTTPClient(p.hc), client.Internal(testToken))
 	}
+}
+
+func portOf(t *testing.T, addr string) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
 }
 
 // push tells every pod in to a new membership of exactly those pods, with the next epoch.
@@ -147,18 +173,6 @@ func (c *testCluster) tell(members []*replica, to ...*replica) {
 			c.t.Fatalf("membership of %s: %v", p.name, err)
 		}
 	}
-}
-
-// freePort finds a loopback port nothing listens on. The pod binds it moments later; a test
-// machine that hands it out meanwhile fails the start loudly rather than silently.
-func freePort(t *testing.T) string {
-	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = ln.Close() }()
-	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
 func (p *replica) client(level wire.Consistency) *client.Client {
