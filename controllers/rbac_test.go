@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"k8s.io/utils/ptr"
+
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -94,10 +96,15 @@ func TestOperatorRunsWithARoleInItsNamespaceAlone(t *testing.T) {
 	})
 
 	// Every child is made, and the status patch goes through: Degraded would name a refusal.
-	createBloomCluster(t, ns, "scoped", nil)
+	cluster := createBloomCluster(t, ns, "scoped", nil)
 	waitPolicy(t, ns, "scoped", defaultPolicySpec("scoped"))
 	waitFor(t, &appsv1.StatefulSet{}, ns, "scoped", exists)
 	waitFor(t, &policyv1.PodDisruptionBudget{}, ns, "scoped", exists)
+	// A change of the spec updates the children it reaches: the StatefulSet too.
+	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replicas = new(int32(2)) })
+	waitFor(t, &appsv1.StatefulSet{}, ns, "scoped", func(sts *appsv1.StatefulSet) (bool, string) {
+		return sts.Spec.Replicas != nil && *sts.Spec.Replicas == 2, fmt.Sprintf("replicas %d", ptr.Deref(sts.Spec.Replicas, 0))
+	})
 	waitClusterCondition(t, ns, "scoped", ConditionDegraded, "False/AsExpected", "")
 	// The BloomFilter's finalizer (an update) and status (a patch).
 	createBloomFilter(t, ns, "users", "scoped")
