@@ -147,7 +147,10 @@ func getWithin(t *testing.T, timeout time.Duration, url string) (int, error) {
 // pass it answers 503 code 7 with Retry-After, and is served once the bodies held are done.
 func TestRequestBodiesInFlightAreBounded(t *testing.T) {
 	const limit = 1 << 20
-	ts := runServer(t, func(c *config.Config) { c.MaxHTTPRequestLength, c.MaxRequestBytesInFlight = limit, limit })
+	ts := runServer(t, func(c *config.Config) {
+		c.MaxHTTPRequestLength, c.MaxRequestBytesInFlight = limit, limit
+		c.RequestTimeout = time.Minute // the slow body must stay held while the test looks, however busy the machine
+	})
 	create(t, ts, "f", client.CreateOptions{})
 
 	// A client that sends 900 KiB of a 1 MiB body and then waits: the server holds what it read.
@@ -164,7 +167,7 @@ func TestRequestBodiesInFlightAreBounded(t *testing.T) {
 
 	body := `{"values":["` + strings.Repeat("y", 200<<10) + `"]}`
 	var refused response
-	eventually(t, 10*time.Second, 10*time.Millisecond, "a request past the budget to be refused", func() bool {
+	eventually(t, 30*time.Second, 10*time.Millisecond, "a request past the budget to be refused", func() bool {
 		refused = ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiSet), body)
 		return refused.status == http.StatusServiceUnavailable
 	})
@@ -177,7 +180,7 @@ func TestRequestBodiesInFlightAreBounded(t *testing.T) {
 	}
 
 	_ = slow.Close() // the held body goes with its request
-	eventually(t, 10*time.Second, 10*time.Millisecond, "the budget to be given back", func() bool {
+	eventually(t, 30*time.Second, 10*time.Millisecond, "the budget to be given back", func() bool {
 		return ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiSet), body).status == http.StatusOK
 	})
 }
