@@ -107,6 +107,7 @@ func (s *Server) routes() {
 	}
 	if s.bodies.limit > 0 {
 		s.client.Use(s.limitBodies)
+		s.Metrics.HTTP.ObserveBodyBytes(s.bodies.used.Load)
 	}
 	s.client.GET(wire.PingPath, s.ping)
 	s.filterRoutes(s.client, func(path string) string { return path })

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,9 @@ type HTTP struct {
 	// bodiesRefused counts requests refused because the client port held maxRequestBytesInFlight
 	// of bodies already.
 	bodiesRefused prometheus.Counter
+	// bodyBytes reads the bytes of request bodies the client port holds, at scrape time.
+	bodyBytes     atomic.Pointer[func() int64]
+	bodyBytesDesc *prometheus.Desc
 
 	// series caches the children of the vectors by label values: a vector's lookup hashes the
 	// values and takes the vector's lock, on every request; a sync.Map read of a key that exists
@@ -70,6 +74,8 @@ func newHTTP() *HTTP {
 			Namespace: namespace, Subsystem: "http", Name: "unauthorized_requests_total",
 			Help: "Requests to the internal port refused for a missing or wrong bearer token.",
 		}),
+		bodyBytesDesc: prometheus.NewDesc(prometheus.BuildFQName(namespace, "http", "request_body_bytes"),
+			"Bytes of request bodies the client port holds now, against maxRequestBytesInFlight.", nil, nil),
 		bodiesRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "http", Name: "bodies_refused_total",
 			Help: "Requests answered 503 because the client port held maxRequestBytesInFlight of request bodies already.",
@@ -85,6 +91,7 @@ func (h *HTTP) Describe(ch chan<- *prometheus.Desc) {
 	h.open.Describe(ch)
 	h.unauthorized.Describe(ch)
 	h.bodiesRefused.Describe(ch)
+	ch <- h.bodyBytesDesc
 }
 
 // Collect implements prometheus.Collector.
@@ -95,7 +102,13 @@ func (h *HTTP) Collect(ch chan<- prometheus.Metric) {
 	h.open.Collect(ch)
 	h.unauthorized.Collect(ch)
 	h.bodiesRefused.Collect(ch)
+	if f := h.bodyBytes.Load(); f != nil {
+		ch <- prometheus.MustNewConstMetric(h.bodyBytesDesc, prometheus.GaugeValue, float64((*f)()))
+	}
 }
+
+// ObserveBodyBytes makes f the source of the request-body bytes held; the series appears then.
+func (h *HTTP) ObserveBodyBytes(f func() int64) { h.bodyBytes.Store(&f) }
 
 // BodyRefused counts a request refused for the bytes of bodies in flight.
 func (h *HTTP) BodyRefused() { h.bodiesRefused.Inc() }
