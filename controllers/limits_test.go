@@ -2,6 +2,8 @@ package controllers
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 )
@@ -239,5 +242,28 @@ func TestBloomClusterWithoutAMemoryLimitIsWarnedAbout(t *testing.T) {
 	sts := waitFor(t, &appsv1.StatefulSet{}, ns, "unbounded", exists)
 	if got := goMemLimitEnv(sts.Spec.Template.Spec.Containers[0]); got != "" {
 		t.Errorf("GOMEMLIMIT %q without a memory limit, want none", got)
+	}
+}
+
+// The chart's default BloomCluster is not refused: its limits fit its memory and its volume.
+func TestChartDefaultBloomClusterFits(t *testing.T) {
+	t.Parallel()
+	data, err := os.ReadFile(filepath.Join("..", "charts", "bloomery", "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values struct {
+		BloomCluster bloomeryv1alpha1.BloomClusterSpec `json:"bloomCluster"`
+	}
+	if err := yaml.Unmarshal(data, &values); err != nil {
+		t.Fatal(err)
+	}
+	c := &bloomeryv1alpha1.BloomCluster{Spec: values.BloomCluster}
+	l := limitsOf(c)
+	if l.memory == 0 || l.volume == 0 {
+		t.Fatalf("the chart's default BloomCluster has memory limit %d and volume %d, want both", l.memory, l.volume)
+	}
+	if misfits := l.misfits(); len(misfits) > 0 {
+		t.Errorf("the chart's default BloomCluster would be refused: %q", misfits)
 	}
 }
