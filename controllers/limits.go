@@ -57,8 +57,8 @@ func noMemoryLimitMessage(c *bloomeryv1alpha1.BloomCluster) string {
 // largest filter take no more than twice that share.
 const filtersAndCopyShare = 2 * config.MemoryShare
 
-// goMemLimitShare is GOMEMLIMIT's part of the memory the filters leave the Go runtime. The bit
-// arrays live outside the Go heap (dataplane/filter), where GOMEMLIMIT does not count them: a
+// goMemLimitShare is the part of the memory limit that GOMEMLIMIT starts from, before the
+// filters' maxTotalBytes is taken off it. The bit arrays live outside the Go heap (dataplane/filter), where GOMEMLIMIT does not count them: a
 // GOMEMLIMIT near the container's limit would let the heap grow into the filters' memory before
 // the collector hurried, and the kernel would kill the pod first. So the soft limit is 90% of the
 // memory limit minus maxTotalBytes, and the 10% left keeps the collector working before the hard
