@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -72,6 +73,12 @@ type clusterState struct {
 	// notApplied lists parts of the spec that could not be applied, without a failure: they make
 	// the cluster Degraded but do not stop the pass.
 	notApplied []degradation
+	// limitsRefused is true when the spec's limits cannot fit (checkLimits): the ConfigMap and the
+	// StatefulSet are left as they are.
+	limitsRefused bool
+	// warnings are risks of a spec that is applied as it is: the Degraded condition's message
+	// names them (its reason stays), and they do not make the cluster Degraded.
+	warnings []degradation
 }
 
 type degradation struct{ reason, message string }
@@ -132,6 +139,8 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 	}
 	st := &clusterState{cluster: cluster}
 	steps := []func(context.Context, *clusterState) (ctrl.Result, error){
+		// First, as it reads the spec alone and decides whether the pods get it.
+		r.checkLimits,
 		// The token and the TLS Secret come before anything that reaches the pods or runs them.
 		r.reconcileTokenSecret,
 		r.reconcileTLS,
@@ -253,15 +262,25 @@ func (r *BloomClusterReconciler) setStatus(st *clusterState, failure error) {
 	case failure != nil:
 		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonChildObjectFailure, failure.Error())
 	case len(st.notApplied) > 0:
-		msgs := make([]string, len(st.notApplied))
-		for i, d := range st.notApplied {
-			msgs[i] = d.message
-		}
-		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, st.notApplied[0].reason, strings.Join(msgs, "; "))
+		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, st.notApplied[0].reason,
+			messages(slices.Concat(st.notApplied, st.warnings)))
 	default:
-		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected,
-			"Every child object matches the spec")
+		// Warnings leave the reason as it is: the cluster runs as its spec asks.
+		msg := "Every child object matches the spec"
+		if len(st.warnings) > 0 {
+			msg += ". " + messages(st.warnings)
+		}
+		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, msg)
 	}
+}
+
+// messages joins the degradations' messages.
+func messages(ds []degradation) string {
+	msgs := make([]string, len(ds))
+	for i, d := range ds {
+		msgs[i] = d.message
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // rollout describes the StatefulSet's rollout in progress, or returns "" when it is complete

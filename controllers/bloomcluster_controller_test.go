@@ -163,6 +163,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 		c.Spec.Storage.WhenDeleted = bloomeryv1alpha1.Delete
 		c.Spec.Persistence.LogSync = bloomeryv1alpha1.LogSyncAlways
 		c.Spec.Limits.MaxTotalBytes = new(resource.MustParse("512Mi"))
+		c.Spec.Limits.MaxFilterBytes = new(resource.MustParse("128Mi")) // a copy of one fits beside the 512Mi
 		c.Spec.NodeSelector = map[string]string{"disk": "ssd"}
 		c.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "bloom", Effect: corev1.TaintEffectNoSchedule}}
 		c.Spec.PriorityClassName = "high"
@@ -568,6 +569,7 @@ func TestBloomClusterSteadyStateSendsNoWrites(t *testing.T) {
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("0.5"), corev1.ResourceMemory: resource.MustParse("1.5Gi")},
 			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2048Mi")},
 		}
+		c.Spec.Storage.Size = new(resource.MustParse("2Gi")) // two snapshots of 40% of 2Gi and the log
 		c.Spec.Storage.StorageClassName = new("standard")
 		c.Spec.Limits.MaxFilterBytes = new(resource.MustParse("100M"))
 		c.Spec.NodeSelector = map[string]string{"disk": "ssd"}

@@ -19,6 +19,9 @@ const (
 func configMapName(cluster string) string { return cluster + "-config" }
 
 func (r *BloomClusterReconciler) reconcileConfigMap(ctx context.Context, st *clusterState) (ctrl.Result, error) {
+	if st.limitsRefused { // a pod that restarts must not read a configuration that cannot fit
+		return ctrl.Result{}, nil
+	}
 	configYAML, err := dataPlaneConfig(st.cluster)
 	if err != nil {
 		return ctrl.Result{}, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -50,6 +51,9 @@ const (
 func statefulSetName(cluster string) string { return cluster }
 
 func (r *BloomClusterReconciler) reconcileStatefulSet(ctx context.Context, st *clusterState) (ctrl.Result, error) {
+	if st.limitsRefused { // observe reads the StatefulSet that exists for the status
+		return ctrl.Result{}, nil
+	}
 	image, err := r.image(st.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -155,6 +159,11 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 		container.Args = append(container.Args, tlsArgs()...)
 		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsMountPath, ReadOnly: true})
 		volumes = append(volumes, buildTLSVolume(spec.TLS))
+	}
+	if limit, ok := limitsOf(c).goMemLimit(); ok {
+		// A literal rather than the downward API's resourceFieldRef: that can only divide the
+		// limit, and GOMEMLIMIT must leave out the filters' memory (goMemLimitShare).
+		container.Env = append(container.Env, corev1.EnvVar{Name: "GOMEMLIMIT", Value: strconv.FormatInt(limit, 10)})
 	}
 	for _, l := range []corev1.ResourceList{container.Resources.Limits, container.Resources.Requests} {
 		for name, q := range l {

@@ -26,6 +26,14 @@ const (
 	ReasonStorageChangeNotApplied = "StorageChangeNotApplied"
 	// The spec asks for a ServiceMonitor, and the cluster has no ServiceMonitor kind.
 	ReasonServiceMonitorUnavailable = "ServiceMonitorUnavailable"
+	// The limits cannot fit the memory limit or the volume (maxTotalBytes, given or derived, with
+	// a copy of a filter beyond the memory's headroom; maxFilterBytes above maxTotalBytes; a volume
+	// smaller than two snapshots and the log): the ConfigMap and the StatefulSet are not changed.
+	ReasonLimitsDoNotFit = "LimitsDoNotFit"
+	// The reason of the Warning event about a data-plane container without a memory limit. The
+	// cluster is not Degraded for it: the Degraded condition keeps its reason and says it in its
+	// message, as the node's memory is then all that bounds the filters.
+	ReasonNoMemoryLimit = "NoMemoryLimit"
 	// Pods whose API listens did not answer the operator's membership push: they cannot turn
 	// ready, and their peers do not know them (a NetworkPolicy, or a broken pod).
 	ReasonMembershipNotDelivered = "MembershipNotDelivered"

@@ -172,6 +172,9 @@ func TestBloomClusterSchemaRejectsInvalidManifests(t *testing.T) {
 			"maxTotalBytes must not be negative"},
 		{"negative maxFilterBytes", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Limits.MaxFilterBytes = new(resource.MustParse("-1")) },
 			"maxFilterBytes must not be negative"},
+		{"maxFilterBytes above maxTotalBytes", func(c *bloomeryv1alpha1.BloomCluster) {
+			c.Spec.Limits.MaxTotalBytes, c.Spec.Limits.MaxFilterBytes = new(resource.MustParse("1Gi")), new(resource.MustParse("1025Mi"))
+		}, "maxFilterBytes must not be more than maxTotalBytes"},
 		{"storage size 0", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Storage.Size = new(resource.MustParse("0")) }, "size must be greater than 0"},
 		{"a client peer that selects nothing", func(c *bloomeryv1alpha1.BloomCluster) {
 			c.Spec.NetworkPolicy.ClientsFrom = []networkingv1.NetworkPolicyPeer{{}}
@@ -194,9 +197,15 @@ func TestBloomClusterSchemaRejectsInvalidManifests(t *testing.T) {
 	edge := validCluster(ns, "c"+strings.Repeat("x", 51))
 	edge.Spec.Replicas = new(int32(64))
 	edge.Spec.Limits.MaxTotalBytes = new(resource.MustParse("0"))
+	edge.Spec.Limits.MaxFilterBytes = new(resource.MustParse("1Ti")) // maxTotalBytes 0 is no limit
 	edge.Spec.Monitoring.ServiceMonitor.Interval = "1m30s"
 	if err := k8s.Create(t.Context(), edge); err != nil {
-		t.Errorf("a 52-character name, 64 replicas, maxTotalBytes 0 and interval 1m30s must be valid: %v", err)
+		t.Errorf("a 52-character name, 64 replicas, maxTotalBytes 0 with any maxFilterBytes and interval 1m30s must be valid: %v", err)
+	}
+	equal := validCluster(ns, "equal-limits")
+	equal.Spec.Limits.MaxTotalBytes, equal.Spec.Limits.MaxFilterBytes = new(resource.MustParse("1Gi")), new(resource.MustParse("1024Mi"))
+	if err := k8s.Create(t.Context(), equal); err != nil {
+		t.Errorf("maxFilterBytes equal to maxTotalBytes must be valid: %v", err)
 	}
 }
 

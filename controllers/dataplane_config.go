@@ -34,11 +34,14 @@ func dataPlaneConfig(c *bloomeryv1alpha1.BloomCluster) (string, error) {
 		// up from them: before that it could answer false for a value another pod acknowledged.
 		AwaitMembership: new(true),
 	}
-	if q := c.Spec.Limits.MaxFilterBytes; q != nil {
-		f.MaxFilterBytes = new(config.ByteSize(max(q.Value(), 0)))
+	limits := limitsOf(c)
+	if c.Spec.Limits.MaxFilterBytes != nil {
+		f.MaxFilterBytes = new(config.ByteSize(limits.filter))
 	}
-	if q := c.Spec.Limits.MaxTotalBytes; q != nil {
-		f.MaxTotalBytes = new(config.ByteSize(max(q.Value(), 0)))
+	// A derived maxTotalBytes is written too: the pod would derive its own from GOMEMLIMIT,
+	// which the operator sets below the container's limit, and give the filters less.
+	if c.Spec.Limits.MaxTotalBytes != nil || limits.derived {
+		f.MaxTotalBytes = new(config.ByteSize(limits.total))
 	}
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, "# Written by the bloomery operator from BloomCluster %s/%s; edits are overwritten.\n", c.Namespace, c.Name)

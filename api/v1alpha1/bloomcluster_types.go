@@ -45,8 +45,10 @@ type BloomClusterSpec struct {
 	// +optional
 	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
 
-	// resources of the data-plane container. Filters live in memory: size the memory limit above
-	// maxTotalBytes.
+	// resources of the data-plane container. Filters live in memory: with a memory limit the
+	// operator sets GOMEMLIMIT below it and, unless limits.maxTotalBytes is set, gives the filters
+	// 40% of it; without one the filters get 40% of the node's memory, and the cluster is warned
+	// about.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
@@ -60,7 +62,9 @@ type BloomClusterSpec struct {
 	// +optional
 	Persistence PersistenceSpec `json:"persistence,omitempty"`
 
-	// limits bound the memory of the filters on each pod.
+	// limits bound the memory of the filters on each pod. Limits that cannot fit the memory limit
+	// or the volume are refused: the cluster is Degraded (LimitsDoNotFit), and its ConfigMap and
+	// StatefulSet are left as they are until they fit.
 	// +optional
 	Limits LimitsSpec `json:"limits,omitempty"`
 
@@ -270,17 +274,22 @@ type SnapshotTrigger struct {
 	UpdatesMoreThan int64 `json:"updatesMoreThan"`
 }
 
-// LimitsSpec bounds the memory of bit arrays on each pod.
+// LimitsSpec bounds the memory of bit arrays on each pod. A create or a growth beyond them answers
+// 507 with code 4.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxFilterBytes) || !has(self.maxTotalBytes) || !quantity(string(self.maxTotalBytes)).isGreaterThan(quantity('0')) || !quantity(string(self.maxFilterBytes)).isGreaterThan(quantity(string(self.maxTotalBytes)))",message="maxFilterBytes must not be more than maxTotalBytes"
 type LimitsSpec struct {
 	// maxFilterBytes is the most one filter may hold, all its layers together. Absent means no
-	// limit.
+	// limit but maxTotalBytes.
 	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="maxFilterBytes must not be negative"
 	// +optional
 	MaxFilterBytes *resource.Quantity `json:"maxFilterBytes,omitempty"`
 
-	// maxTotalBytes is the most all filters together may hold on one pod. Absent means no limit;
-	// the pods' termination grace period grows with it (and with the memory limit), to leave
-	// time for the final snapshot.
+	// maxTotalBytes is the most all filters together may hold on one pod. Absent means 40% of the
+	// container's memory limit (of the node's memory without one); 0 means no limit. With a memory
+	// limit, maxTotalBytes plus one copy of a filter (maxFilterBytes, or else maxTotalBytes) must
+	// fit in 80% of it, and the volume must hold two snapshots of maxTotalBytes and 128Mi of log.
+	// The pods' termination grace period grows with it (and with the memory limit), to leave time
+	// for the final snapshot.
 	// +kubebuilder:validation:XValidation:rule="!quantity(string(self)).isLessThan(quantity('0'))",message="maxTotalBytes must not be negative"
 	// +optional
 	MaxTotalBytes *resource.Quantity `json:"maxTotalBytes,omitempty"`
