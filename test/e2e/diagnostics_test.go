@@ -60,8 +60,9 @@ func (n namespace) dumpDiagnostics() {
 	}
 	// The operator serves every test: its lines about this namespace, then its last lines whatever
 	// they are about (a crash, a lost connection).
-	t.Logf("---- operator log %s, lines of this namespace (last %d):\n%s", h.operator.logPath, logTailLines, grepTail(h.operator.logPath, n.name, logTailLines))
-	t.Logf("---- operator log, last %d lines:\n%s", logTailLines/3, tail(h.operator.logPath, logTailLines/3))
+	operatorLog := filepath.Join(h.workDir, h.operatorRun.name+".log")
+	t.Logf("---- operator log %s, lines of this namespace (last %d):\n%s", operatorLog, logTailLines, grepTail(operatorLog, n.name, logTailLines))
+	t.Logf("---- operator log, last %d lines:\n%s", logTailLines/3, tail(operatorLog, logTailLines/3))
 	t.Logf("---- node agent log, lines of this namespace (last %d):\n%s", logTailLines, grepTail(filepath.Join(h.workDir, "node-agent.log"), n.name, logTailLines))
 }
 
