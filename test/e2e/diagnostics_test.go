@@ -22,6 +22,9 @@ const logTailLines = 60
 // waiting, which stops the test's pods.
 func newNamespace(t *testing.T) namespace {
 	t.Helper()
+	if h.clusterWideOperator() == nil {
+		t.Fatal("the cluster-wide operator is not running: TestNamespacedOperator could not start it again")
+	}
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	name = fmt.Sprintf("%.40s-%s", name, strings.ToLower(rand.Text()[:5]))
 	n := namespace{t: t, name: name}

@@ -26,7 +26,7 @@ type harness struct {
 	stopErr  error
 
 	operatorMu  sync.Mutex
-	operator    *runningOperator // the cluster-wide operator; nil once stopped
+	operator    *runningOperator // the cluster-wide operator; nil while TestNamespacedOperator runs
 	operatorRun operatorRun      // how it runs
 
 	hooksMu sync.Mutex
@@ -108,6 +108,30 @@ func (hs *harness) clusterWideOperator() *runningOperator {
 	hs.operatorMu.Lock()
 	defer hs.operatorMu.Unlock()
 	return hs.operator
+}
+
+// stopClusterWideOperator stops the cluster-wide operator (it gives up its lease as it stops), and
+// returns a function that starts it again.
+func (hs *harness) stopClusterWideOperator() (restart func() error, err error) {
+	hs.operatorMu.Lock()
+	defer hs.operatorMu.Unlock()
+	if hs.operator == nil {
+		return nil, errors.New("the cluster-wide operator is not running")
+	}
+	if err := hs.operator.stop(15 * time.Second); err != nil {
+		return nil, err
+	}
+	hs.operator = nil
+	return func() error {
+		o, err := hs.startOperator(hs.operatorRun)
+		if err != nil {
+			return err
+		}
+		hs.operatorMu.Lock()
+		defer hs.operatorMu.Unlock()
+		hs.operator = o
+		return nil
+	}, nil
 }
 
 // waitNodeReady waits until the agent's node is registered and Ready.

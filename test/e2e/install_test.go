@@ -13,8 +13,11 @@ import (
 	"strings"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"sigs.k8s.io/yaml"
 )
 
 // The operator runs as installed: as a ServiceAccount with the RBAC of config/rbac, applied with
@@ -110,6 +113,47 @@ func (hs *harness) accountKubeconfig(namespace, account string, lifetime time.Du
 		return "", fmt.Errorf("writing the kubeconfig of %s/%s: %w", namespace, account, err)
 	}
 	return path, nil
+}
+
+// readRules reads the rules of a Role or ClusterRole of config/rbac.
+func readRules(root, file string) ([]rbacv1.PolicyRule, error) {
+	data, err := os.ReadFile(filepath.Join(root, "config", "rbac", file))
+	if err != nil {
+		return nil, err
+	}
+	var role rbacv1.ClusterRole // a Role's fields are the same
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		return nil, fmt.Errorf("config/rbac/%s: %w", file, err)
+	}
+	if len(role.Rules) == 0 {
+		return nil, fmt.Errorf("config/rbac/%s has no rules", file)
+	}
+	return role.Rules, nil
+}
+
+// roleManifest is a Role of rules in namespace and its binding to a ServiceAccount, as YAML.
+func roleManifest(name, namespace string, rules []rbacv1.PolicyRule, account rbacv1.Subject) (string, error) {
+	meta := metav1.ObjectMeta{Name: name, Namespace: namespace}
+	role := rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "Role"},
+		ObjectMeta: meta,
+		Rules:      rules,
+	}
+	binding := rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: rbacv1.SchemeGroupVersion.String(), Kind: "RoleBinding"},
+		ObjectMeta: meta,
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{account},
+	}
+	var docs []string
+	for _, o := range []any{role, binding} {
+		data, err := yaml.Marshal(o)
+		if err != nil {
+			return "", err
+		}
+		docs = append(docs, string(data))
+	}
+	return strings.Join(docs, "---\n"), nil
 }
 
 // rbacDenial is how the API server refuses a request that RBAC does not allow, as client-go and

@@ -6,7 +6,8 @@
 // (./agent) that runs each data-plane pod as a local `bloomery dataplane` process on its own
 // loopback address. The operator runs as installed: as a ServiceAccount with the RBAC of
 // config/rbac, leader election on, its metrics over HTTPS for authorized callers only. Every test
-// has a namespace of its own and runs in parallel with the others.
+// has a namespace of its own and runs in parallel with the others, but TestNamespacedOperator,
+// which runs first and alone.
 //
 //	make test-e2e
 //

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
 )
 
@@ -159,4 +161,82 @@ func scrape(t *testing.T, url, token string) (status int, body []byte, contentTy
 		t.Fatalf("GET %s: reading the body: %v", url, err)
 	}
 	return resp.StatusCode, body, resp.Header.Get("Content-Type")
+}
+
+// TestNamespacedOperator installs the operator as the chart does with watchNamespaces: the rules
+// of config/rbac/role.yaml as a Role in the watched namespace alone, the leader election Role in a
+// namespace of the operator's own, where its lease is. Run with --watch-namespace, it makes the
+// BloomCluster of its namespace Ready and does not touch one in another namespace.
+//
+// Not parallel: Go runs it before every parallel test, and alone. The cluster-wide operator, which
+// would reconcile both clusters, is stopped while it runs, and started again when it ends.
+func TestNamespacedOperator(t *testing.T) {
+	own, watched, other := newNamespace(t), newNamespace(t), newNamespace(t)
+	const account = installPrefix + "operator"
+	own.run("create", "serviceaccount", account)
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: account, Namespace: own.name}
+	for _, grant := range []struct {
+		n          namespace
+		name, file string
+	}{
+		{own, installPrefix + "leader-election", "leader_election_role.yaml"},
+		{watched, installPrefix + "operator", "role.yaml"},
+	} {
+		rules, err := readRules(h.root, grant.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		manifest, err := roleManifest(grant.name, grant.n.name, rules, subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant.n.apply(manifest)
+	}
+	kubeconfig, err := h.accountKubeconfig(own.name, account, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	restart, err := h.stopClusterWideOperator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restart(); err != nil {
+			t.Errorf("starting the cluster-wide operator again: %v", err)
+		}
+	})
+	// Made before the operator starts: had it watched the namespace, its first pass would have
+	// found the cluster.
+	other.run("apply", "-k", other.samplesOverlay(onePodPatch))
+	op, err := h.startOperator(operatorRun{name: "operator-namespaced", kubeconfig: kubeconfig, namespace: own.name, watchNamespace: watched.name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := op.stop(15 * time.Second); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			t.Logf("---- namespaced operator log %s, last %d lines:\n%s", op.logPath, logTailLines, tail(op.logPath, logTailLines))
+		}
+	})
+
+	watched.applyOnePodSamples()
+	watched.waitMembership(podNames(1))
+
+	for _, object := range []string{"bloomcluster/example", "bloomfilter/users"} {
+		if got := other.jsonpath(object, "{.metadata.finalizers}{.status}"); got != "" {
+			t.Errorf("%s of namespace %s, which the operator does not watch, was given %q", object, other.name, got)
+		}
+	}
+	kinds := "statefulsets,services,configmaps,secrets,poddisruptionbudgets,networkpolicies,events"
+	if got := strings.Fields(other.run("get", kinds, "-o", "name")); len(got) > 0 {
+		t.Errorf("objects in namespace %s, which the operator does not watch: %v", other.name, got)
+	}
+	if lines := grepTail(op.logPath, other.name, 5); lines != "" {
+		t.Errorf("the namespaced operator's log names namespace %s, which it does not watch:\n%s", other.name, lines)
+	}
+	// Gone before the cluster-wide operator starts again, which would start its pod.
+	other.run("delete", "bloomcluster", "example", "--wait=false")
 }
