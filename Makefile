@@ -70,6 +70,12 @@ test-e2e: ## Run the end-to-end tests on a real control plane without Docker (te
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
 
+# The Prometheus Operator's ServiceMonitor CRD that the end-to-end suite installs (test/crds),
+# generated from its API module at the version the script pins; needs the Go module proxy.
+.PHONY: servicemonitor-crd
+servicemonitor-crd: controller-gen ## Regenerate test/crds/monitoring.coreos.com_servicemonitors.yaml.
+	CONTROLLER_GEN="$(CONTROLLER_GEN)" hack/servicemonitor-crd.sh
+
 .PHONY: helm-lint
 helm-lint: helm ## Lint the Helm chart (strict: warnings fail).
 	"$(HELM)" lint --strict $(CHART_DIR)

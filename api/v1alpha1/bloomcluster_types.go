@@ -323,8 +323,10 @@ type ServiceMonitorSpec struct {
 	// +optional
 	Enabled bool `json:"enabled,omitempty"`
 
-	// interval between scrapes, as Prometheus writes durations (30s, 1m).
-	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	// interval between scrapes, as Prometheus writes durations (30s, 1m30s): hours, minutes,
+	// seconds and milliseconds, each at most once and in that order, as the ServiceMonitor takes it.
+	// +kubebuilder:validation:MinLength=2
+	// +kubebuilder:validation:Pattern=`^([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?$`
 	// +kubebuilder:default="30s"
 	// +optional
 	Interval string `json:"interval,omitempty"`

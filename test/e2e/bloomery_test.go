@@ -43,30 +43,68 @@ func buildBloomery(root, dir string) (string, error) {
 	return out, nil
 }
 
-// startOperator runs `bloomery operator` as a process against the control plane, as a cluster's
-// admin would run it out of the cluster, and waits until it reports ready.
-func startOperator(binary, kubeconfig, workDir string) (*process, error) {
+// operatorRun is how one `bloomery operator` process runs, as installed: as a ServiceAccount (the
+// kubeconfig holds its token), with leader election in its own namespace, its metrics over HTTPS.
+type operatorRun struct {
+	name           string // of its process, and of its log: <name>.log
+	kubeconfig     string
+	namespace      string // its own: the lease's, and --operator-namespace
+	watchNamespace string // --watch-namespace; empty: every namespace
+	metrics        bool   // serve metrics over HTTPS on a free port; off: --metrics-bind-address 0
+}
+
+// runningOperator is an operator's process and where its metrics are.
+type runningOperator struct {
+	*process
+	metricsURL string // https://127.0.0.1:port/metrics; empty with metrics off
+}
+
+// startOperator runs `bloomery operator` as a process against the control plane, and waits until
+// it reports ready and holds its lease: only the leader reconciles.
+func (hs *harness) startOperator(run operatorRun) (*runningOperator, error) {
 	probe, err := freeLocalAddress()
 	if err != nil {
 		return nil, err
 	}
-	p, err := startProcess("operator", filepath.Join(workDir, "operator.log"), []string{"KUBECONFIG=" + kubeconfig},
-		binary, "operator",
+	metricsAddr := "0"
+	if run.metrics {
+		if metricsAddr, err = freeLocalAddress(); err != nil {
+			return nil, err
+		}
+	}
+	args := []string{"operator",
 		"--health-probe-bind-address", probe,
-		"--metrics-bind-address", "0",
-		"--leader-elect=false",
+		// Over HTTPS (--metrics-secure, the default) with a self-signed certificate made at start,
+		// for callers the API server authenticates and authorizes.
+		"--metrics-bind-address", metricsAddr,
+		"--leader-elect",
+		// In a cluster the operator's namespace is its pod's; out of one it must be named.
+		"--leader-election-namespace", run.namespace,
+		"--operator-namespace", run.namespace,
 		"--resync", operatorResync,
 		"--zap-devel=false",
-	)
+	}
+	if run.watchNamespace != "" {
+		args = append(args, "--watch-namespace", run.watchNamespace)
+	}
+	started := time.Now()
+	p, err := startProcess(run.name, filepath.Join(hs.workDir, run.name+".log"), []string{"KUBECONFIG=" + run.kubeconfig}, hs.binary, args...)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := waitHTTPOK(ctx, "http://"+probe+"/readyz", p); err != nil {
-		return nil, errors.Join(fmt.Errorf("operator not ready: %w", err), p.stop(10*time.Second))
+		return nil, errors.Join(fmt.Errorf("%s not ready: %w", run.name, err), p.stop(10*time.Second))
 	}
-	return p, nil
+	if err := hs.waitLease(p, run.namespace, leaseID, started); err != nil {
+		return nil, errors.Join(err, p.stop(10*time.Second))
+	}
+	o := &runningOperator{process: p}
+	if run.metrics {
+		o.metricsURL = "https://" + metricsAddr + "/metrics"
+	}
+	return o, nil
 }
 
 // freeLocalAddress returns a 127.0.0.1 address with a port free right now.

@@ -37,10 +37,11 @@ type controlPlane struct {
 	controllers    *process
 }
 
-// startControlPlane starts the control plane from the binaries in assets, logging into workDir.
-func startControlPlane(assets, crdDir, workDir string) (*controlPlane, error) {
+// startControlPlane starts the control plane from the binaries in assets, with the CRDs of crdDirs,
+// logging into workDir.
+func startControlPlane(assets string, crdDirs []string, workDir string) (*controlPlane, error) {
 	cp := &controlPlane{env: &envtest.Environment{
-		CRDDirectoryPaths:     []string{crdDir},
+		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}}

@@ -22,6 +22,9 @@ const logTailLines = 60
 // waiting, which stops the test's pods.
 func newNamespace(t *testing.T) namespace {
 	t.Helper()
+	if h.clusterWideOperator() == nil {
+		t.Fatal("the cluster-wide operator is not running: TestNamespacedOperator could not start it again")
+	}
 	name := strings.Trim(regexp.MustCompile(`[^a-z0-9]+`).ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	name = fmt.Sprintf("%.40s-%s", name, strings.ToLower(rand.Text()[:5]))
 	n := namespace{t: t, name: name}
@@ -60,8 +63,9 @@ func (n namespace) dumpDiagnostics() {
 	}
 	// The operator serves every test: its lines about this namespace, then its last lines whatever
 	// they are about (a crash, a lost connection).
-	t.Logf("---- operator log %s, lines of this namespace (last %d):\n%s", h.operator.logPath, logTailLines, grepTail(h.operator.logPath, n.name, logTailLines))
-	t.Logf("---- operator log, last %d lines:\n%s", logTailLines/3, tail(h.operator.logPath, logTailLines/3))
+	operatorLog := filepath.Join(h.workDir, h.operatorRun.name+".log")
+	t.Logf("---- operator log %s, lines of this namespace (last %d):\n%s", operatorLog, logTailLines, grepTail(operatorLog, n.name, logTailLines))
+	t.Logf("---- operator log, last %d lines:\n%s", logTailLines/3, tail(operatorLog, logTailLines/3))
 	t.Logf("---- node agent log, lines of this namespace (last %d):\n%s", logTailLines, grepTail(filepath.Join(h.workDir, "node-agent.log"), n.name, logTailLines))
 }
 

@@ -18,12 +18,16 @@ var h *harness
 type harness struct {
 	root     string // the repository
 	workDir  string // this run's files: binaries, kubeconfig, logs, pod directories
+	binary   string // bloomery, which the operator and every pod run
 	kubectl  kubectl
 	cp       *controlPlane
 	agent    *runningAgent
-	operator *process
 	stopOnce sync.Once
 	stopErr  error
+
+	operatorMu  sync.Mutex
+	operator    *runningOperator // the cluster-wide operator; nil while TestNamespacedOperator runs
+	operatorRun operatorRun      // how it runs
 
 	hooksMu sync.Mutex
 	hooks   []func() // run first by stop: the tests' background commands
@@ -69,11 +73,17 @@ func startHarness() (*harness, error) {
 		path, err := buildBloomery(root, workDir)
 		buildDone <- built{path, err}
 	}()
-	hs.cp, err = startControlPlane(assets, filepath.Join(root, "config", "crd", "bases"), workDir)
+	hs.cp, err = startControlPlane(assets, []string{
+		filepath.Join(root, "config", "crd", "bases"),
+		// The Prometheus Operator's ServiceMonitor CRD (hack/servicemonitor-crd.sh), so that the
+		// ServiceMonitors the operator makes meet the real schema.
+		filepath.Join(root, "test", "crds"),
+	}, workDir)
 	b := <-buildDone
 	if err = errors.Join(err, b.err); err != nil {
 		return hs, errors.Join(err, hs.stop())
 	}
+	hs.binary = b.path
 	hs.kubectl = kubectl{path: filepath.Join(assets, "kubectl"), kubeconfig: hs.cp.kubeconfigPath, cacheDir: filepath.Join(workDir, "kubectl-cache")}
 
 	if hs.agent, err = startAgent(hs.cp.config, b.path, workDir); err != nil {
@@ -82,10 +92,46 @@ func startHarness() (*harness, error) {
 	if err := hs.waitNodeReady(); err != nil {
 		return hs, errors.Join(err, hs.stop())
 	}
-	if hs.operator, err = startOperator(b.path, hs.cp.kubeconfigPath, workDir); err != nil {
+	kubeconfig, err := hs.installOperatorRBAC()
+	if err != nil {
+		return hs, errors.Join(err, hs.stop())
+	}
+	hs.operatorRun = operatorRun{name: "operator", kubeconfig: kubeconfig, namespace: operatorNamespace, metrics: true}
+	if hs.operator, err = hs.startOperator(hs.operatorRun); err != nil {
 		return hs, errors.Join(err, hs.stop())
 	}
 	return hs, nil
+}
+
+// clusterWideOperator is the operator every test but TestNamespacedOperator runs under.
+func (hs *harness) clusterWideOperator() *runningOperator {
+	hs.operatorMu.Lock()
+	defer hs.operatorMu.Unlock()
+	return hs.operator
+}
+
+// stopClusterWideOperator stops the cluster-wide operator (it gives up its lease as it stops), and
+// returns a function that starts it again.
+func (hs *harness) stopClusterWideOperator() (restart func() error, err error) {
+	hs.operatorMu.Lock()
+	defer hs.operatorMu.Unlock()
+	if hs.operator == nil {
+		return nil, errors.New("the cluster-wide operator is not running")
+	}
+	if err := hs.operator.stop(15 * time.Second); err != nil {
+		return nil, err
+	}
+	hs.operator = nil
+	return func() error {
+		o, err := hs.startOperator(hs.operatorRun)
+		if err != nil {
+			return err
+		}
+		hs.operatorMu.Lock()
+		defer hs.operatorMu.Unlock()
+		hs.operator = o
+		return nil
+	}, nil
 }
 
 // waitNodeReady waits until the agent's node is registered and Ready.
@@ -110,7 +156,7 @@ func (hs *harness) waitNodeReady() error {
 	}
 }
 
-// stop stops the tests' background commands, the operator, then the node agent (which kills every
+// stop stops the tests' background commands, the cluster-wide operator, then the node agent (which kills every
 // pod's process), then the control plane. It runs once; later calls return the first result.
 func (hs *harness) stop() error {
 	hs.stopOnce.Do(func() {
@@ -120,8 +166,8 @@ func (hs *harness) stop() error {
 		}
 		hs.hooksMu.Unlock()
 		var errs []error
-		if hs.operator != nil {
-			errs = append(errs, hs.operator.stop(15*time.Second))
+		if o := hs.clusterWideOperator(); o != nil {
+			errs = append(errs, o.stop(15*time.Second))
 		}
 		if hs.agent != nil {
 			errs = append(errs, hs.agent.stop())

@@ -4,7 +4,10 @@
 // without Docker (docs/architecture.md, "Tests"): etcd, kube-apiserver and kube-controller-manager from the cached
 // binaries of hack/envtest-assets.sh, `bloomery operator` as a process, and a node agent
 // (./agent) that runs each data-plane pod as a local `bloomery dataplane` process on its own
-// loopback address. Every test has a namespace of its own and runs in parallel with the others.
+// loopback address. The operator runs as installed: as a ServiceAccount with the RBAC of
+// config/rbac, leader election on, its metrics over HTTPS for authorized callers only. Every test
+// has a namespace of its own and runs in parallel with the others, but TestNamespacedOperator,
+// which runs first and alone.
 //
 //	make test-e2e
 //
@@ -53,6 +56,15 @@ func runSuite(m *testing.M) int {
 		code = 1
 	} else if len(races) > 0 {
 		fmt.Fprintf(os.Stderr, "e2e: %d processes reported data races:\n%s\n", len(races), strings.Join(races, "\n\n"))
+		code = 1
+	}
+	// The operators run with the RBAC they are installed with: a request it refused fails the run,
+	// whichever test it served.
+	if denials, err := rbacDenials(h.workDir); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: reading the operators' logs for refused requests:", err)
+		code = 1
+	} else if len(denials) > 0 {
+		fmt.Fprintf(os.Stderr, "e2e: %d operators were refused a request by RBAC:\n%s\n", len(denials), strings.Join(denials, "\n\n"))
 		code = 1
 	}
 	if code == 0 && os.Getenv("E2E_KEEP") == "" {

@@ -21,11 +21,13 @@ type process struct {
 	err     error
 }
 
-// startProcess starts path with args and env added to the test's environment, output to logPath.
+// startProcess starts path with args and env added to the test's environment, output appended to
+// logPath.
 // The process gets a process group of its own, so the terminal's Ctrl-C reaches only the test,
 // which stops it; and it is SIGKILLed if the test binary dies without stopping it.
 func startProcess(name, logPath string, env []string, path string, args ...string) (*process, error) {
-	logFile, err := os.Create(logPath)
+	// Appended to: a process started again (the cluster-wide operator) keeps one log.
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("%s: creating its log: %w", name, err)
 	}

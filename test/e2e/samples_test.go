@@ -18,6 +18,11 @@ const (
 	samplePod = "example-0"
 )
 
+// onePodPatch makes the samples' BloomCluster a cluster of one pod.
+const onePodPatch = `- op: replace
+  path: /spec/replicas
+  value: 1`
+
 // applySamples applies config/samples, a BloomCluster "example" and a BloomFilter "users", as the
 // README says, and waits until both are Ready.
 func (n namespace) applySamples() {
@@ -32,9 +37,7 @@ func (n namespace) applySamples() {
 // others, and such a test would show nothing.
 func (n namespace) applyOnePodSamples() {
 	n.t.Helper()
-	n.applySamplesPatched(`- op: replace
-  path: /spec/replicas
-  value: 1`)
+	n.applySamplesPatched(onePodPatch)
 	if got := n.jsonpath("statefulset/example", "{.spec.replicas}"); got != "1" {
 		n.t.Fatalf("the one-pod overlay of the samples made a StatefulSet of %s replicas", got)
 	}
@@ -43,6 +46,14 @@ func (n namespace) applyOnePodSamples() {
 // applySamplesPatched applies config/samples with a JSON patch of the BloomCluster, through a
 // kustomize overlay as a user would adapt the samples, and waits until both are Ready.
 func (n namespace) applySamplesPatched(patch string) {
+	n.t.Helper()
+	n.run("apply", "-k", n.samplesOverlay(patch))
+	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
+}
+
+// samplesOverlay writes a kustomize overlay of config/samples that applies a JSON patch to the
+// BloomCluster, and returns its directory.
+func (n namespace) samplesOverlay(patch string) string {
 	n.t.Helper()
 	overlay := n.t.TempDir()
 	// kustomize takes a base by a relative path only.
@@ -64,8 +75,7 @@ patches:
 	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o600); err != nil {
 		n.t.Fatal(err)
 	}
-	n.run("apply", "-k", overlay)
-	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
+	return overlay
 }
 
 // indent puts prefix before every line of s.

@@ -56,6 +56,13 @@ func TestInvalidManifestsAreRefused(t *testing.T) {
 		manifest: "apiVersion: bloomery.io/v1alpha1\nkind: BloomCluster\nmetadata:\n  name: 9lives\nspec: {}\n",
 		object:   "bloomcluster/9lives",
 		message:  "name must start with a lowercase letter and contain only lowercase letters, digits and '-'",
+	}, {
+		// The Prometheus Operator's ServiceMonitor CRD takes each unit once, largest first: an
+		// interval it refuses would leave the operator unable to make the ServiceMonitor.
+		name:     "scrape interval the ServiceMonitor refuses",
+		manifest: "apiVersion: bloomery.io/v1alpha1\nkind: BloomCluster\nmetadata:\n  name: scraped\nspec:\n  monitoring:\n    serviceMonitor: {enabled: true, interval: 30s1m}\n",
+		object:   "bloomcluster/scraped",
+		message:  "spec.monitoring.serviceMonitor.interval in body should match",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := namespace{t: t, name: n.name}
