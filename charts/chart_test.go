@@ -38,6 +38,9 @@ const (
 // The test fails, not skips, without it: CI must never pass by not running.
 func tool(t *testing.T, env, name string) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skipf("runs %s: not in -short", name)
+	}
 	path := os.Getenv(env)
 	if path == "" {
 		path = filepath.Join(root, "bin", name)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -48,6 +49,10 @@ func runSuite(m *testing.M) int {
 	if err := bloomeryv1alpha1.AddToScheme(testScheme); err != nil {
 		panic(err)
 	}
+	flag.Parse()
+	if testing.Short() {
+		return m.Run() // the tests that need the API server skip (needsAPIServer)
+	}
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		home, _ := os.UserHomeDir()
@@ -82,6 +87,7 @@ func runSuite(m *testing.M) int {
 // newNamespace creates a namespace of the test's own, so tests can run side by side.
 func newNamespace(t testing.TB) string {
 	t.Helper()
+	needsAPIServer(t)
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "test-"}}
 	if err := k8s.Create(t.Context(), ns); err != nil {
 		t.Fatal(err)
@@ -185,5 +191,13 @@ func eventually(t testing.TB, timeout time.Duration, what string, cond func() (b
 			t.Fatalf("%s: not within %v; last seen: %s", what, timeout, last)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// needsAPIServer skips a test that needs envtest's API server when -short left it out.
+func needsAPIServer(t testing.TB) {
+	t.Helper()
+	if restConfig == nil {
+		t.Skip("needs envtest's API server, which -short leaves out")
 	}
 }

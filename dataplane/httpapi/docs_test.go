@@ -129,6 +129,9 @@ func TestDocsOnlyWithTheFlag(t *testing.T) {
 // chromium finds the browser: $CHROMIUM, or Debian's chromium on the PATH.
 func chromium(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("opens a browser: not in -short")
+	}
 	if path := os.Getenv("CHROMIUM"); path != "" {
 		return path
 	}

@@ -59,6 +59,9 @@ type Cluster struct {
 // is ready. Everything stops when the test ends.
 func New(t testing.TB, opts Options) *Cluster {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("a cluster of data planes: not in -short")
+	}
 	if opts.Pods == 0 {
 		opts.Pods = 3
 	}

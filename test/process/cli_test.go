@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -29,6 +30,11 @@ func TestMain(m *testing.M) {
 }
 
 func buildAndRun(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("test/process runs the binary: not in -short")
+		return 0
+	}
 	dir, err := os.MkdirTemp("", "bloomery-cli-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
