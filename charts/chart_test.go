@@ -131,7 +131,7 @@ func apiServer(t *testing.T, withCRDs bool) (client.Client, string) {
 	if withCRDs {
 		env.CRDDirectoryPaths = []string{
 			filepath.Join(root, "config", "crd", "bases"),
-			filepath.Join(root, "controllers", "testdata", "servicemonitor-crd.yaml"),
+			filepath.Join(root, "test", "crds", "monitoring.coreos.com_servicemonitors.yaml"),
 		}
 		env.ErrorIfCRDPathMissing = true
 	}
