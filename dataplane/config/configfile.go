@@ -131,6 +131,7 @@ func (d decoder) value(key string, n *yaml.Node, v reflect.Value, rule string) e
 		err = decodeScalar(n, v)
 	}
 	if err == nil {
+		canonical(v)
 		err = checkValue(v.Interface(), rule)
 	}
 	if err != nil {
@@ -245,6 +246,26 @@ func keysOf(t reflect.Type) []string {
 func yamlKey(f reflect.StructField) string {
 	name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
 	return name
+}
+
+// canonical spells an enum's value as Validate knows it: the file may write it in any case, and
+// in the BloomCluster CRD's spelling (EverySecond, Quorum).
+func canonical(v reflect.Value) {
+	if !v.CanAddr() {
+		return
+	}
+	switch e := v.Addr().Interface().(type) {
+	case *LogSync:
+		if *e = LogSync(strings.ToLower(string(*e))); *e == "everysecond" {
+			*e = LogSyncEverySecond
+		}
+	case *wire.Consistency:
+		*e = wire.Consistency(strings.ToLower(string(*e)))
+	case *LogLevel:
+		*e = LogLevel(strings.ToLower(string(*e)))
+	case *LogFormat:
+		*e = LogFormat(strings.ToLower(string(*e)))
+	}
 }
 
 // decodeScalar reads a plain value, strictly: the YAML type must be the field's.

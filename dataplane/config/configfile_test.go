@@ -291,14 +291,12 @@ func TestLoadConfigOutOfRange(t *testing.T) {
 		tc{"maxTotalBytes", "18446744073709551616", `expected an integer, got 18446744073709551616, which is out of range`},
 		tc{"logLevel", "verbose", `must be one of debug, info, warn, error; got "verbose"`},
 		tc{"logSync", "sometimes", `must be one of always, everysec, no; got "sometimes"`},
-		tc{"logLevel", "INFO", `must be one of debug, info, warn, error; got "INFO"`},
 		tc{"logFormat", "xml", `must be one of json, text; got "xml"`},
 		tc{"replicationTimeoutMillis", "9300000000000", "must be at most 9223372036854, got 9300000000000"},
 		tc{"antiEntropyIntervalSeconds", "9300000000", "must be at most 9223372036, got 9300000000"},
 		tc{"writeConsistency", "majority", `must be one of one, quorum, all; got "majority"`},
-		tc{"writeConsistency", "QUORUM", `must be one of one, quorum, all; got "QUORUM"`},
 		tc{"writeConsistency", `""`, `must be one of one, quorum, all; got ""`},
-		tc{"persistentStorageDirectory", `""`, "must not be empty"},
+		tc{"persistentStorageDirectory", "7", "expected a string, got integer 7"},
 	)
 	for _, tt := range tests {
 		t.Run(tt.key+"="+tt.value, func(t *testing.T) {
@@ -452,5 +450,43 @@ func TestLoadConfigUnreadable(t *testing.T) {
 	}
 	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load(missing) = %v, want an error that is os.ErrNotExist", err)
+	}
+}
+
+// filter-service's files start Bloomery unchanged: its spelling of a key, keys Bloomery has no
+// use for (named by Ignored), a data directory left to the default, and enums in any case or in
+// the BloomCluster CRD's spelling.
+func TestFilterServiceFiles(t *testing.T) {
+	got, file, err := LoadWithFile(writeConfig(t, `
+metricsPrefix: filter_service
+maxWorkerThreadPoolSize: 16
+gracefulShutdownQuietPeriodMillis: 0
+channelBufferSizeForFilterPersistence: 4096
+persistentStorageDirectory: ~
+logSync: EverySecond
+writeConsistency: Quorum
+logLevel: INFO
+logFormat: JSON
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.ChannelBufferSizeForFilterPersistence = 4096
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
+	}
+	ignored := file.Ignored()
+	if len(ignored) != 3 || ignored["metricsPrefix"] == "" || ignored["maxWorkerThreadPoolSize"] == "" || ignored["gracefulShutdownQuietPeriodMillis"] == "" {
+		t.Errorf("Ignored() = %v, want the three keys Bloomery has no use for", ignored)
+	}
+	for _, empty := range []string{`""`, "~", "null"} {
+		if got, err := Load(writeConfig(t, "persistentStorageDirectory: "+empty+"\n")); err != nil || got.DataDir != Default().DataDir {
+			t.Errorf("persistentStorageDirectory: %s = %q, %v; want the default %q", empty, got.DataDir, err, Default().DataDir)
+		}
+	}
+	if _, err := Load(writeConfig(t, "channelBufferSizeForFilterPersistence: 1\ndefaultChannelBufferSizeForFilterPersistence: 2\n")); err == nil ||
+		!strings.Contains(err.Error(), "are the same setting; keep one") {
+		t.Errorf("both spellings of the channel buffer: %v, want them refused as one setting", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/bits"
+	"reflect"
 	"regexp"
 	"strconv"
 	"time"
@@ -47,21 +48,29 @@ type File struct {
 	ShutdownDrainDelay        *Millis             `yaml:"shutdownDrainDelayMillis,omitempty" check:"nonNegative"`
 	MetricsMaxLabelledFilters *int                `yaml:"metricsMaxLabelledFilters,omitempty" check:"nonNegative"`
 	ChannelOptions            *FileChannelOptions `yaml:"channelOptions,omitempty"`
-	DataDir                   *string             `yaml:"persistentStorageDirectory,omitempty" check:"nonEmpty"`
+	// DataDir null or "" is the default directory, as filter-service reads it.
+	DataDir *OrDefault `yaml:"persistentStorageDirectory,omitempty"`
 	// TriggerPersistenceCriteria replaces the default criteria. An empty list, and for
 	// filter-service's sake a null one, turns periodic snapshots off.
-	TriggerPersistenceCriteria              *[]FileCriterion  `yaml:"triggerPersistenceCriteria,omitempty"`
-	SnapshotLogBytes                        *ByteSize         `yaml:"snapshotLogBytes,omitempty"`
-	AllowRecoverFromCorruptedPersistentFile *bool             `yaml:"allowRecoverFromCorruptedPersistentFile,omitempty"`
-	AllowStartWithLowDiskSpace              *bool             `yaml:"allowStartWithLowDiskSpace,omitempty"`
-	ChannelBufferSizeForFilterPersistence   *int              `yaml:"defaultChannelBufferSizeForFilterPersistence,omitempty" check:"positive"`
-	LogSync                                 *LogSync          `yaml:"logSync,omitempty"`
-	WriteConsistency                        *wire.Consistency `yaml:"writeConsistency,omitempty"`
-	AwaitMembership                         *bool             `yaml:"awaitMembership,omitempty"`
-	ReplicationTimeout                      *Millis           `yaml:"replicationTimeoutMillis,omitempty" check:"positive"`
-	AntiEntropyInterval                     *Seconds          `yaml:"antiEntropyIntervalSeconds,omitempty" check:"nonNegative"`
-	LogLevel                                *LogLevel         `yaml:"logLevel,omitempty"`
-	LogFormat                               *LogFormat        `yaml:"logFormat,omitempty"`
+	TriggerPersistenceCriteria              *[]FileCriterion `yaml:"triggerPersistenceCriteria,omitempty"`
+	SnapshotLogBytes                        *ByteSize        `yaml:"snapshotLogBytes,omitempty"`
+	AllowRecoverFromCorruptedPersistentFile *bool            `yaml:"allowRecoverFromCorruptedPersistentFile,omitempty"`
+	AllowStartWithLowDiskSpace              *bool            `yaml:"allowStartWithLowDiskSpace,omitempty"`
+	ChannelBufferSizeForFilterPersistence   *int             `yaml:"defaultChannelBufferSizeForFilterPersistence,omitempty" check:"positive"`
+	// ChannelBufferSizeAlias is the name filter-service's shipped configuration.yaml uses.
+	ChannelBufferSizeAlias *int `yaml:"channelBufferSizeForFilterPersistence,omitempty" check:"positive" aliasOf:"defaultChannelBufferSizeForFilterPersistence"`
+	// Keys of filter-service that Bloomery has no use for: accepted, so that its files start
+	// Bloomery unchanged, and named in a warning at start (Ignored).
+	MetricsPrefix                     *string           `yaml:"metricsPrefix,omitempty" ignored:"Bloomery's metrics are named bloomery_*"`
+	MaxWorkerThreadPoolSize           *int              `yaml:"maxWorkerThreadPoolSize,omitempty" ignored:"Go schedules the requests: there is no worker pool to size"`
+	GracefulShutdownQuietPeriodMillis *Millis           `yaml:"gracefulShutdownQuietPeriodMillis,omitempty" ignored:"see shutdownDrainDelayMillis and gracefulShutdownTimeoutMillis"`
+	LogSync                           *LogSync          `yaml:"logSync,omitempty"`
+	WriteConsistency                  *wire.Consistency `yaml:"writeConsistency,omitempty"`
+	AwaitMembership                   *bool             `yaml:"awaitMembership,omitempty"`
+	ReplicationTimeout                *Millis           `yaml:"replicationTimeoutMillis,omitempty" check:"positive"`
+	AntiEntropyInterval               *Seconds          `yaml:"antiEntropyIntervalSeconds,omitempty" check:"nonNegative"`
+	LogLevel                          *LogLevel         `yaml:"logLevel,omitempty"`
+	LogFormat                         *LogFormat        `yaml:"logFormat,omitempty"`
 }
 
 // FileChannelOptions are the file's channelOptions. It cannot set 0, which in ChannelOptions
@@ -111,7 +120,9 @@ func (f File) apply(c *Config) {
 		set(&c.ChannelOptions.SoBacklog, o.SoBacklog)
 		set(&c.ChannelOptions.TCPNoDelay, o.TCPNoDelay)
 	}
-	set(&c.DataDir, f.DataDir)
+	if f.DataDir != nil && *f.DataDir != "" {
+		c.DataDir = string(*f.DataDir)
+	}
 	if f.TriggerPersistenceCriteria != nil {
 		c.TriggerPersistenceCriteria = make([]TriggerPersistenceCriterion, len(*f.TriggerPersistenceCriteria))
 		for i, fc := range *f.TriggerPersistenceCriteria {
@@ -121,6 +132,7 @@ func (f File) apply(c *Config) {
 	setBytes(&c.SnapshotLogBytes, f.SnapshotLogBytes)
 	set(&c.AllowRecoverFromCorruptedPersistentFile, f.AllowRecoverFromCorruptedPersistentFile)
 	set(&c.AllowStartWithLowDiskSpace, f.AllowStartWithLowDiskSpace)
+	set(&c.ChannelBufferSizeForFilterPersistence, f.ChannelBufferSizeAlias)
 	set(&c.ChannelBufferSizeForFilterPersistence, f.ChannelBufferSizeForFilterPersistence)
 	set(&c.LogSync, f.LogSync)
 	set(&c.WriteConsistency, f.WriteConsistency)
@@ -181,7 +193,7 @@ func (c Config) file() File {
 		ChannelOptions: &FileChannelOptions{
 			SoRcvBuf: new(o.SoRcvBuf), SoSndBuf: new(o.SoSndBuf), SoBacklog: new(o.SoBacklog), TCPNoDelay: new(o.TCPNoDelay),
 		},
-		DataDir:                                 new(c.DataDir),
+		DataDir:                                 new(OrDefault(c.DataDir)),
 		TriggerPersistenceCriteria:              &criteria,
 		SnapshotLogBytes:                        new(ByteSize(c.SnapshotLogBytes)),
 		AllowRecoverFromCorruptedPersistentFile: new(c.AllowRecoverFromCorruptedPersistentFile),
@@ -195,6 +207,35 @@ func (c Config) file() File {
 		LogLevel:                                new(c.LogLevel),
 		LogFormat:                               new(c.LogFormat),
 	}
+}
+
+// OrDefault is a string for which null and "" mean the default, as filter-service reads its
+// persistentStorageDirectory.
+type OrDefault string
+
+// UnmarshalYAML takes a string, or null for "".
+func (o *OrDefault) UnmarshalYAML(n *yaml.Node) error {
+	if n.ShortTag() == "!!null" {
+		*o = ""
+		return nil
+	}
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		return wrongType("a string", n)
+	}
+	*o = OrDefault(n.Value)
+	return nil
+}
+
+// Ignored names the keys f sets that Bloomery has no use for, each with why.
+func (f File) Ignored() map[string]string {
+	ignored := map[string]string{}
+	v := reflect.ValueOf(f)
+	for _, field := range reflect.VisibleFields(v.Type()) {
+		if why := field.Tag.Get("ignored"); why != "" && !v.FieldByIndex(field.Index).IsNil() {
+			ignored[yamlKey(field)] = why
+		}
+	}
+	return ignored
 }
 
 // optionalPath is a path as a key: none is no key, since the file cannot say "".

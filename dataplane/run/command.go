@@ -78,6 +78,7 @@ type dataPlaneFlags struct {
 func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	def := config.Default()
 	fs.SortFlags = false
+	fs.SetNormalizeFunc(filterServiceFlags)
 	fs.IntVarP(&o.port, "port", "p", def.Port, `port of the HTTP API; 0 picks a free one, named in the "Listening" log line`)
 	fs.IntVar(&o.internalPort, "internal-port", def.InternalPort, "port of the endpoints only the operator and peer pods call (/internal/v1), opened only with a token file; overrides internalPort")
 	fs.StringVar(&o.tokenFile, "internal-token-file", "", "`FILE` holding the bearer token the internal port requires; overrides internalTokenFile (default none: the internal port stays closed and the pod serves alone)")
@@ -94,6 +95,18 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.logLevel, "log-level", "", "`LEVEL` of the logs: debug (which logs every request), info, warn or error; overrides logLevel (default \""+string(def.LogLevel)+"\")")
 	fs.StringVar(&o.logFormat, "log-format", "", "`FORMAT` of the logs, json or text; overrides logFormat (default: text on a terminal, else json)")
 	fs.IntVar(&o.pprofPort, "pprof", 0, "serve Go's profiler (net/http/pprof, /debug/pprof/) on 127.0.0.1:`PORT`, apart from the API; 0, the default, serves none")
+}
+
+// filterServiceFlags takes filter-service's long options as the flags that do the same, so that
+// its command lines work unchanged.
+func filterServiceFlags(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	switch name {
+	case "configuration-file":
+		return "config"
+	case "enable-doc-service":
+		return "docs"
+	}
+	return pflag.NormalizedName(name)
 }
 
 // config is the file's configuration (or the defaults) with the flags the user set applied over
@@ -173,6 +186,9 @@ func runDataPlane(ctx context.Context, cfg config.Config, file config.File, vers
 
 	cfg = limitMemory(cfg, file, log)
 	log.Info("Starting data plane", "version", version, "config", cfg)
+	for key, why := range file.Ignored() {
+		log.Warn("Ignored configuration key: filter-service's, which Bloomery has no use for", "key", key, "why", why)
+	}
 	if o := cfg.ChannelOptions; (o.SoRcvBuf > 0 && o.SoRcvBuf < 64<<10) || (o.SoSndBuf > 0 && o.SoSndBuf < 64<<10) {
 		log.Warn("Small socket buffers limit throughput; consider removing SO_RCVBUF and SO_SNDBUF so that the kernel sizes them",
 			"SO_RCVBUF", o.SoRcvBuf, "SO_SNDBUF", o.SoSndBuf)

@@ -60,3 +60,18 @@ func TestLogFlags(t *testing.T) {
 		}
 	}
 }
+
+// filter-service's long options work as the flags that do the same.
+func TestFilterServiceFlags(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "configuration.yaml")
+	if err := os.WriteFile(path, []byte("defaultExpectedInsertions: 123\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := parseFlags(t, false, "--configuration-file", path, "--enable-doc-service")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DefaultExpectedInsertions != 123 || !cfg.DocsEnabled {
+		t.Errorf("--configuration-file and --enable-doc-service: expected insertions %d, docs %v", cfg.DefaultExpectedInsertions, cfg.DocsEnabled)
+	}
+}

@@ -52,7 +52,7 @@ func SetVersion(cmd *cobra.Command, version string) {
 	}
 	cmd.Version = version
 	cmd.SetVersionTemplate("bloomery {{.Version}}\n")
-	cmd.Flags().Bool("version", false, "print the version and exit")
+	cmd.Flags().BoolP("version", "V", false, "print the version and exit")
 }
 
 // Report writes err to stderr, with its hint if it is a usage error, and returns the exit status

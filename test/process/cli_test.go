@@ -101,6 +101,7 @@ func TestHelpAndVersion(t *testing.T) {
 		{[]string{"help", "dataplane"}, []string{"bloomery dataplane [flags]"}},
 		{[]string{"--version"}, []string{"bloomery " + testVersion + "\n"}},
 		{[]string{"dataplane", "--version"}, []string{"bloomery " + testVersion + "\n"}},
+		{[]string{"dataplane", "-V"}, []string{"bloomery " + testVersion + "\n"}}, // filter-service's spelling
 		{[]string{"version"}, []string{"bloomery " + testVersion + "\n"}},
 	}
 	for _, tt := range tests {
@@ -321,5 +322,22 @@ func TestServeUntilSignal(t *testing.T) {
 				t.Errorf("exit after %v: %v, want status 0", tt.signal, err)
 			}
 		})
+	}
+}
+
+// A filter-service file starts the data plane, and each key Bloomery has no use for is named in
+// one warning.
+func TestFilterServiceConfigurationStarts(t *testing.T) {
+	config := writeFile(t, "configuration.yaml", "metricsPrefix: filter_service\nmaxWorkerThreadPoolSize: 8\n"+
+		"channelBufferSizeForFilterPersistence: 1024\npersistentStorageDirectory: ~\nlogSync: EverySecond\n")
+	dp := startDataPlane(t, t.TempDir(), "--configuration-file", config)
+	logs := dp.logs()
+	for _, key := range []string{"metricsPrefix", "maxWorkerThreadPoolSize"} {
+		if n := strings.Count(logs, `"msg":"Ignored configuration key: filter-service's, which Bloomery has no use for","key":"`+key+`"`); n != 1 {
+			t.Errorf("%d warnings naming %s, want 1:\n%s", n, key, logs)
+		}
+	}
+	if !strings.Contains(logs, `"logSync":"everysec"`) {
+		t.Errorf("logSync: EverySecond is not everysec in the effective configuration:\n%s", logs)
 	}
 }
