@@ -14,6 +14,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // redisClient connects go-redis to the RESP port with its defaults: it asks for RESP3 with
@@ -368,4 +369,37 @@ func TestRESPShutdownClosesConnections(t *testing.T) {
 	}()
 	waitUntilReady(t, ts)
 	expect(t, "BF.EXISTS after a restart", true)(redisClient(t, ts).BFExists(ctx, "durable", "x").Result())
+}
+
+// In a cluster, RESP's creates and adds are served by each filter's home: a pod forwards those
+// of the filters another pod is home of, and both pods hold every filter and item afterwards.
+func TestRESPWritesGoToTheHome(t *testing.T) {
+	t.Parallel()
+	a, b := runServer(t, nil), runServer(t, nil)
+	ctx := t.Context()
+	members := []wire.Member{{Name: "a", URL: a.internal.url}, {Name: "b", URL: b.internal.url}}
+	for self, ts := range map[string]*testServer{"a": a, "b": b} {
+		if err := ts.internal.client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := redisClient(t, a)
+	for i := range 12 {
+		name := fmt.Sprintf("homed-%d", i)
+		expect(t, "BF.ADD "+name, true)(rdb.BFAdd(ctx, name, "x").Result())
+		expect(t, "BF.ADD "+name+" again, over b", false)(redisClient(t, b).BFAdd(ctx, name, "x").Result())
+		if name == "homed-0" {
+			if err := rdb.BFReserve(ctx, name, 0.01, 10).Err(); err == nil || err.Error() != "ERR item exists" {
+				t.Errorf("BF.RESERVE of an existing filter in a cluster = %v, want ERR item exists", err)
+			}
+		}
+		for pod, ts := range map[string]*testServer{"a": a, "b": b} {
+			if present, err := ts.client.Check(ctx, name, "x"); err != nil || !present {
+				t.Errorf("pod %s: check %s x = %v, %v; want true", pod, name, present, err)
+			}
+		}
+	}
+	if n := value(t, scrape(t, &http.Client{}, a.ops, ""), "bloomery_replication_forwarded_requests_total"); n == 0 {
+		t.Error("pod a forwarded no RESP write to pod b, the home of some of the filters")
+	}
 }
