@@ -2,7 +2,6 @@ package resp
 
 import (
 	"context"
-	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -337,6 +336,3 @@ func parseExpansion(s string, bad error) (uint, error) {
 	}
 	return uint(v), nil
 }
-
-// isNotFound reports whether err means the filter does not exist.
-func isNotFound(err error) bool { return errors.Is(err, filter.ErrNotFound) }

@@ -144,3 +144,6 @@ func answerError(a *client.Answer) error {
 	}
 	return nil
 }
+
+// isNotFound reports whether err means the filter does not exist.
+func isNotFound(err error) bool { return errors.Is(err, filter.ErrNotFound) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -402,4 +403,27 @@ func TestRESPWritesGoToTheHome(t *testing.T) {
 	if n := value(t, scrape(t, &http.Client{}, a.ops, ""), "bloomery_replication_forwarded_requests_total"); n == 0 {
 		t.Error("pod a forwarded no RESP write to pod b, the home of some of the filters")
 	}
+}
+
+// A write that too few pods acknowledge in time answers an error that says so; it is applied
+// here, as over HTTP.
+func TestRESPWriteBelowItsConsistency(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, func(cfg *config.Config) { cfg.ReplicationTimeout = 200 * time.Millisecond })
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	if err := rdb.BFReserve(ctx, "lonely", 0.01, 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gone := []wire.Member{{Name: "a", URL: ts.internal.url}, {Name: "b", URL: "http://127.0.0.1:1"}}
+	if err := ts.internal.client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: "a", Members: gone}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]any{{"BF.ADD", "lonely", "x"}, {"BF.MADD", "lonely", "y", "z"}} {
+		err := rdb.Do(ctx, args...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "ERR replication incomplete: ") || !strings.Contains(err.Error(), `consistency "quorum"`) {
+			t.Errorf("%v with the only peer down = %v, want ERR replication incomplete naming the consistency", args, err)
+		}
+	}
+	expect(t, "BF.EXISTS of the item applied here", true)(rdb.BFExists(ctx, "lonely", "x").Result())
 }
