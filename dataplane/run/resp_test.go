@@ -153,7 +153,7 @@ func TestRESPErrors(t *testing.T) {
 	if err := rdb.BFReserve(ctx, "exists", 0.01, 100).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, tt := range []struct {
+	cases := []struct {
 		args []any
 		want string
 	}{
@@ -187,7 +187,9 @@ func TestRESPErrors(t *testing.T) {
 		{[]any{"HELLO", "3"}, "NOPROTO unsupported protocol version"},
 		{[]any{"CLIENT", "KILL"}, "ERR unknown subcommand 'KILL'. Try CLIENT HELP."},
 		{[]any{"SCAN", "x"}, "ERR invalid cursor"},
-	} {
+	}
+	errorCases := len(cases)
+	for _, tt := range cases {
 		err := rdb.Do(ctx, tt.args...).Err()
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("%v = %v, want %q", tt.args, err, tt.want)
@@ -199,6 +201,13 @@ func TestRESPErrors(t *testing.T) {
 	}
 	if n := rdb.BFCard(ctx, "exists").Val(); n != 0 {
 		t.Errorf("BF.CARD exists = %d after errors, want 0", n)
+	}
+	fs := scrape(t, &http.Client{}, ts.ops, "")
+	if n := value(t, fs, "bloomery_resp_command_errors_total"); n < float64(errorCases) {
+		t.Errorf("bloomery_resp_command_errors_total = %v, want at least the %d errors answered", n, errorCases)
+	}
+	if n := value(t, fs, "bloomery_resp_commands_total"); n <= value(t, fs, "bloomery_resp_command_errors_total") {
+		t.Errorf("bloomery_resp_commands_total = %v, want more than the errors", n)
 	}
 }
 
