@@ -42,6 +42,10 @@ type Config struct {
 	// OpsPort serves the probes and /metrics alone, with a connection budget of its own, so that
 	// clients exhausting the API's connections cannot starve the kubelet and Prometheus.
 	OpsPort int
+	// RESPPort serves RedisBloom's BF.* commands over the Redis protocol (package resp) on the same
+	// filters as the HTTP API; 0, the default, opens no such port. Unlike Port, 0 means off, not a
+	// free port: a process run by hand speaks HTTP alone unless asked.
+	RESPPort int
 
 	// Filter defaults, used when a create request leaves a field out.
 	DefaultExpectedInsertions uint64
@@ -219,6 +223,7 @@ func (c Config) Validate() error {
 	check("--port", rulePort(c.Port))
 	check("internalPort (or --internal-port)", rulePort(c.InternalPort))
 	check("opsPort (or --ops-port)", rulePort(c.OpsPort))
+	check("respPort (or --resp-port)", rulePort(c.RESPPort))
 	check("ports", distinctPorts(c))
 	check("tls", checkTLSFiles(c))
 	if c.AwaitMembership && c.InternalTokenFile == "" {
@@ -317,9 +322,9 @@ func distinctPorts(c Config) error {
 	for _, l := range []struct {
 		name string
 		port int
-	}{{"--port", c.Port}, {"internalPort", c.InternalPort}, {"opsPort", c.OpsPort}} {
+	}{{"--port", c.Port}, {"internalPort", c.InternalPort}, {"opsPort", c.OpsPort}, {"respPort", c.RESPPort}} {
 		if l.name == "internalPort" && c.InternalTokenFile == "" || l.port == 0 {
-			continue // not opened, or a free port
+			continue // not opened, or a free port (respPort 0 is not opened)
 		}
 		if other, taken := ports[l.port]; taken {
 			return fmt.Errorf("%s and %s are both %d", other, l.name, l.port)

@@ -45,6 +45,8 @@ func TestValidate(t *testing.T) {
 		{"log format", func(c *Config) { c.LogFormat = "" }, `logFormat: must be one of json, text; got ""`},
 		{"internal port too large", func(c *Config) { c.InternalPort = 65536 }, "internalPort (or --internal-port): must be between 0 and 65535, got 65536"},
 		{"ops port on the client port", func(c *Config) { c.OpsPort = c.Port }, "ports: --port and opsPort are both 8080"},
+		{"resp port too large", func(c *Config) { c.RESPPort = 65536 }, "respPort (or --resp-port): must be between 0 and 65535, got 65536"},
+		{"resp port on the ops port", func(c *Config) { c.RESPPort = c.OpsPort }, "ports: opsPort and respPort are both 9090"},
 		{"internal port on the ops port", func(c *Config) { c.InternalTokenFile, c.InternalPort = "/token", c.OpsPort },
 			"ports: internalPort and opsPort are both 9090"},
 		{"awaiting a membership that cannot come", func(c *Config) { c.AwaitMembership = true },
@@ -76,6 +78,7 @@ func TestValidate(t *testing.T) {
 		func(c *Config) { c.DefaultValidAfterCreate = 0 },
 		func(c *Config) { c.MetricsMaxLabelledFilters = 0 },
 		func(c *Config) { c.InternalPort = c.Port }, // not opened without a token file
+		func(c *Config) { c.RESPPort = 6379 },
 		func(c *Config) { c.Port, c.InternalPort, c.OpsPort, c.InternalTokenFile = 0, 0, 0, "/token" },
 		func(c *Config) { c.TLSCertFile, c.TLSKeyFile = "/tls.crt", "/tls.key" }, // a server alone
 	} {

@@ -25,6 +25,7 @@ func TestLoadConfigEveryKey(t *testing.T) {
 	path := writeConfig(t, `
 internalPort: 18090
 opsPort: 19090
+respPort: 16379
 internalTokenFile: /etc/bloomery/token
 tlsCertFile: /etc/bloomery/tls/tls.crt
 tlsKeyFile: /etc/bloomery/tls/tls.key
@@ -74,6 +75,7 @@ antiEntropyIntervalSeconds: 120
 	want := Default()
 	want.InternalPort = 18090
 	want.OpsPort = 19090
+	want.RESPPort = 16379
 	want.InternalTokenFile = "/etc/bloomery/token"
 	want.TLSCertFile = "/etc/bloomery/tls/tls.crt"
 	want.TLSKeyFile = "/etc/bloomery/tls/tls.key"

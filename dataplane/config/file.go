@@ -24,6 +24,7 @@ import (
 type File struct {
 	InternalPort              *int     `yaml:"internalPort,omitempty" check:"port"`
 	OpsPort                   *int     `yaml:"opsPort,omitempty" check:"port"`
+	RESPPort                  *int     `yaml:"respPort,omitempty" check:"port"`
 	InternalTokenFile         *string  `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
 	TLSCertFile               *string  `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
 	TLSKeyFile                *string  `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
@@ -92,6 +93,7 @@ type FileCriterion struct {
 func (f File) apply(c *Config) {
 	set(&c.InternalPort, f.InternalPort)
 	set(&c.OpsPort, f.OpsPort)
+	set(&c.RESPPort, f.RESPPort)
 	set(&c.InternalTokenFile, f.InternalTokenFile)
 	set(&c.TLSCertFile, f.TLSCertFile)
 	set(&c.TLSKeyFile, f.TLSKeyFile)
@@ -175,6 +177,7 @@ func (c Config) file() File {
 		TLSCAFile:                 optionalPath(c.TLSCAFile),
 		InternalPort:              new(c.InternalPort),
 		OpsPort:                   new(c.OpsPort),
+		RESPPort:                  new(c.RESPPort),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
 		DefaultFPP:                new(c.DefaultFPP),
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),

@@ -190,6 +190,9 @@ func (s *Server) SetPhase(p Phase) { s.phase.Store(int32(p)) }
 
 func (s *Server) currentPhase() Phase { return Phase(s.phase.Load()) }
 
+// Phase is the stage of the process's life the API is in; the RESP port reads it too.
+func (s *Server) Phase() Phase { return s.currentPhase() }
+
 // Ready reports whether the pod should take traffic: serving, and caught up with its peers.
 func (s *Server) Ready() bool {
 	return s.currentPhase() == Serving && s.Node.Ready() && s.logBroken() == nil

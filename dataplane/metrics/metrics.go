@@ -36,6 +36,8 @@ type Metrics struct {
 	HTTP *HTTP
 	// Persistence is fed by the server once the persister exists.
 	Persistence *Persistence
+	// RESP is fed by the Redis protocol's server.
+	RESP *RESP
 
 	registry *prometheus.Registry
 	handler  *Handler
@@ -51,6 +53,7 @@ func New(opts Options) *Metrics {
 	m := &Metrics{
 		HTTP:        newHTTP(),
 		Persistence: newPersistence(),
+		RESP:        newRESP(),
 		registry:    reg,
 	}
 	reg.MustRegister(
@@ -58,6 +61,7 @@ func New(opts Options) *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.HTTP,
 		m.Persistence,
+		m.RESP,
 		newFilterCollector(opts.Store, opts.MaxLabelledFilters),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Namespace: namespace,

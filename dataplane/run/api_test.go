@@ -37,6 +37,7 @@ type testServer struct {
 	client   *client.Client
 	internal *testServer
 	ops      string
+	resp     string // the RESP port's address
 
 	// How the last request's body arrived, as the server saw it.
 	mu                   sync.Mutex
@@ -137,7 +138,7 @@ func runServer(t *testing.T, configure func(*config.Config)) *testServer {
 // does not wait for readiness: the server answers HTTP while it recovers.
 func startRun(t *testing.T, srv *run.DataPlane) (ts *testServer, stop func() error) {
 	t.Helper()
-	ls := run.Listeners{Client: listenLoopback(t), Internal: listenLoopback(t), Ops: listenLoopback(t)}
+	ls := run.Listeners{Client: listenLoopback(t), Internal: listenLoopback(t), Ops: listenLoopback(t), RESP: listenLoopback(t)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, ls) }()
@@ -155,6 +156,7 @@ func startRun(t *testing.T, srv *run.DataPlane) (ts *testServer, stop func() err
 		url: url, http: &http.Client{}, client: client.New(url),
 		internal: newInternalTestServer("http://" + ls.Internal.Addr().String()),
 		ops:      "http://" + ls.Ops.Addr().String(),
+		resp:     ls.RESP.Addr().String(),
 	}, stop
 }
 

@@ -60,6 +60,7 @@ type dataPlaneFlags struct {
 	port         int
 	internalPort int
 	opsPort      int
+	respPort     int
 	tokenFile    string
 	tlsCertFile  string
 	tlsKeyFile   string
@@ -86,6 +87,7 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tlsKeyFile, "tls-key-file", "", "`FILE` of the certificate's key (PEM); overrides tlsKeyFile")
 	fs.StringVar(&o.tlsCAFile, "tls-ca-file", "", "`FILE` of the CA (PEM) that peers' and the operator's certificates must chain to; overrides tlsCAFile")
 	fs.IntVar(&o.opsPort, "ops-port", def.OpsPort, "port of /healthz, /readyz and /metrics alone, for the kubelet and Prometheus; overrides opsPort")
+	fs.IntVar(&o.respPort, "resp-port", def.RESPPort, "port of the Redis protocol, serving RedisBloom's BF.* commands; 0 opens none; overrides respPort")
 	fs.StringVar(&o.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
 	fs.StringVarP(&o.configFile, "config", "c", "", "YAML configuration `FILE`")
 	fs.BoolVarP(&o.docs, "docs", "d", def.DocsEnabled, "serve the API documentation: a page at /v1/docs/ that lists and calls every endpoint, and its OpenAPI document")
@@ -134,6 +136,9 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 	}
 	if fs.Changed("ops-port") {
 		cfg.OpsPort = o.opsPort
+	}
+	if fs.Changed("resp-port") {
+		cfg.RESPPort = o.respPort
 	}
 	for flag, dst := range map[string]*string{
 		"internal-token-file": &cfg.InternalTokenFile,

@@ -75,3 +75,28 @@ func TestFilterServiceFlags(t *testing.T) {
 		t.Errorf("--configuration-file and --enable-doc-service: expected insertions %d, docs %v", cfg.DefaultExpectedInsertions, cfg.DocsEnabled)
 	}
 }
+
+// The RESP port is closed unless the file or --resp-port opens it; the flag wins over the file.
+func TestRESPPortFlag(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "resp.yaml")
+	if err := os.WriteFile(file, []byte("respPort: 6380\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		args []string
+		want int
+	}{
+		{nil, 0},
+		{[]string{"-c", file}, 6380},
+		{[]string{"--resp-port", "6379"}, 6379},
+		{[]string{"-c", file, "--resp-port", "0"}, 0},
+	} {
+		cfg, err := parseFlags(t, false, tt.args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.RESPPort != tt.want {
+			t.Errorf("%v: respPort %d, want %d", tt.args, cfg.RESPPort, tt.want)
+		}
+	}
+}

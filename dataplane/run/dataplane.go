@@ -18,6 +18,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/resp"
 	"github.com/bloomery/bloomery/dataplane/tlsfiles"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
@@ -31,6 +32,7 @@ type DataPlane struct {
 	node    *replication.Node
 	metrics *metrics.Metrics
 	api     *httpapi.Server
+	resp    *resp.Server
 
 	// persister is set once the data directory is open; nil when in memory.
 	persister atomic.Pointer[persist.Persister]
@@ -82,13 +84,14 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
 		Ready:              func() bool { return d.api.Ready() },
 	})
+	ws := writes.New(d.store, d.node, log)
 	d.api, err = httpapi.New(httpapi.Options{
 		Config:        cfg,
 		Log:           log,
 		Store:         d.store,
 		Node:          d.node,
 		Metrics:       d.metrics,
-		Writes:        writes.New(d.store, d.node, log),
+		Writes:        ws,
 		LastSnapshot:  d.lastSnapshot,
 		Durable:       d.durable,
 		InternalToken: token,
@@ -97,6 +100,14 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 	if err != nil {
 		return nil, err
 	}
+	d.resp = resp.New(resp.Options{
+		Config:  cfg,
+		Log:     log,
+		Store:   d.store,
+		Writes:  ws,
+		Metrics: d.metrics,
+		Loading: func() bool { return d.api.Phase() == httpapi.Recovering },
+	})
 	return d, nil
 }
 

@@ -15,13 +15,14 @@ import (
 )
 
 // Listeners are where the data plane serves: the client port's public API, the internal port
-// (nil when the pod serves alone, without a token) and the ops port.
+// (nil when the pod serves alone, without a token), the ops port and the RESP port (nil unless
+// respPort is set).
 type Listeners struct {
-	Client, Internal, Ops net.Listener
+	Client, Internal, Ops, RESP net.Listener
 }
 
 func (ls Listeners) close() {
-	for _, ln := range []net.Listener{ls.Client, ls.Internal, ls.Ops} {
+	for _, ln := range []net.Listener{ls.Client, ls.Internal, ls.Ops, ls.RESP} {
 		if ln != nil {
 			_ = ln.Close()
 		}
@@ -35,12 +36,14 @@ func (ls Listeners) close() {
 // The order matters to whoever watches the pod:
 //  1. lock the data directory (a second process on it fails here, before it listens);
 //  2. serve HTTP at once: /healthz, /v1/ping and /metrics answer, /readyz and the filter API
-//     answer 503 (code 7) while the filters are recovered;
+//     answer 503 (code 7) while the filters are recovered, the RESP port's filter commands
+//     LOADING;
 //  3. recover, then /readyz turns 200 and the filter API serves;
 //  4. on cancellation /readyz turns 503 first, the API serves on for cfg.ShutdownDrainDelay so
 //     that load balancers notice, then the server stops accepting connections and waits up to
-//     cfg.GracefulShutdownTimeout for the requests in flight;
-//  5. with HTTP down, a final snapshot.
+//     cfg.GracefulShutdownTimeout for the requests in flight; the RESP port closes its
+//     connections once its commands in flight are answered;
+//  5. with HTTP and RESP down, a final snapshot.
 func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	var p *persist.Persister
 	if d.cfg.InMemory {
@@ -57,8 +60,10 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	}
 
 	hs := d.startHTTP(ls)
+	rs := d.startRESP(ls.RESP, hs.failed)
 	if p != nil {
 		if err := d.recoverFilters(p); err != nil {
+			rs.stop()
 			hs.close()
 			return err
 		}
@@ -84,10 +89,12 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	var serveErr error
 	select {
 	case err := <-hs.failed: // a listener failed: nothing left to drain
+		rs.stop()
 		hs.close()
 		serveErr = err
 	case <-ctx.Done():
 		d.drain()
+		rs.stop()
 		serveErr = hs.shutdown(ctx, d.cfg.GracefulShutdownTimeout)
 	}
 	stopBackground()
@@ -95,7 +102,7 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	if p == nil {
 		return serveErr
 	}
-	// The HTTP server is down: no request changes the filters while the last snapshot runs.
+	// HTTP and RESP are down: no request changes the filters while the last snapshot runs.
 	if err := p.Snapshot(); err != nil {
 		return errors.Join(serveErr, fmt.Errorf("final snapshot: %w", err))
 	}

@@ -10,7 +10,8 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 )
 
-// listen opens the three listeners; without a token file the internal port stays closed.
+// listen opens the listeners; without a token file the internal port stays closed, without
+// respPort the RESP port.
 func listen(ctx context.Context, cfg config.Config, log *slog.Logger) (Listeners, error) {
 	var ls Listeners
 	var err error
@@ -26,6 +27,12 @@ func listen(ctx context.Context, cfg config.Config, log *slog.Logger) (Listeners
 	if ls.Ops, err = listenPort(ctx, cfg.Address, cfg.OpsPort); err != nil {
 		ls.close()
 		return Listeners{}, fmt.Errorf("ops port: %w", err)
+	}
+	if cfg.RESPPort != 0 {
+		if ls.RESP, err = listenPort(ctx, cfg.Address, cfg.RESPPort); err != nil {
+			ls.close()
+			return Listeners{}, fmt.Errorf("RESP port: %w", err)
+		}
 	}
 	return ls, nil
 }

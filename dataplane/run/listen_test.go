@@ -126,3 +126,39 @@ func TestListenWithoutATokenLeavesTheInternalPortClosed(t *testing.T) {
 		t.Fatal("with a token file the internal port is not open")
 	}
 }
+
+// The RESP port is opened only when respPort is set, and one in use fails the start naming it.
+func TestListenOpensTheRESPPortOnlyWhenSet(t *testing.T) {
+	cfg := config.Default()
+	cfg.Address, cfg.Port, cfg.InternalPort, cfg.OpsPort = "127.0.0.1", 0, 0, 0
+	ls, err := listen(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls.close()
+	if ls.RESP != nil {
+		t.Fatal("respPort 0 opened the RESP port")
+	}
+
+	taken, err := listenPort(t.Context(), "127.0.0.1", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = taken.Close() }()
+	cfg.RESPPort = taken.Addr().(*net.TCPAddr).Port
+	if ls, err = listen(t.Context(), cfg, slog.New(slog.DiscardHandler)); err == nil {
+		ls.close()
+		t.Fatal("a RESP port in use did not fail the start")
+	}
+	if !strings.HasPrefix(err.Error(), "RESP port: ") || !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("listen = %v, want a RESP port error of EADDRINUSE", err)
+	}
+	_ = taken.Close()
+	if ls, err = listen(t.Context(), cfg, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	defer ls.close()
+	if ls.RESP == nil {
+		t.Fatal("respPort set did not open the RESP port")
+	}
+}

@@ -35,7 +35,7 @@ type httpServer struct {
 
 // startHTTP serves each listener in a goroutine of its own; close or shutdown stops them all.
 func (d *DataPlane) startHTTP(ls Listeners) *httpServers {
-	hs := &httpServers{failed: make(chan error, 3), log: d.log}
+	hs := &httpServers{failed: make(chan error, 4), log: d.log} // one per listener, RESP's too
 	// The ops port stays plain HTTP: the kubelet's probes and Prometheus's scrapes carry nothing
 	// secret, and need no certificate to reach it.
 	var clientTLS, internalTLS *tls.Config

@@ -1,0 +1,151 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"strings"
+)
+
+// replier writes replies: a redcon.Conn on a connection, a redcon.Writer in tests.
+type replier interface {
+	WriteString(s string)
+	WriteError(msg string)
+	WriteInt64(n int64)
+	WriteBulkString(s string)
+	WriteArray(n int)
+	WriteNull()
+}
+
+// session is what a connection remembers between its commands.
+type session struct {
+	name, libName, libVersion string
+}
+
+// command is one command of the table: its arity in Redis's convention (n: exactly n arguments,
+// the name included; -n: at least n) and what runs it.
+type command struct {
+	arity int
+	// filters marks the commands that read or write filters: they wait for recovery.
+	filters bool
+	run     func(ctx context.Context, s *Server, c *call) error
+}
+
+// call is one command being answered.
+type call struct {
+	sess *session
+	w    replier
+	args [][]byte // args[0] is the command's name
+	quit bool
+}
+
+// arg is argument i as a string.
+func (c *call) arg(i int) string { return string(c.args[i]) }
+
+// replyError is an error answered as it is: its text starts with Redis's error prefix (ERR,
+// LOADING, NOPROTO...) or is RedisBloom's own wording.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+
+// errorf is an ERR reply.
+func errorf(format string, a ...any) error { return replyError("ERR " + fmt.Sprintf(format, a...)) }
+
+// errLoading is Redis's answer while it loads its dataset; clients know to retry it.
+const errLoading = replyError("LOADING Bloomery is loading the dataset in memory")
+
+// commands is the command table, by lower-case name. It is filled in init because the
+// commands' functions read it (COMMAND COUNT).
+var commands map[string]command
+
+func init() {
+	commands = map[string]command{}
+	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, connectionCommands} {
+		maps.Copy(commands, table)
+	}
+}
+
+// Dispatch answers one command into w, with Redis's texts for an unknown command and a wrong
+// number of arguments. A command that answers an error as a whole applies nothing. It reports
+// whether the connection is to be closed (QUIT).
+func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args [][]byte) (quit bool) {
+	if len(args) == 0 {
+		return false // redcon never passes an empty command; a fuzzer may
+	}
+	c := &call{sess: sess, w: w, args: args}
+	err := s.run(ctx, c)
+	if err != nil {
+		w.WriteError(oneLine(replyText(err)))
+	}
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.RESP.Command(err != nil)
+	}
+	// At debug level every command is logged, as every HTTP request is.
+	if s.opts.Log != nil && s.opts.Log.Enabled(ctx, slog.LevelDebug) {
+		s.opts.Log.DebugContext(ctx, "RESP command", "command", truncate(string(args[0]), 128), "args", len(args)-1, "error", errText(err))
+	}
+	return c.quit
+}
+
+func (s *Server) run(ctx context.Context, c *call) error {
+	name := strings.ToLower(string(c.args[0]))
+	cmd, ok := commands[name]
+	switch {
+	case !ok:
+		return unknownCommand(c.args)
+	case cmd.arity > 0 && len(c.args) != cmd.arity || cmd.arity < 0 && len(c.args) < -cmd.arity:
+		return wrongArity(name)
+	case cmd.filters && s.opts.Loading():
+		return errLoading
+	}
+	return cmd.run(ctx, s, c)
+}
+
+// unknownCommand is Redis's text: the name and the start of the arguments, each quoted and
+// followed by a space, up to about 128 bytes.
+func unknownCommand(args [][]byte) error {
+	var b strings.Builder
+	for _, a := range args[1:] {
+		if b.Len() >= 128 {
+			break
+		}
+		fmt.Fprintf(&b, "'%s' ", truncate(string(a), 128-b.Len()))
+	}
+	return errorf("unknown command '%s', with args beginning with: %s", truncate(string(args[0]), 128), b.String())
+}
+
+// wrongArity is Redis's text, with the command's name in lower case.
+func wrongArity(name string) error {
+	return errorf("wrong number of arguments for '%s' command", name)
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// replyText is the error reply of err: replyErrors as they are, anything else (an engine or a
+// replication error) after ERR.
+func replyText(err error) string {
+	if re, ok := errors.AsType[replyError](err); ok {
+		return string(re)
+	}
+	return "ERR " + err.Error()
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return replyText(err)
+}
+
+// oneLine keeps an error reply on one line, as RESP requires: Redis too turns line breaks in
+// error texts into spaces.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+}

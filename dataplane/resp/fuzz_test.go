@@ -1,0 +1,120 @@
+package resp
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tidwall/redcon"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/metrics"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/writes"
+)
+
+// newTestServer is a server over a store of its own, alone (no peers), with small memory limits
+// so that arbitrary capacities fail instead of allocating.
+func newTestServer(t testing.TB) *Server {
+	t.Helper()
+	log := slog.New(slog.DiscardHandler)
+	store := filter.NewStore(filter.Limits{FilterBytes: 1 << 20, TotalBytes: 8 << 20, Filters: 64}, nil)
+	node := replication.NewNode(replication.Options{Store: store, Log: log, Timeout: 100 * time.Millisecond})
+	t.Cleanup(node.Close)
+	cfg := config.Default()
+	cfg.DefaultExpectedInsertions = 1000
+	return New(Options{
+		Config: cfg, Log: log, Store: store, Writes: writes.New(store, node, log),
+		Metrics: metrics.New(metrics.Options{Store: store}),
+	})
+}
+
+// FuzzDispatch runs arbitrary argument vectors (the input split at NUL bytes) through the
+// dispatch of one connection: nothing panics, and every command answers exactly one well-formed
+// RESP2 reply.
+func FuzzDispatch(f *testing.F) {
+	for _, seed := range []string{
+		"PING", "PING\x00hi", "ECHO\x00x", "HELLO\x002", "HELLO\x003", "HELLO\x002\x00SETNAME\x00n",
+		"SELECT\x000", "SELECT\x009", "CLIENT\x00SETNAME\x00me", "CLIENT\x00GETNAME", "COMMAND", "COMMAND\x00COUNT", "QUIT",
+		"BF.RESERVE\x00k\x000.01\x00100", "BF.RESERVE\x00k\x000.01\x00100\x00EXPANSION\x003\x00NONSCALING",
+		"BF.ADD\x00k\x00a", "BF.MADD\x00k\x00a\x00b", "BF.EXISTS\x00k\x00a", "BF.MEXISTS\x00k\x00a\x00z",
+		"BF.INSERT\x00n\x00CAPACITY\x002\x00NONSCALING\x00ITEMS\x00a\x00b\x00c", "BF.INSERT\x00k\x00NOCREATE\x00ITEMS\x00a",
+		"BF.INFO\x00k", "BF.INFO\x00k\x00EXPANSION", "BF.CARD\x00k",
+		"DEL\x00k\x00z", "EXISTS\x00k", "TYPE\x00k", "KEYS\x00*", "SCAN\x000\x00MATCH\x00k*\x00COUNT\x002",
+		"nosuch\x00a\r\nb", "BF.ADD\x00k",
+	} {
+		f.Add([]byte(seed))
+	}
+	s := newTestServer(f)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		args := bytes.Split(in, []byte{0})
+		if len(args) > 64 {
+			args = args[:64]
+		}
+		w := redcon.NewWriter(nil)
+		s.Dispatch(t.Context(), &session{}, w, args)
+		out := w.Buffer()
+		n, err := readReply(out)
+		if err != nil {
+			t.Fatalf("%q answered %q: %v", args, out, err)
+		}
+		if n != len(out) {
+			t.Fatalf("%q answered %q: more than one reply", args, out)
+		}
+	})
+}
+
+// readReply reads one RESP2 reply at the start of b and returns its length.
+func readReply(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, fmt.Errorf("no reply")
+	}
+	end := bytes.Index(b, []byte("\r\n"))
+	if end < 0 {
+		return 0, fmt.Errorf("unterminated line")
+	}
+	line := b[1:end]
+	switch b[0] {
+	case '+', '-':
+		if bytes.ContainsAny(line, "\r\n") {
+			return 0, fmt.Errorf("line break in a simple reply")
+		}
+		return end + 2, nil
+	case ':':
+		if _, err := strconv.ParseInt(string(line), 10, 64); err != nil {
+			return 0, fmt.Errorf("integer %q: %w", line, err)
+		}
+		return end + 2, nil
+	case '$':
+		n, err := strconv.Atoi(string(line))
+		if err != nil || n < -1 {
+			return 0, fmt.Errorf("bulk length %q", line)
+		}
+		if n == -1 {
+			return end + 2, nil
+		}
+		if len(b) < end+2+n+2 || string(b[end+2+n:end+4+n]) != "\r\n" {
+			return 0, fmt.Errorf("bulk of %d bytes not terminated", n)
+		}
+		return end + 4 + n, nil
+	case '*':
+		n, err := strconv.Atoi(string(line))
+		if err != nil || n < -1 {
+			return 0, fmt.Errorf("array length %q", line)
+		}
+		at := end + 2
+		for range max(n, 0) {
+			m, err := readReply(b[at:])
+			if err != nil {
+				return 0, err
+			}
+			at += m
+		}
+		return at, nil
+	}
+	return 0, fmt.Errorf("unknown reply type %q", b[0])
+}

@@ -1,0 +1,50 @@
+package run
+
+import (
+	"fmt"
+	"net"
+
+	"golang.org/x/net/netutil"
+)
+
+// respServer is the RESP server running on its listener; nil when the port is closed.
+type respServer struct {
+	d    *DataPlane
+	ln   net.Listener
+	done chan error // receives why Serve returned, once
+}
+
+// startRESP serves ln in a goroutine, with the client port's connection budget; a failure to
+// serve goes to failed, as an HTTP server's does. Without a listener it serves nothing.
+func (d *DataPlane) startRESP(ln net.Listener, failed chan<- error) *respServer {
+	if ln == nil {
+		return nil
+	}
+	addr := ln.Addr().String()
+	if d.cfg.MaxHTTPConnections > 0 {
+		ln = netutil.LimitListener(ln, d.cfg.MaxHTTPConnections)
+	}
+	rs := &respServer{d: d, ln: ln, done: make(chan error, 1)}
+	go func() {
+		err := d.resp.Serve(ln)
+		if err != nil {
+			failed <- fmt.Errorf("serving the RESP port: %w", err)
+		}
+		rs.done <- err
+	}()
+	d.log.Info("Listening", "listener", "resp", "address", addr, "tls", false)
+	return rs
+}
+
+// stop closes the listener, which closes every connection, and waits for the commands in
+// flight: after it returns, no RESP command changes a filter.
+func (rs *respServer) stop() {
+	if rs == nil {
+		return
+	}
+	_ = rs.ln.Close() // Serve returns either way, and reports its own failure
+	if err := <-rs.done; err != nil {
+		rs.d.log.Warn("RESP server failed", "error", err.Error())
+	}
+	rs.d.resp.Drain()
+}

@@ -1,0 +1,438 @@
+package run_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// redisClient connects go-redis to the RESP port with its defaults: it asks for RESP3 with
+// HELLO 3, is refused, and goes on in RESP2.
+func redisClient(t *testing.T, ts *testServer) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: ts.resp, MaxRetries: -1})
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func wantBools(t *testing.T, what string, got []bool, err error, want ...bool) {
+	t.Helper()
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("%s = %v, %v; want %v", what, got, err, want)
+	}
+}
+
+// expect checks the value and error of a go-redis call: expect(t, what, want)(cmd.Result()).
+func expect[T comparable](t *testing.T, what string, want T) func(T, error) {
+	t.Helper()
+	return func(got T, err error) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", what, got, err, want)
+		}
+	}
+}
+
+// Every command answers as RedisBloom and Redis do, through go-redis's own methods.
+func TestRESPCommands(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+
+	// Connection.
+	expect(t, "PING", "PONG")(rdb.Ping(ctx).Result())
+	expect(t, "PING msg", "hi")(rdb.Do(ctx, "PING", "hi").Text())
+	expect(t, "ECHO", "hello")(rdb.Echo(ctx, "hello").Result())
+	expect(t, "SELECT 0", "OK")(rdb.Do(ctx, "SELECT", 0).Text())
+	hello, err := rdb.Do(ctx, "HELLO", 2).Slice()
+	if err != nil || len(hello) != 14 || hello[0] != "server" || hello[5] != int64(2) {
+		t.Errorf("HELLO 2 = %v, %v; want RESP2's key-value array with proto 2", hello, err)
+	}
+	cmd, err := rdb.Do(ctx, "COMMAND").Slice()
+	if err != nil || len(cmd) != 0 {
+		t.Errorf("COMMAND = %v, %v; want an empty array", cmd, err)
+	}
+	conn := rdb.Conn()
+	defer func() { _ = conn.Close() }()
+	expect(t, "CLIENT SETNAME", true)(conn.ClientSetName(ctx, "tester").Result())
+	expect(t, "CLIENT GETNAME", "tester")(conn.ClientGetName(ctx).Result())
+	expect(t, "CLIENT SETINFO", "OK")(conn.Do(ctx, "CLIENT", "SETINFO", "LIB-NAME", "x").Text())
+
+	// Bloom filters.
+	expect(t, "BF.RESERVE", "OK")(rdb.BFReserve(ctx, "reserved", 0.01, 1000).Result())
+	expect(t, "BF.ADD new", true)(rdb.BFAdd(ctx, "reserved", "a").Result())
+	expect(t, "BF.ADD again", false)(rdb.BFAdd(ctx, "reserved", "a").Result())
+	got, err := rdb.BFMAdd(ctx, "reserved", "a", "b", "b").Result()
+	wantBools(t, "BF.MADD", got, err, false, true, false)
+	expect(t, "BF.EXISTS", true)(rdb.BFExists(ctx, "reserved", "b").Result())
+	expect(t, "BF.EXISTS absent", false)(rdb.BFExists(ctx, "reserved", "zzz").Result())
+	expect(t, "BF.EXISTS missing key", false)(rdb.BFExists(ctx, "missing", "a").Result())
+	got, err = rdb.BFMExists(ctx, "reserved", "a", "zzz", "b").Result()
+	wantBools(t, "BF.MEXISTS", got, err, true, false, true)
+	got, err = rdb.BFMExists(ctx, "missing", "a").Result()
+	wantBools(t, "BF.MEXISTS missing key", got, err, false)
+	expect(t, "BF.CARD", int64(2))(rdb.BFCard(ctx, "reserved").Result())
+	expect(t, "BF.CARD missing key", int64(0))(rdb.BFCard(ctx, "missing").Result())
+	info, err := rdb.BFInfo(ctx, "reserved").Result()
+	if err != nil || info.Capacity != 1000 || info.Filters != 1 || info.ItemsInserted != 2 || info.ExpansionRate != 2 || info.Size <= 0 {
+		t.Errorf("BF.INFO = %+v, %v; want capacity 1000, 1 filter, 2 items, expansion 2", info, err)
+	}
+	capInfo, err := rdb.BFInfoCapacity(ctx, "reserved").Result()
+	if err != nil || capInfo.Capacity != 1000 {
+		t.Errorf("BF.INFO CAPACITY = %+v, %v; want 1000", capInfo, err)
+	}
+
+	// BF.ADD and BF.MADD create a missing filter with the configured defaults.
+	expect(t, "BF.ADD creating", true)(rdb.BFAdd(ctx, "auto", "x").Result())
+	info, err = rdb.BFInfo(ctx, "auto").Result()
+	if err != nil || uint64(info.Capacity) != config.Default().DefaultExpectedInsertions || info.ItemsInserted != 1 {
+		t.Errorf("BF.INFO of a filter BF.ADD created = %+v, %v; want the default capacity and 1 item", info, err)
+	}
+	got, err = rdb.BFMAdd(ctx, "auto2", "x", "y").Result()
+	wantBools(t, "BF.MADD creating", got, err, true, true)
+
+	// BF.INSERT creates with its options, and NOCREATE refuses a missing key.
+	got, err = rdb.BFInsert(ctx, "inserted", &redis.BFInsertOptions{Capacity: 50, Error: 0.001, Expansion: 4}, "p", "q").Result()
+	wantBools(t, "BF.INSERT", got, err, true, true)
+	info, err = rdb.BFInfo(ctx, "inserted").Result()
+	if err != nil || info.Capacity != 50 || info.ExpansionRate != 4 || info.ItemsInserted != 2 {
+		t.Errorf("BF.INFO of an inserted filter = %+v, %v; want capacity 50, expansion 4, 2 items", info, err)
+	}
+	got, err = rdb.BFInsert(ctx, "inserted", &redis.BFInsertOptions{NoCreate: true}, "p", "r").Result()
+	wantBools(t, "BF.INSERT NOCREATE existing", got, err, false, true)
+	if err := rdb.BFInsert(ctx, "nowhere", &redis.BFInsertOptions{NoCreate: true}, "p").Err(); err == nil || err.Error() != "ERR not found" {
+		t.Errorf("BF.INSERT NOCREATE missing = %v, want ERR not found", err)
+	}
+	if rdb.Exists(ctx, "nowhere").Val() != 0 {
+		t.Error("BF.INSERT NOCREATE created its filter")
+	}
+
+	// Key space.
+	expect(t, "EXISTS", int64(3))(rdb.Exists(ctx, "reserved", "missing", "auto", "reserved").Result())
+	expect(t, "TYPE filter", "MBbloom--")(rdb.Type(ctx, "reserved").Result())
+	expect(t, "TYPE missing", "none")(rdb.Type(ctx, "missing").Result())
+	keys, err := rdb.Keys(ctx, "auto*").Result()
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, []string{"auto", "auto2"}) {
+		t.Errorf("KEYS auto* = %v, %v; want [auto auto2]", keys, err)
+	}
+	expect(t, "DEL", int64(2))(rdb.Del(ctx, "auto", "auto2", "missing").Result())
+	expect(t, "EXISTS after DEL", int64(0))(rdb.Exists(ctx, "auto").Result())
+	if r := ts.send(t, http.MethodGet, "/v1/bloomfilter/auto", ""); r.status != http.StatusNotFound {
+		t.Errorf("GET of a filter DEL deleted = %d, want 404", r.status)
+	}
+
+	// QUIT answers OK and closes the connection.
+	q := redisClient(t, ts).Conn()
+	defer func() { _ = q.Close() }()
+	expect(t, "QUIT", "OK")(q.Do(ctx, "QUIT").Text())
+	if err := q.Ping(ctx).Err(); err == nil {
+		t.Error("PING after QUIT answered")
+	}
+}
+
+// Bad input answers Redis's and RedisBloom's error texts, and applies nothing.
+func TestRESPErrors(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	if err := rdb.BFReserve(ctx, "exists", 0.01, 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []any
+		want string
+	}{
+		{[]any{"NOSUCH", "a", "b"}, "ERR unknown command 'NOSUCH', with args beginning with: 'a' 'b' "},
+		{[]any{"nosuch"}, "ERR unknown command 'nosuch', with args beginning with: "},
+		{[]any{"BF.ADD", "k"}, "ERR wrong number of arguments for 'bf.add' command"},
+		{[]any{"bf.exists", "k", "a", "b"}, "ERR wrong number of arguments for 'bf.exists' command"},
+		{[]any{"BF.MADD", "k"}, "ERR wrong number of arguments for 'bf.madd' command"},
+		{[]any{"BF.RESERVE", "k", "0.01"}, "ERR wrong number of arguments for 'bf.reserve' command"},
+		{[]any{"BF.RESERVE", "k", "0.01", "many"}, "ERR bad capacity"},
+		{[]any{"BF.RESERVE", "k", "0.01", "0"}, "ERR (capacity should be larger than 0)"},
+		{[]any{"BF.RESERVE", "k", "lots", "100"}, "ERR bad error rate"},
+		{[]any{"BF.RESERVE", "k", "1", "100"}, "ERR (0 < error rate range < 1) "},
+		{[]any{"BF.RESERVE", "k", "0", "100"}, "ERR (0 < error rate range < 1) "},
+		{[]any{"BF.RESERVE", "k", "nan", "100"}, "ERR (0 < error rate range < 1) "},
+		{[]any{"BF.RESERVE", "k", "0.01", "100", "EXPANSION"}, "ERR no expansion"},
+		{[]any{"BF.RESERVE", "k", "0.01", "100", "EXPANSION", "x"}, "ERR bad expansion"},
+		{[]any{"BF.RESERVE", "k", "0.01", "100", "NONSCALING", "EXPANSION", "2"}, "Nonscaling filters cannot expand"},
+		{[]any{"BF.RESERVE", "k", "0.01", "100", "FAST"}, "ERR unknown argument received"},
+		{[]any{"BF.RESERVE", "exists", "0.01", "100"}, "ERR item exists"},
+		{[]any{"BF.INSERT", "k", "CAPACITY", "x", "ITEMS", "a"}, "Bad capacity"},
+		{[]any{"BF.INSERT", "k", "ERROR", "2", "ITEMS", "a"}, "ERR (0 < error rate range < 1) "},
+		{[]any{"BF.INSERT", "k", "FAST", "ITEMS", "a"}, "Unknown argument received"},
+		{[]any{"BF.INSERT", "k", "CAPACITY", "10", "ITEMS"}, "ERR wrong number of arguments for 'bf.insert' command"},
+		{[]any{"BF.INSERT", "k", "NOCREATE", "ITEMS", "a"}, "ERR not found"},
+		{[]any{"BF.INFO", "k"}, "ERR not found"},
+		{[]any{"BF.INFO", "exists", "COLOUR"}, "ERR Invalid information value"},
+		{[]any{"BF.ADD", "bad name", "a"}, `ERR invalid filter name: "bad name" may only contain letters, digits, '.', '_' and '-'`},
+		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
+		{[]any{"SELECT", "x"}, "ERR value is not an integer or out of range"},
+		{[]any{"HELLO", "3"}, "NOPROTO unsupported protocol version"},
+		{[]any{"CLIENT", "KILL"}, "ERR unknown subcommand 'KILL'. Try CLIENT HELP."},
+		{[]any{"SCAN", "x"}, "ERR invalid cursor"},
+	}
+	errorCases := len(cases)
+	for _, tt := range cases {
+		err := rdb.Do(ctx, tt.args...).Err()
+		if err == nil || err.Error() != tt.want {
+			t.Errorf("%v = %v, want %q", tt.args, err, tt.want)
+		}
+	}
+	keys, err := rdb.Keys(ctx, "*").Result()
+	if err != nil || !slices.Equal(keys, []string{"exists"}) {
+		t.Errorf("filters after the errors: %v, %v; want [exists] alone", keys, err)
+	}
+	if n := rdb.BFCard(ctx, "exists").Val(); n != 0 {
+		t.Errorf("BF.CARD exists = %d after errors, want 0", n)
+	}
+	fs := scrape(t, &http.Client{}, ts.ops, "")
+	if n := value(t, fs, "bloomery_resp_command_errors_total"); n < float64(errorCases) {
+		t.Errorf("bloomery_resp_command_errors_total = %v, want at least the %d errors answered", n, errorCases)
+	}
+	if n := value(t, fs, "bloomery_resp_commands_total"); n <= value(t, fs, "bloomery_resp_command_errors_total") {
+		t.Errorf("bloomery_resp_commands_total = %v, want more than the errors", n)
+	}
+}
+
+// A NONSCALING filter refuses new items once it holds its capacity, as RedisBloom's does: BF.ADD
+// answers the error, BF.MADD answers it in place of the first item that did not fit and adds
+// nothing after it. Items already present still answer 0.
+func TestRESPNonScalingFull(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	if err := rdb.BFReserveNonScaling(ctx, "small", 0.01, 3).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := rdb.Do(ctx, "BF.MADD", "small", "a", "b", "c", "d", "e").Slice()
+	if err != nil || len(res) != 4 || res[0] != int64(1) || res[2] != int64(1) {
+		t.Fatalf("BF.MADD past the capacity = %v, %v; want 1 1 1 and an error", res, err)
+	}
+	if e, ok := res[3].(error); !ok || e.Error() != "ERR non scaling filter is full" {
+		t.Errorf("BF.MADD's fourth answer = %v, want ERR non scaling filter is full", res[3])
+	}
+	if err := rdb.BFAdd(ctx, "small", "f").Err(); err == nil || err.Error() != "ERR non scaling filter is full" {
+		t.Errorf("BF.ADD to a full filter = %v, want ERR non scaling filter is full", err)
+	}
+	expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, "small", "a").Result())
+	expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, "small").Result())
+	info, err := rdb.Do(ctx, "BF.INFO", "small", "EXPANSION").Slice()
+	if err != nil || len(info) != 1 || info[0] != nil {
+		t.Errorf("BF.INFO EXPANSION of a non-scaling filter = %v, %v; want [nil]", info, err)
+	}
+}
+
+// RESP and REST serve the same filters.
+func TestRESPAndRESTShareFilters(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+
+	if err := rdb.BFReserve(ctx, "from-resp", 0.001, 5000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.BFMAdd(ctx, "from-resp", "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	f := get(t, ts, "from-resp")
+	if f.ExpectedInsertions != 5000 || f.FPP != 0.001 || f.Items != 2 || !f.Scalable {
+		t.Errorf("GET of a filter made over RESP = %+v; want 5000 insertions, fpp 0.001, 2 items, scalable", f)
+	}
+	if present, err := ts.client.Check(ctx, "from-resp", "a"); err != nil || !present {
+		t.Errorf("REST check of an item added over RESP = %v, %v", present, err)
+	}
+
+	create(t, ts, "from-rest", client.CreateOptions{})
+	if err := ts.client.Set(ctx, "from-rest", "v"); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "BF.EXISTS of an item set over REST", true)(rdb.BFExists(ctx, "from-rest", "v").Result())
+	expect(t, "BF.ADD of an item set over REST", false)(rdb.BFAdd(ctx, "from-rest", "v").Result())
+	expect(t, "TYPE of a filter made over REST", "MBbloom--")(rdb.Type(ctx, "from-rest").Result())
+}
+
+// SCAN walks every name once over pages of COUNT, and MATCH filters them.
+func TestRESPScanPages(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	var want []string
+	for i := range 25 {
+		name := fmt.Sprintf("scan-%02d", i)
+		want = append(want, name)
+		if err := rdb.BFAdd(ctx, name, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seen []string
+	var cursor uint64
+	pages := 0
+	for {
+		keys, next, err := rdb.Scan(ctx, cursor, "", 10).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		seen = append(seen, keys...)
+		if cursor = next; cursor == 0 {
+			break
+		}
+		if pages > 10 {
+			t.Fatal("SCAN does not end")
+		}
+	}
+	slices.Sort(seen)
+	if !slices.Equal(seen, want) || pages < 3 {
+		t.Errorf("SCAN COUNT 10 walked %d pages: %v; want the 25 names once over at least 3 pages", pages, seen)
+	}
+	var matched []string
+	iter := rdb.Scan(ctx, 0, "scan-1*", 7).Iterator()
+	for iter.Next(ctx) {
+		matched = append(matched, iter.Val())
+	}
+	slices.Sort(matched)
+	if iter.Err() != nil || len(matched) != 10 || matched[0] != "scan-10" {
+		t.Errorf("SCAN MATCH scan-1* = %v, %v; want scan-10 to scan-19", matched, iter.Err())
+	}
+}
+
+// While the filters are recovered, filter commands answer LOADING, as Redis does while it loads;
+// the connection commands answer.
+func TestRESPLoadingWhileRecovering(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fillAndStop(t, dir)
+	srv := newServer(t, func(cfg *config.Config) { cfg.DataDir = dir })
+	entered, release := make(chan struct{}), make(chan struct{})
+	run.SetBeforeRecovery(srv, func() { close(entered); <-release })
+	ts, stop := startRun(t, srv)
+	var releaseOnce sync.Once
+	t.Cleanup(func() {
+		releaseOnce.Do(func() { close(release) })
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("recovery did not start")
+	}
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	expect(t, "PING while recovering", "PONG")(rdb.Ping(ctx).Result())
+	for _, args := range [][]any{{"BF.EXISTS", "kept", "value"}, {"BF.ADD", "kept", "v"}, {"KEYS", "*"}} {
+		if err := rdb.Do(ctx, args...).Err(); err == nil || err.Error() != "LOADING Bloomery is loading the dataset in memory" {
+			t.Errorf("%v while recovering = %v, want LOADING", args, err)
+		}
+	}
+	releaseOnce.Do(func() { close(release) })
+	waitUntilReady(t, ts)
+	expect(t, "BF.EXISTS once recovered", true)(rdb.BFExists(ctx, "kept", "value").Result())
+}
+
+// Shutdown closes the RESP connections before the final snapshot, and what they added is in it.
+func TestRESPShutdownClosesConnections(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ts, stop := startRun(t, newServer(t, func(cfg *config.Config) { cfg.DataDir = dir }))
+	waitUntilReady(t, ts)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	if err := rdb.BFAdd(ctx, "durable", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	shortCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := rdb.Ping(shortCtx).Err(); err == nil {
+		t.Error("PING answered after shutdown")
+	}
+
+	ts, stop = startRun(t, newServer(t, func(cfg *config.Config) { cfg.DataDir = dir }))
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitUntilReady(t, ts)
+	expect(t, "BF.EXISTS after a restart", true)(redisClient(t, ts).BFExists(ctx, "durable", "x").Result())
+}
+
+// In a cluster, RESP's creates and adds are served by each filter's home: a pod forwards those
+// of the filters another pod is home of, and both pods hold every filter and item afterwards.
+func TestRESPWritesGoToTheHome(t *testing.T) {
+	t.Parallel()
+	a, b := runServer(t, nil), runServer(t, nil)
+	ctx := t.Context()
+	members := []wire.Member{{Name: "a", URL: a.internal.url}, {Name: "b", URL: b.internal.url}}
+	for self, ts := range map[string]*testServer{"a": a, "b": b} {
+		if err := ts.internal.client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rdb := redisClient(t, a)
+	for i := range 12 {
+		name := fmt.Sprintf("homed-%d", i)
+		expect(t, "BF.ADD "+name, true)(rdb.BFAdd(ctx, name, "x").Result())
+		expect(t, "BF.ADD "+name+" again, over b", false)(redisClient(t, b).BFAdd(ctx, name, "x").Result())
+		if name == "homed-0" {
+			if err := rdb.BFReserve(ctx, name, 0.01, 10).Err(); err == nil || err.Error() != "ERR item exists" {
+				t.Errorf("BF.RESERVE of an existing filter in a cluster = %v, want ERR item exists", err)
+			}
+		}
+		for pod, ts := range map[string]*testServer{"a": a, "b": b} {
+			if present, err := ts.client.Check(ctx, name, "x"); err != nil || !present {
+				t.Errorf("pod %s: check %s x = %v, %v; want true", pod, name, present, err)
+			}
+		}
+	}
+	if n := value(t, scrape(t, &http.Client{}, a.ops, ""), "bloomery_replication_forwarded_requests_total"); n == 0 {
+		t.Error("pod a forwarded no RESP write to pod b, the home of some of the filters")
+	}
+}
+
+// A write that too few pods acknowledge in time answers an error that says so; it is applied
+// here, as over HTTP.
+func TestRESPWriteBelowItsConsistency(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, func(cfg *config.Config) { cfg.ReplicationTimeout = 200 * time.Millisecond })
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	if err := rdb.BFReserve(ctx, "lonely", 0.01, 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gone := []wire.Member{{Name: "a", URL: ts.internal.url}, {Name: "b", URL: "http://127.0.0.1:1"}}
+	if err := ts.internal.client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: "a", Members: gone}); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]any{{"BF.ADD", "lonely", "x"}, {"BF.MADD", "lonely", "y", "z"}} {
+		err := rdb.Do(ctx, args...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "ERR replication incomplete: ") || !strings.Contains(err.Error(), `consistency "quorum"`) {
+			t.Errorf("%v with the only peer down = %v, want ERR replication incomplete naming the consistency", args, err)
+		}
+	}
+	expect(t, "BF.EXISTS of the item applied here", true)(rdb.BFExists(ctx, "lonely", "x").Result())
+}
