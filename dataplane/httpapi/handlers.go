@@ -187,55 +187,22 @@ func (s *Server) singleValue(c echo.Context) (string, error) {
 	return b.string("value")
 }
 
-// valueBatch is the body {"values": [...]}: the elements that are strings, in order, and the
-// positions of the others.
-type valueBatch struct {
-	strs   []string
-	others []int32
-}
-
 // readValues reads {"values": [...]} and the filter it is meant for.
-func (s *Server) readValues(c echo.Context) (*filter.Filter, valueBatch, error) {
-	var bt valueBatch
+func (s *Server) readValues(c echo.Context) (*filter.Filter, []string, error) {
 	values, b, ok, err := decodeHot(s, c, s.Config.MaxHTTPRequestLength, fastValues)
 	switch {
 	case err != nil:
-		return nil, bt, err
-	case ok:
-		bt.strs = values
-	default:
+		return nil, nil, err
+	case !ok:
 		if err := b.only("values"); err != nil {
-			return nil, bt, err
+			return nil, nil, err
 		}
-		if bt.strs, bt.others, err = b.strings("values"); err != nil {
-			return nil, bt, err
+		if values, err = b.strings("values"); err != nil {
+			return nil, nil, err
 		}
 	}
 	f, err := s.lookup(c)
-	return f, bt, err
-}
-
-// strings are the batch's string values; answers maps the answers for them back onto every
-// element, with false for the elements that are not strings.
-func (bt valueBatch) strings() []string { return bt.strs }
-
-func (bt valueBatch) answers(forStrings []bool) []bool {
-	if len(bt.others) == 0 {
-		return forStrings
-	}
-	out := make([]bool, len(bt.strs)+len(bt.others))
-	j, k := 0, 0
-	for i := range out {
-		if k < len(bt.others) && int(bt.others[k]) == i {
-			k++
-			continue
-		}
-		if j < len(forStrings) {
-			out[i] = forStrings[j]
-		}
-		j++
-	}
-	return out
+	return f, values, err
 }
 
 func (s *Server) check(c echo.Context) error {
@@ -263,16 +230,15 @@ func (s *Server) multiCheck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, bt, err := s.readValues(c)
+	f, values, err := s.readValues(c)
 	if err != nil {
 		return err
 	}
-	values := bt.strings()
 	present := f.CheckMany(values)
 	if err := s.checkPeers(c, level, f.Name(), values, present); err != nil {
 		return err
 	}
-	return writeBools(c, bt.answers(present))
+	return writeBools(c, present)
 }
 
 // The writes below go through the write service, which applies, journals and replicates them;
@@ -305,15 +271,15 @@ func (s *Server) multiCheckAndSet(c echo.Context) error {
 	if handled, err := s.forwardToHome(c); handled || err != nil {
 		return err
 	}
-	f, bt, err := s.readValues(c)
+	f, values, err := s.readValues(c)
 	if err != nil {
 		return err
 	}
-	present, err := s.Writes.CheckAndSetMany(c.Request().Context(), level, f, bt.strings())
+	present, err := s.Writes.CheckAndSetMany(c.Request().Context(), level, f, values)
 	if err != nil {
 		return writeError(err, false)
 	}
-	return writeBools(c, bt.answers(present))
+	return writeBools(c, present)
 }
 
 func (s *Server) set(c echo.Context) error {
@@ -336,11 +302,11 @@ func (s *Server) multiSet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, bt, err := s.readValues(c)
+	f, values, err := s.readValues(c)
 	if err != nil {
 		return err
 	}
-	if err := s.Writes.SetMany(c.Request().Context(), level, f, bt.strings()); err != nil {
+	if err := s.Writes.SetMany(c.Request().Context(), level, f, values); err != nil {
 		return writeError(err, false)
 	}
 	return c.NoContent(http.StatusOK)

@@ -133,37 +133,33 @@ func (b body) string(name string) (string, error) {
 	return s, nil
 }
 
-// strings reads a required array: its string elements in order, and the positions of the others,
-// for which filter-service answers false and inserts nothing. Each element costs the string it
-// holds, or four bytes of position: a body of small numbers cannot make the array many times
-// larger than itself.
-func (b body) strings(name string) (strs []string, others []int32, err error) {
+// strings reads the array name of strings. An element that is not a string is a 400 naming its
+// index: filter-service answers false for it and adds nothing, which an application sending
+// numeric IDs would never notice.
+func (b body) strings(name string) ([]string, error) {
 	raw, present := b.field(name)
 	if !present {
-		return nil, nil, requiredParameter(name)
+		return nil, requiredParameter(name)
 	}
 	if raw[0] != '[' {
-		return nil, nil, invalidParameter(name, "expect Json array")
+		return nil, invalidParameter(name, "expect Json array")
 	}
-	// A first pass counts, so that each slice is allocated once, at its size.
-	var nStrings, nOthers int
-	_ = arrayElements(raw, func(elem []byte) error {
-		if elem[0] == '"' {
-			nStrings++
-		} else {
-			nOthers++
+	// A first pass counts and checks, so that the slice is allocated once, at its size, and only
+	// for a body that is all strings.
+	n := 0
+	err := arrayElements(raw, func(elem []byte) error {
+		if elem[0] != '"' {
+			return invalidParameter(name, fmt.Sprintf("element %d is not a string but %s: values are strings (send the number 12345 as \"12345\")",
+				n, abbreviate(elem)))
 		}
+		n++
 		return nil
 	})
-	strs, others = make([]string, 0, nStrings), make([]int32, 0, nOthers)
-	i := int32(0)
+	if err != nil {
+		return nil, err
+	}
+	strs := make([]string, 0, n)
 	err = arrayElements(raw, func(elem []byte) error {
-		at := i
-		i++
-		if elem[0] != '"' {
-			others = append(others, at)
-			return nil
-		}
 		var s string
 		if err := json.Unmarshal(elem, &s); err != nil {
 			return invalidParameter(name, err.Error())
@@ -171,7 +167,7 @@ func (b body) strings(name string) (strs []string, others []int32, err error) {
 		strs = append(strs, s)
 		return nil
 	})
-	return strs, others, err
+	return strs, err
 }
 
 // arrayElements calls fn with each element of raw, a JSON array that decodeBody has already
