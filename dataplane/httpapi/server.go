@@ -109,7 +109,9 @@ func (s *Server) routes() {
 		s.client.Use(s.limitBodies)
 		s.Metrics.HTTP.ObserveBodyBytes(s.bodies.used.Load)
 	}
-	s.client.GET(wire.PingPath, s.ping)
+	// As in filter-service, which listens only once its filters are loaded, pong says "ready to
+	// serve"; /healthz stays the liveness probe.
+	s.client.GET(wire.PingPath, s.afterRecovery(s.ping))
 	s.filterRoutes(s.client, func(path string) string { return path })
 	if s.docsPage != nil {
 		s.client.GET(wire.DocsPath, s.docsRedirect)

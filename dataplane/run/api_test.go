@@ -721,7 +721,7 @@ func TestBodyValidatedBeforeLookup(t *testing.T) {
 		{"check-and-set", `{}`, `{"value":"a"}`},
 		{"set", `{"value":"a","x":1}`, `{"value":"a"}`},
 		{"multi-check", `{"values":"a"}`, `{"values":["a"]}`},
-		{"multi-check-and-set", `[]`, `{"values":["a",1]}`},
+		{"multi-check-and-set", `{"values":["a",1]}`, `{"values":["a","1"]}`},
 		{"multi-set", `{"values":{}}`, `{"values":[]}`},
 	}
 	for _, tt := range tests {
