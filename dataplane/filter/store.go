@@ -24,18 +24,23 @@ var (
 // BloomFilter resource can always name its filter.
 const MaxNameLength = 253
 
-// ValidateName accepts 1 to 253 characters of [A-Za-z0-9._-], except "list", which the REST API
-// uses for the listing of names.
+// ValidateName accepts 1 to 253 characters of [A-Za-z0-9._:-], except "list", which the REST API
+// uses for the listing of names, and "." and "..", which no URL can reach: clients resolve them as
+// path segments. ':' is allowed for the Redis habit of names such as user:123.
 func ValidateName(name string) error {
 	if name == "" || len(name) > MaxNameLength {
 		return fmt.Errorf("%w: %q must be 1 to %d characters long", ErrInvalidName, name, MaxNameLength)
 	}
-	if name == "list" {
-		return fmt.Errorf("%w: \"list\" is reserved", ErrInvalidName)
+	switch name {
+	case "list", ".", "..":
+		return fmt.Errorf("%w: %q is reserved", ErrInvalidName, name)
 	}
 	for _, c := range []byte(name) {
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q may only contain letters, digits, '.', '_' and '-'", ErrInvalidName, name)
+		if c == '/' {
+			return fmt.Errorf("%w: %q contains '/': a name is one segment of the path", ErrInvalidName, name)
+		}
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-' || c == ':') {
+			return fmt.Errorf("%w: %q may only contain letters, digits, '.', '_', ':' and '-'", ErrInvalidName, name)
 		}
 	}
 	return nil

@@ -742,7 +742,7 @@ func TestFilterNames(t *testing.T) {
 	s := newTestServer(t, nil)
 	longest := strings.Repeat("n", 253)
 
-	valid := []string{longest, "A-z_0.9", "x"}
+	valid := []string{longest, "A-z_0.9", "x", "user:123"}
 	for _, name := range valid {
 		r := s.send(t, http.MethodPut, "/v1/bloomfilter/"+name, `{"expectedInsertions":10}`)
 		if r.status != http.StatusCreated {
@@ -758,8 +758,9 @@ func TestFilterNames(t *testing.T) {
 		{"unicode", "%C3%A9t%C3%A9"},
 		{"CJK", "%E6%97%A5%E6%9C%AC"},
 		{"star", "a*b"},
-		{"colon", "a:b"},
 		{"percent", "a%25b"},
+		{"dot", "%2E"},
+		{"dot dot", "%2E%2E"},
 	}
 	for _, tt := range invalid {
 		for _, req := range []struct{ method, suffix, body string }{
@@ -777,6 +778,10 @@ func TestFilterNames(t *testing.T) {
 				}
 			})
 		}
+	}
+	// A name with a slash says why it cannot be one.
+	if msg := s.send(t, http.MethodPut, "/v1/bloomfilter/a%2Fb", `{}`).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "contains '/': a name is one segment of the path") {
+		t.Errorf("a name with a slash: %q", msg)
 	}
 	// "list" is reserved: GET lists, and the other methods refuse the name instead of 405.
 	for _, req := range []struct{ method, path, body string }{

@@ -181,7 +181,7 @@ func TestRESPErrors(t *testing.T) {
 		{[]any{"BF.INSERT", "k", "NOCREATE", "ITEMS", "a"}, "ERR not found"},
 		{[]any{"BF.INFO", "k"}, "ERR not found"},
 		{[]any{"BF.INFO", "exists", "COLOUR"}, "ERR Invalid information value"},
-		{[]any{"BF.ADD", "bad name", "a"}, `ERR invalid filter name: "bad name" may only contain letters, digits, '.', '_' and '-'`},
+		{[]any{"BF.ADD", "bad name", "a"}, `ERR invalid filter name: "bad name" may only contain letters, digits, '.', '_', ':' and '-'`},
 		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
 		{[]any{"SELECT", "x"}, "ERR value is not an integer or out of range"},
 		{[]any{"HELLO", "3"}, "NOPROTO unsupported protocol version"},
