@@ -87,6 +87,10 @@ func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err
 	if opts.ValidAfterAccess, err = b.seconds("validPeriodAfterAccess", 0); err != nil {
 		return opts, false, err
 	}
+	// As filter-service: 0 is no period at all, and a client that sends it meant something else.
+	if _, given := b.field("validPeriodAfterAccess"); given && opts.ValidAfterAccess == 0 {
+		return opts, false, invalidParameter("validPeriodAfterAccess", "must be greater than 0; leave it out for no expiry after access")
+	}
 	if opts.Scalable, err = b.bool("scalable", true); err != nil {
 		return opts, false, err
 	}

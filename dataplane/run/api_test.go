@@ -616,6 +616,7 @@ func TestValidationMessages(t *testing.T) {
 		{body: `{"validPeriod":"60"}`, has: []string{`"validPeriod"`, "integer", "string"}},
 		{body: `{"validPeriodAfterAccess":"60"}`, has: []string{`"validPeriodAfterAccess"`, "integer", "string"}},
 		{body: `{"validPeriodAfterAccess":-1}`, has: []string{`"validPeriodAfterAccess"`, ">= 0", "-1"}},
+		{body: `{"validPeriodAfterAccess":0}`, want: `invalid parameter: "validPeriodAfterAccess". must be greater than 0; leave it out for no expiry after access`},
 		{body: `{"validPeriod":60,"validPeriodAfterCreate":60}`, has: []string{`"validPeriod"`, `"validPeriodAfterCreate"`}},
 		{body: `{"growth":0}`, has: []string{`"growth"`, "actual: 0"}},
 		{body: `{"growth":17}`, has: []string{`"growth"`, "16", "actual: 17"}},
