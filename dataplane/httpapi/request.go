@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -65,10 +66,41 @@ func decodeBody(raw []byte) (body, error) {
 func (b body) only(known ...string) error {
 	for name := range b {
 		if !slices.Contains(known, name) {
-			return badRequest(fmt.Sprintf("unknown parameter: %q", name))
+			msg := fmt.Sprintf("unknown parameter: %q", name)
+			if s := suggestField(name, known); s != "" {
+				msg += fmt.Sprintf(`; did you mean %q?`, s)
+			}
+			return badRequest(msg)
 		}
 	}
 	return nil
+}
+
+// fieldSynonyms are other APIs' words for our fields: RedisBloom's and the BloomFilter CRD's.
+var fieldSynonyms = map[string][]string{
+	"expectedInsertions":     {"capacity", "size", "expected_insertions"},
+	"fpp":                    {"errorRate", "error_rate", "falsePositiveRate", "falsePositiveProbability"},
+	"validPeriodAfterCreate": {"ttl", "expiry", "expireAfter"},
+	"values":                 {"value", "items"},
+	"value":                  {"values", "item"},
+}
+
+// suggestField is the known field that name most likely meant: the same word in another case, or
+// another API's word for it; "" when none.
+func suggestField(name string, known []string) string {
+	for _, k := range known {
+		if strings.EqualFold(k, name) {
+			return k
+		}
+	}
+	for _, k := range known {
+		for _, synonym := range fieldSynonyms[k] {
+			if strings.EqualFold(synonym, name) {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 // field returns the raw value of name; null counts as absent.

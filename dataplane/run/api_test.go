@@ -621,7 +621,9 @@ func TestValidationMessages(t *testing.T) {
 		{body: `{"growth":0}`, has: []string{`"growth"`, "actual: 0"}},
 		{body: `{"growth":17}`, has: []string{`"growth"`, "16", "actual: 17"}},
 		{body: `{"tightening":1}`, want: `invalid parameter: "tightening". expected: > 0 && < 1, actual: 1`},
-		{body: `{"expectedinsertions":1000}`, want: `unknown parameter: "expectedinsertions"`},
+		{body: `{"expectedinsertions":1000}`, want: `unknown parameter: "expectedinsertions"; did you mean "expectedInsertions"?`},
+		{body: `{"capacity":1000}`, want: `unknown parameter: "capacity"; did you mean "expectedInsertions"?`},
+		{body: `{"errorRate":0.01}`, want: `unknown parameter: "errorRate"; did you mean "fpp"?`},
 		{body: `{"name":"f2"}`, want: `unknown parameter: "name"`},
 		{body: `{`, has: []string{"invalid JSON"}},
 		{body: `{"fpp":0.01}{"fpp":0.02}`, has: []string{"invalid JSON"}},
@@ -639,7 +641,7 @@ func TestValidationMessages(t *testing.T) {
 		{body: `{"value":["a"]}`, want: `invalid parameter: "value". expect string type`},
 		{body: `{"value":{"a":1}}`, want: `invalid parameter: "value". expect string type`},
 		{body: `{"value":"new","other":1}`, want: `unknown parameter: "other"`},
-		{body: `{"values":["new"]}`, want: `unknown parameter: "values"`},
+		{body: `{"values":["new"]}`, want: `unknown parameter: "values"; did you mean "value"?`},
 		{body: `{"value":"new"`, has: []string{"invalid JSON"}},
 		{body: `["new"]`, has: []string{"invalid JSON", "object"}},
 	}
@@ -651,7 +653,7 @@ func TestValidationMessages(t *testing.T) {
 		{body: `{"values":{"a":"new"}}`, want: `invalid parameter: "values". expect Json array`},
 		{body: `{"values":1}`, want: `invalid parameter: "values". expect Json array`},
 		{body: `{"values":["new"],"other":1}`, want: `unknown parameter: "other"`},
-		{body: `{"value":"new"}`, want: `unknown parameter: "value"`},
+		{body: `{"value":"new"}`, want: `unknown parameter: "value"; did you mean "values"?`},
 		{body: `{"values":["new"]`, has: []string{"invalid JSON"}},
 		{body: `["new"]`, has: []string{"invalid JSON", "object"}},
 	}
