@@ -36,7 +36,7 @@ func errBodyTooLarge(limit int64) error {
 func engineError(err error, creating bool) error {
 	switch {
 	case errors.Is(err, filter.ErrNotFound):
-		return &apiError{http.StatusNotFound, wire.CodeFilterNotFound, err.Error()}
+		return &apiError{http.StatusNotFound, wire.CodeFilterNotFound, err.Error() + "; create it with PUT " + wire.FiltersPath + "/<name>"}
 	case errors.Is(err, filter.ErrInvalidName):
 		return invalidParameter("name", err.Error())
 	case errors.Is(err, filter.ErrInvalidOptions):

@@ -110,7 +110,9 @@ func (c *Cluster) Start(name string) *Pod {
 	cfg.DefaultExpectedInsertions = 10_000
 	cfg.DefaultFPP = 0.01
 	cfg.ShutdownDrainDelay = 0
-	cfg.GracefulShutdownTimeout = 5 * time.Second
+	// net/http's Shutdown waits up to 5 s for a connection dialed but not yet used, and peers'
+	// transports dial ahead: a shorter timeout fails the stop on a busy machine.
+	cfg.GracefulShutdownTimeout = 15 * time.Second
 	if c.opts.Configure != nil {
 		c.opts.Configure(name, &cfg)
 	}
