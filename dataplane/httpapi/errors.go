@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -89,13 +90,28 @@ func (s *Server) handleError(err error, c echo.Context) {
 
 func (s *Server) unexpectedError(err error, c echo.Context) *apiError {
 	if he, ok := errors.AsType[*echo.HTTPError](err); ok {
+		req := c.Request()
 		switch he.Code {
 		case http.StatusNotFound:
-			return &apiError{he.Code, wire.CodeNoSuchRoute, "no such endpoint: " + c.Request().Method + " " + c.Request().URL.Path}
+			return &apiError{he.Code, wire.CodeNoSuchRoute, "no such endpoint: " + req.Method + " " + req.URL.Path + s.routeHint(req)}
 		case http.StatusMethodNotAllowed:
-			return &apiError{he.Code, wire.CodeNoSuchRoute, "method " + c.Request().Method + " not allowed on " + c.Request().URL.Path}
+			return &apiError{he.Code, wire.CodeNoSuchRoute, "method " + req.Method + " not allowed on " + req.URL.Path + s.routeHint(req)}
 		}
 		return &apiError{he.Code, wire.CodeInternal, fmt.Sprint(he.Message)}
 	}
 	return &apiError{http.StatusInternalServerError, wire.CodeInternal, "internal error: " + err.Error()}
+}
+
+// routeHint says what a request that matched no route likely meant, or "".
+func (s *Server) routeHint(req *http.Request) string {
+	path := req.URL.Path
+	switch {
+	case len(path) > 1 && strings.HasSuffix(path, "/") && path != wire.DocsPath+"/":
+		return "; paths take no trailing slash: " + strings.TrimRight(path, "/")
+	case strings.HasPrefix(path, wire.DocsPath) && s.docsPage == nil:
+		return "; this data plane serves no documentation: start it with -d (--docs)"
+	case req.Method == http.MethodPost && strings.HasPrefix(path, wire.FiltersPath+"/") && strings.Count(path, "/") == 3:
+		return "; create a filter with PUT " + path
+	}
+	return ""
 }

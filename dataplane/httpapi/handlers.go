@@ -188,6 +188,9 @@ func (s *Server) singleValue(c echo.Context) (string, error) {
 	if err := b.only("value"); err != nil {
 		return "", err
 	}
+	if _, given := b.field("value"); !given {
+		return "", requiredField(c, "value")
+	}
 	return b.string("value")
 }
 
@@ -200,6 +203,9 @@ func (s *Server) readValues(c echo.Context) (*filter.Filter, []string, error) {
 	case !ok:
 		if err := b.only("values"); err != nil {
 			return nil, nil, err
+		}
+		if _, given := b.field("values"); !given {
+			return nil, nil, requiredField(c, "values")
 		}
 		if values, err = b.strings("values"); err != nil {
 			return nil, nil, err

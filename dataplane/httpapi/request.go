@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // body is a request's JSON object, field by field. Fields are read with the typed getters, which
@@ -118,6 +120,15 @@ func invalidParameter(name, detail string) error {
 
 func requiredParameter(name string) error {
 	return badRequest(fmt.Sprintf("required parameter: %q", name))
+}
+
+// requiredField is requiredParameter, with a hint when the client put it in the query string:
+// values go in the JSON body, as filter-service takes them.
+func requiredField(c echo.Context, name string) error {
+	if c.QueryParams().Has(name) {
+		return badRequest(fmt.Sprintf(`required parameter: %q; it goes in the JSON body ({"%s": ...}), not in the query string`, name, name))
+	}
+	return requiredParameter(name)
 }
 
 // wrongType names the expected type and shows what came instead.
@@ -336,4 +347,16 @@ func (b body) seconds(name string, def time.Duration) (time.Duration, error) {
 	const maxSeconds = math.MaxInt64 / uint64(time.Second)
 	n, err := b.uint(name, uint64(def/time.Second), 0, maxSeconds)
 	return time.Duration(n) * time.Second, err
+}
+
+// plainBodies refuses a body the client compressed: the API reads JSON as it is sent, and a
+// compressed body would otherwise read as invalid JSON.
+func plainBodies(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if enc := c.Request().Header.Get(echo.HeaderContentEncoding); enc != "" && !strings.EqualFold(enc, "identity") {
+			return &apiError{http.StatusUnsupportedMediaType, wire.CodeBadParameter,
+				fmt.Sprintf("Content-Encoding %q is not supported: send the body uncompressed", enc)}
+		}
+		return next(c)
+	}
 }

@@ -105,6 +105,7 @@ func (s *Server) routes() {
 		e.GET(wire.ReadyzPath, s.readyz)
 		e.GET(wire.MetricsPath, s.scrapeMetrics)
 	}
+	s.client.Use(plainBodies)
 	if s.bodies.limit > 0 {
 		s.client.Use(s.limitBodies)
 		s.Metrics.HTTP.ObserveBodyBytes(s.bodies.used.Load)

@@ -1317,3 +1317,43 @@ func TestNoSuchRoute(t *testing.T) {
 		})
 	}
 }
+
+// A request that matched nothing, or left out what it needs, is told what it likely meant.
+func TestErrorsSayWhatToDo(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, nil)
+	create(t, s, "users", client.CreateOptions{})
+	for _, tc := range []struct {
+		method, path, body string
+		status, code       int
+		want               string
+	}{
+		{http.MethodPut, "/v1/bloomfilter/other/", `{}`, http.StatusNotFound, wire.CodeNoSuchRoute, "paths take no trailing slash: /v1/bloomfilter/other"},
+		{http.MethodPost, "/v1/bloomfilter/other", `{}`, http.StatusMethodNotAllowed, wire.CodeNoSuchRoute, "create a filter with PUT /v1/bloomfilter/other"},
+		{http.MethodGet, "/v1/docs/", ``, http.StatusNotFound, wire.CodeNoSuchRoute, "start it with -d (--docs)"},
+		{http.MethodPost, "/v1/bloomfilter/users/check?value=alice", ``, http.StatusBadRequest, wire.CodeBadParameter, `it goes in the JSON body ({"value": ...}), not in the query string`},
+		{http.MethodPost, "/v1/bloomfilter/users/multi-set?values=a", `{}`, http.StatusBadRequest, wire.CodeBadParameter, `it goes in the JSON body ({"values": ...}), not in the query string`},
+		{http.MethodPost, "/v1/bloomfilter/missing/check", `{"value":"v"}`, http.StatusNotFound, wire.CodeFilterNotFound, "create it with PUT /v1/bloomfilter/<name>"},
+	} {
+		msg := s.send(t, tc.method, tc.path, tc.body).wantError(t, tc.status, tc.code)
+		if !strings.Contains(msg, tc.want) {
+			t.Errorf("%s %s: %q, want it to say %q", tc.method, tc.path, msg, tc.want)
+		}
+	}
+
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/v1/bloomfilter/users/set", strings.NewReader("\x1f\x8b compressed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := s.http.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	raw, _ := io.ReadAll(resp.Body)
+	msg := response{resp.StatusCode, resp.Header, raw}.wantError(t, http.StatusUnsupportedMediaType, wire.CodeBadParameter)
+	if !strings.Contains(msg, `Content-Encoding "gzip" is not supported: send the body uncompressed`) {
+		t.Errorf("a gzip body: %q", msg)
+	}
+}
