@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -14,7 +15,7 @@ import (
 
 // Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.
 var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
-	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening"}
+	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "failIfExists"}
 
 // filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
 // validated.
@@ -49,15 +50,53 @@ func (s *Server) createFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	failIfExists, err := b.bool("failIfExists", false)
+	if err != nil {
+		return err
+	}
 	f, created, err := s.Writes.Create(c.Request().Context(), level, name, opts, overwrite)
 	if err != nil {
 		return writeError(err, true)
 	}
-	status := http.StatusOK
 	if created {
-		status = http.StatusCreated
+		return c.JSON(http.StatusCreated, s.describe(f.Info()))
 	}
-	return c.JSON(status, s.describe(f.Info()))
+	ignored := differences(b, opts, f.Options())
+	if failIfExists {
+		msg := fmt.Sprintf("filter %q exists", name)
+		if len(ignored) > 0 {
+			msg += " with other " + strings.Join(ignored, ", ")
+		}
+		return &apiError{http.StatusConflict, wire.CodeFilterExists, msg + "; overwrite: true replaces it, empty"}
+	}
+	out := s.describe(f.Info())
+	out.IgnoredParameters = ignored
+	return c.JSON(http.StatusOK, out)
+}
+
+// differences are the fields a create gave that differ from the existing filter's options, which
+// the filter keeps: a create of an existing name answers it unchanged.
+func differences(b body, asked, existing filter.Options) []string {
+	var out []string
+	for _, d := range []struct {
+		fields []string
+		differ bool
+	}{
+		{[]string{"expectedInsertions"}, asked.Capacity != existing.Capacity},
+		{[]string{"fpp"}, asked.FPP != existing.FPP},
+		{[]string{"validPeriodAfterCreate", "validPeriod"}, asked.ValidAfterCreate != existing.ValidAfterCreate},
+		{[]string{"validPeriodAfterAccess"}, asked.ValidAfterAccess != existing.ValidAfterAccess},
+		{[]string{"scalable"}, asked.Scalable != existing.Scalable},
+		{[]string{"growth"}, asked.Growth != existing.Growth},
+		{[]string{"tightening"}, asked.Tightening != existing.Tightening},
+	} {
+		for _, field := range d.fields {
+			if _, given := b.field(field); given && d.differ {
+				out = append(out, field)
+			}
+		}
+	}
+	return out
 }
 
 func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err error) {

@@ -349,6 +349,24 @@ func TestCreateExistingFilter(t *testing.T) {
 		t.Errorf("values after repeated creates = %v, want both still present", got)
 	}
 
+	// The answer names the fields the existing filter kept its own values of, and failIfExists
+	// refuses instead, as RedisBloom's BF.RESERVE does.
+	var kept wire.Filter
+	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"fpp":0.001,"growth":4}`).wantJSON(t, http.StatusOK, &kept)
+	if !slices.Equal(kept.IgnoredParameters, []string{"expectedInsertions", "growth"}) {
+		t.Errorf("ignoredParameters = %v, want expectedInsertions and growth (fpp is the same)", kept.IgnoredParameters)
+	}
+	var same map[string]any
+	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000}`).wantJSON(t, http.StatusOK, &same)
+	if _, ok := same["ignoredParameters"]; ok {
+		t.Errorf("a create with the filter's own parameters answered ignoredParameters: %v", same)
+	}
+	msg := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"fpp":0.01,"failIfExists":true}`).wantError(t, http.StatusConflict, wire.CodeFilterExists)
+	if msg != `filter "f" exists with other fpp; overwrite: true replaces it, empty` {
+		t.Errorf("failIfExists on an existing filter: %q", msg)
+	}
+	s.send(t, http.MethodPut, "/v1/bloomfilter/g", `{"failIfExists":true}`).wantJSON(t, http.StatusCreated, new(wire.Filter))
+
 	var replaced wire.Filter
 	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"overwrite":true}`).
 		wantJSON(t, http.StatusCreated, &replaced)

@@ -14,6 +14,7 @@ const (
 	CodeInternal          = 6  // HTTP 500: a bug; the message says what failed
 	CodeUnavailable       = 7  // HTTP 503: recovering the filters at start, shutting down, or timed out
 	CodeUnauthorized      = 10 // HTTP 401: a request to the internal port without the cluster's bearer token
+	CodeFilterExists      = 11 // HTTP 409: a create with failIfExists found the filter
 )
 
 // ErrorBody is the body of every non-2xx answer.
@@ -48,6 +49,10 @@ type Filter struct {
 	SizeBytes    uint64  `json:"sizeBytes"`
 	FillRatio    float64 `json:"fillRatio"`
 	EstimatedFPP float64 `json:"estimatedFpp"`
+
+	// IgnoredParameters, on the answer to a create that found the filter, are the fields of the
+	// request that differ from the filter's own, which it keeps.
+	IgnoredParameters []string `json:"ignoredParameters,omitempty"`
 }
 
 // TimeFormat is how created and expiration are written: UTC, RFC 3339 with milliseconds, as
