@@ -182,17 +182,8 @@ func TestTLSPodTemplate(t *testing.T) {
 
 	sts := waitFor(t, &appsv1.StatefulSet{}, ns, "t", exists)
 	pod := sts.Spec.Template.Spec
-	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "tls" })
-	if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != "t-tls" ||
-		pod.Volumes[i].Secret.DefaultMode == nil || *pod.Volumes[i].Secret.DefaultMode != 0o440 {
-		t.Errorf("volumes %+v, want tls from Secret t-tls, mode 0440", pod.Volumes)
-	}
+	wantSecretMounted(t, pod, "tls", "t-tls", "/var/run/secrets/bloomery-tls")
 	ctr := pod.Containers[0]
-	if !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name == "tls" && m.MountPath == "/var/run/secrets/bloomery-tls" && m.ReadOnly
-	}) {
-		t.Errorf("volume mounts %+v, want tls read-only at /var/run/secrets/bloomery-tls", ctr.VolumeMounts)
-	}
 	args := strings.Join(ctr.Args, " ")
 	for _, flag := range []string{
 		"--tls-cert-file /var/run/secrets/bloomery-tls/tls.crt",

@@ -37,17 +37,8 @@ func TestInternalTokenSecret(t *testing.T) {
 		return s.Spec.Template.Annotations[tokenHashAnnotation] == tokenHash(token), fmt.Sprint(s.Spec.Template.Annotations)
 	})
 	pod := sts.Spec.Template.Spec
-	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == "internal-token" })
-	if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != "tok-internal-token" ||
-		pod.Volumes[i].Secret.DefaultMode == nil || *pod.Volumes[i].Secret.DefaultMode != 0o440 {
-		t.Errorf("volumes %+v, want internal-token from Secret tok-internal-token, mode 0440", pod.Volumes)
-	}
+	wantSecretMounted(t, pod, "internal-token", "tok-internal-token", "/var/run/secrets/bloomery")
 	ctr := pod.Containers[0]
-	if !slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool {
-		return m.Name == "internal-token" && m.MountPath == "/var/run/secrets/bloomery" && m.ReadOnly
-	}) {
-		t.Errorf("volume mounts %+v, want internal-token read-only at /var/run/secrets/bloomery", ctr.VolumeMounts)
-	}
 	if !strings.Contains(strings.Join(ctr.Args, " "), "--internal-token-file /var/run/secrets/bloomery/token") {
 		t.Errorf("args %q do not point the data plane at the mounted token", ctr.Args)
 	}
@@ -161,5 +152,21 @@ func TestPodNeverPrintsItsToken(t *testing.T) {
 		if strings.Contains(s, pod.Token) || !strings.Contains(s, "c-0 at http://10.0.0.7:8090") {
 			t.Errorf("%q: want the pod's name and address, without its token", s)
 		}
+	}
+}
+
+// wantSecretMounted checks that the pod mounts the Secret secret as volume, read-only with mode
+// 0440, at path in its data-plane container.
+func wantSecretMounted(t *testing.T, pod corev1.PodSpec, volume, secret, path string) {
+	t.Helper()
+	i := slices.IndexFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == volume })
+	if i < 0 || pod.Volumes[i].Secret == nil || pod.Volumes[i].Secret.SecretName != secret ||
+		pod.Volumes[i].Secret.DefaultMode == nil || *pod.Volumes[i].Secret.DefaultMode != 0o440 {
+		t.Errorf("volumes %+v, want %s from Secret %s, mode 0440", pod.Volumes, volume, secret)
+	}
+	if !slices.ContainsFunc(pod.Containers[0].VolumeMounts, func(m corev1.VolumeMount) bool {
+		return m.Name == volume && m.MountPath == path && m.ReadOnly
+	}) {
+		t.Errorf("volume mounts %+v, want %s read-only at %s", pod.Containers[0].VolumeMounts, volume, path)
 	}
 }

@@ -114,7 +114,15 @@ func TestLogHealsAfterAFullDisk(t *testing.T) {
 			if err := f.AddMany([]string{"while-broken"}); err == nil {
 				t.Fatal("a write while the log is broken was acknowledged")
 			}
-			time.Sleep(1500 * time.Millisecond) // past the first back-off: one more try fails
+			// The first try to heal, after the back-off, fails too, and leaves the log broken.
+			failures := p.Stats().LogWriteErrors.Load()
+			deadline := time.Now().Add(10 * time.Second)
+			for p.Stats().LogWriteErrors.Load() == failures {
+				if time.Now().After(deadline) {
+					t.Fatal("no try to heal the log while the disk is full")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 			if p.Stats().LogBroken() == nil {
 				t.Fatal("the log healed while the disk is still full")
 			}

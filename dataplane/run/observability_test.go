@@ -305,20 +305,18 @@ func fillAndStop(t *testing.T, dir string) {
 	}
 }
 
-// The server accepts HTTP while it recovers: liveness and metrics answer, while readiness and the
-// filter API answer 503 (code 7) until the filters are back.
-func TestReadyzWhileRecovering(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	fillAndStop(t, dir)
-
+// startHeldInRecovery runs a data plane on dir whose recovery waits until release is called (at
+// the latest when the test ends), and returns once recovery has begun.
+func startHeldInRecovery(t *testing.T, dir string) (ts *testServer, release func()) {
+	t.Helper()
 	srv := newServer(t, func(cfg *config.Config) { cfg.DataDir = dir })
-	entered, release := make(chan struct{}), make(chan struct{})
-	run.SetBeforeRecovery(srv, func() { close(entered); <-release })
+	entered, held := make(chan struct{}), make(chan struct{})
+	run.SetBeforeRecovery(srv, func() { close(entered); <-held })
 	ts, stop := startRun(t, srv)
-	var releaseOnce sync.Once
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
 	t.Cleanup(func() {
-		releaseOnce.Do(func() { close(release) })
+		release()
 		if err := stop(); err != nil {
 			t.Errorf("Run: %v", err)
 		}
@@ -328,6 +326,17 @@ func TestReadyzWhileRecovering(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("recovery did not start")
 	}
+	return ts, release
+}
+
+// The server accepts HTTP while it recovers: liveness and metrics answer, while readiness and the
+// filter API answer 503 (code 7) until the filters are back.
+func TestReadyzWhileRecovering(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fillAndStop(t, dir)
+
+	ts, release := startHeldInRecovery(t, dir)
 
 	if r := ts.send(t, http.MethodGet, "/healthz", ""); r.status != http.StatusOK {
 		t.Errorf("/healthz while recovering: %d %s, want 200", r.status, r.body)
@@ -359,7 +368,7 @@ func TestReadyzWhileRecovering(t *testing.T) {
 		t.Error("recovery metrics before recovery finished")
 	}
 
-	releaseOnce.Do(func() { close(release) })
+	release()
 	waitUntilReady(t, ts)
 	if present, err := ts.client.Check(t.Context(), "kept", "value"); err != nil || !present {
 		t.Errorf("after recovery: check = %v, %v; want the recovered value present", present, err)

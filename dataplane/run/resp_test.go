@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
-	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -322,22 +320,7 @@ func TestRESPLoadingWhileRecovering(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	fillAndStop(t, dir)
-	srv := newServer(t, func(cfg *config.Config) { cfg.DataDir = dir })
-	entered, release := make(chan struct{}), make(chan struct{})
-	run.SetBeforeRecovery(srv, func() { close(entered); <-release })
-	ts, stop := startRun(t, srv)
-	var releaseOnce sync.Once
-	t.Cleanup(func() {
-		releaseOnce.Do(func() { close(release) })
-		if err := stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	select {
-	case <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("recovery did not start")
-	}
+	ts, release := startHeldInRecovery(t, dir)
 	ctx := t.Context()
 	rdb := redisClient(t, ts)
 	expect(t, "PING while recovering", "PONG")(rdb.Ping(ctx).Result())
@@ -346,7 +329,7 @@ func TestRESPLoadingWhileRecovering(t *testing.T) {
 			t.Errorf("%v while recovering = %v, want LOADING", args, err)
 		}
 	}
-	releaseOnce.Do(func() { close(release) })
+	release()
 	waitUntilReady(t, ts)
 	expect(t, "BF.EXISTS once recovered", true)(rdb.BFExists(ctx, "kept", "value").Result())
 }

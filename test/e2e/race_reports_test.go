@@ -21,15 +21,7 @@ func TestRaceReportsReadLogsOnly(t *testing.T) {
 		"operator.log":                "started\n",
 		"node/pods/ns/pod/data/x.bin": raceReport,
 	}
-	for name, content := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeTree(t, dir, files)
 	found, err := raceReports(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +51,20 @@ func TestRBACDenialsReadOperatorLogs(t *testing.T) {
 		// Not an operator's log.
 		"node/logs/ns/pod.log": `nodes is forbidden: User "` + user + `" cannot list resource "nodes"` + "\n",
 	}
+	writeTree(t, dir, files)
+	found, err := rbacDenials(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(found, "\n")
+	if len(found) != 2 || !strings.Contains(all, "cannot update resource") || !strings.Contains(all, "cannot create resource") {
+		t.Errorf("RBAC refusals %q, want operator.log's and operator-namespaced.log's", found)
+	}
+}
+
+// writeTree writes each file of files, by its path under dir.
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
 	for name, content := range files {
 		path := filepath.Join(dir, name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -67,13 +73,5 @@ func TestRBACDenialsReadOperatorLogs(t *testing.T) {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	found, err := rbacDenials(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	all := strings.Join(found, "\n")
-	if len(found) != 2 || !strings.Contains(all, "cannot update resource") || !strings.Contains(all, "cannot create resource") {
-		t.Errorf("RBAC refusals %q, want operator.log's and operator-namespaced.log's", found)
 	}
 }

@@ -53,7 +53,14 @@ func fill(t *testing.T, dir string) string {
 // opsGet answers the status and body of GET path on the ops port.
 func (dp *dataPlane) opsGet(t *testing.T, path string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.opsAddr+path, nil)
+	status, body := httpGet(t, "http://"+dp.opsAddr+path)
+	return status, string(body)
+}
+
+// httpGet answers the status and body of GET url.
+func httpGet(t *testing.T, url string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +73,7 @@ func (dp *dataPlane) opsGet(t *testing.T, path string) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.StatusCode, string(body)
+	return resp.StatusCode, body
 }
 
 // A full disk fails writes instead of acknowledging them, takes the pod out of service with the

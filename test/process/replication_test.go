@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -496,19 +495,7 @@ func counter(t *testing.T, p *replica, name string) float64 {
 // metricValue reads one unlabelled metric from the /metrics of the data plane at baseURL.
 func metricValue(t *testing.T, baseURL, name string) (float64, bool) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, baseURL+"/metrics", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, body := httpGet(t, baseURL+"/metrics")
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(body)
 	if m == nil {
 		return 0, false
