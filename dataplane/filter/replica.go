@@ -289,7 +289,7 @@ func (st State) validate() error {
 		if err != nil {
 			return err
 		}
-		if layer.Bits != want.Bits || layer.Hashes != want.Hashes || uint64(len(layer.Words))*8 != want.SizeBytes() {
+		if layer.Bits != want.Bits || layer.Hashes != want.Hashes || (layer.Words != nil && uint64(len(layer.Words))*8 != want.SizeBytes()) {
 			return fmt.Errorf("%w: filter %q layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
 				ErrInvalidOptions, st.Name, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
 		}

@@ -1,6 +1,9 @@
 package filter
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // State is a filter's complete state: what a snapshot stores and a restore rebuilds.
 type State struct {
@@ -15,7 +18,8 @@ type State struct {
 	Layers      []LayerState
 }
 
-// LayerState is one layer's shape and bits.
+// LayerState is one layer's shape and bits. Nil Words are a layer of zeros, which a restore maps
+// without writing a page.
 type LayerState struct {
 	Bits   uint
 	Hashes uint
@@ -34,12 +38,12 @@ func EmptyState(name string, opts Options, created time.Time) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	layer := LayerState{Bits: shape.Bits, Hashes: shape.Hashes, Words: make([]uint64, shape.SizeBytes()/8)}
+	layer := LayerState{Bits: shape.Bits, Hashes: shape.Hashes}
 	return State{Name: name, Options: opts, Created: created, LastAccess: created, Layers: []LayerState{layer}}, nil
 }
 
 // State copies the filter's bits under its read lock: checks go on meanwhile, and writers wait
-// only for the copy.
+// only for the copy. StreamState does without the copy.
 func (f *Filter) State() State {
 	st := State{
 		Name:       f.name,
@@ -62,23 +66,79 @@ func (f *Filter) State() State {
 // the journal: the state comes from the journal's own files. It checks that every layer has the
 // shape its options define, so bits of a foreign shape never mix with ours.
 func (s *Store) Restore(st State) error {
+	return s.RestoreFilling(st, func(layers [][]uint64) error {
+		for i, words := range layers {
+			copy(words, st.Layers[i].Words)
+		}
+		return nil
+	})
+}
+
+// RestoreFilling is Restore for a state without its bits (every Words nil): fill reads them
+// straight into the memory the filter keeps, one slice of words per layer, so that recovery holds
+// no second copy of a filter. The filter is installed only when fill succeeds.
+func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) error {
 	if err := st.validate(); err != nil {
 		return err
 	}
 	f := &Filter{name: st.Name, opts: st.Options, created: st.Created, store: s}
 	f.lastAccess.Store(st.LastAccess.UnixNano())
 	f.journaledAccess.Store(st.LastAccess.UnixNano())
-	for i, layer := range st.Layers {
+	for i := range st.Layers {
 		shape, _ := st.Options.LayerShape(i)
-		if err := f.addLayer(shape, layer.Words); err != nil {
+		if err := f.addLayer(shape, nil); err != nil {
 			s.memory.release(f.sizeBytes.Load())
 			return err
 		}
+	}
+	layers := make([][]uint64, len(f.layers))
+	for i, layer := range f.layers {
+		layers[i] = layer.BitSet().Words()
+	}
+	if err := fill(layers); err != nil {
+		s.memory.release(f.sizeBytes.Load())
+		return err
 	}
 	f.items.Store(st.Items)
 	f.newestItems = st.NewestItems
 	s.changes.Lock()
 	defer s.changes.Unlock()
 	s.publish(f)
+	return nil
+}
+
+// StreamState hands the filter's state out without a copy of its bits: head receives the state
+// with every Words nil, then emit receives the bits of each layer in turn, at most len(buf) words
+// at a time, copied into buf under the read lock. Writers wait for one chunk, never for the whole
+// filter, and a chunk may hold bits set after head was called: bits are only ever set, and the
+// layers head announced are the ones emitted, whatever the filter grows to meanwhile.
+func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(words []uint64) error) error {
+	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Items: f.items.Load()}
+	f.mu.RLock()
+	st.NewestItems = f.newestItems
+	layers := slices.Clone(f.layers)
+	f.mu.RUnlock()
+	st.Layers = make([]LayerState, len(layers))
+	for i, layer := range layers {
+		st.Layers[i] = LayerState{Bits: layer.Cap(), Hashes: layer.K()}
+	}
+	if err := head(st); err != nil {
+		return err
+	}
+	for _, layer := range layers {
+		for at := 0; ; {
+			f.mu.RLock()
+			words := layer.BitSet().Words()
+			n := copy(buf, words[at:])
+			f.mu.RUnlock()
+			if n == 0 {
+				break
+			}
+			if err := emit(buf[:n]); err != nil {
+				return err
+			}
+			at += n
+		}
+	}
 	return nil
 }

@@ -80,7 +80,7 @@ func encodeFilterHead(st filter.State) []byte {
 	for _, l := range st.Layers {
 		e.u64(uint64(l.Bits))
 		e.u64(uint64(l.Hashes))
-		e.u64(uint64(len(l.Words)))
+		e.u64(uint64(wordCount(l)))
 	}
 	return e.buf
 }
@@ -247,10 +247,28 @@ func (d *decoder) header() snapshotHeader {
 	return snapshotHeader{Taken: d.time(), FirstSegment: d.u64()}
 }
 
-// filterState decodes a filter record after its kind byte. The options are validated and every
-// layer's shape is checked against them before its words are allocated, so a corrupt length
-// cannot make recovery allocate more than the record holds.
+// filterState decodes a filter record after its kind byte, its bits into new slices.
 func (d *decoder) filterState() filter.State {
+	st := d.filterHead()
+	if d.err != nil {
+		return st
+	}
+	layers := make([][]uint64, len(st.Layers))
+	for i := range st.Layers {
+		layers[i] = make([]uint64, wordCount(st.Layers[i]))
+	}
+	d.words(layers)
+	for i := range st.Layers {
+		st.Layers[i].Words = layers[i]
+	}
+	return st
+}
+
+// filterHead decodes a filter record after its kind byte up to its bits, which follow as each
+// layer's words (see words). The options are validated and every layer's shape is checked
+// against them, and the record's length against the shapes, so a corrupt length cannot make
+// anyone allocate more than the record holds.
+func (d *decoder) filterHead() filter.State {
 	st := filter.State{Name: d.str(), Options: d.options(), Created: d.time(), LastAccess: d.time(), Items: d.u64(), NewestItems: d.u64()}
 	layers := d.uvarint()
 	if d.err != nil {
@@ -278,17 +296,18 @@ func (d *decoder) filterState() filter.State {
 	if d.err == nil && totalWords*8 != d.left {
 		d.fail("filter %q: %d bytes of bits declared, %d left in the record", st.Name, totalWords*8, d.left)
 	}
-	for i := range st.Layers {
-		if d.err != nil {
-			break
-		}
-		shape, _ := st.Options.LayerShape(i)
-		words := make([]uint64, shape.SizeBytes()/8)
-		d.read(wordBytes(words))
-		st.Layers[i].Words = words
-	}
 	return st
 }
+
+// words reads a filter record's bits into layers, which have the sizes its head declared.
+func (d *decoder) words(layers [][]uint64) {
+	for _, words := range layers {
+		d.read(wordBytes(words))
+	}
+}
+
+// wordCount is the number of words of a layer's bit array.
+func wordCount(l filter.LayerState) int { return int((l.Bits + 63) / 64) }
 
 // change decodes a log record of any kind but the snapshot's.
 func (d *decoder) change() change {

@@ -142,8 +142,16 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	// the replay if not. Expiry after create is final.
 	live := func(st filter.State) bool { return st.Options.ValidAfterAccess > 0 || !st.ExpiredAt(now) }
 
+	// Filters are restored as they are read, straight into their own memory. snapshot.tmp's
+	// come second and replace snapshot.db's of the same name.
+	restore := func(head filter.State, fill func([][]uint64) error) error {
+		if err := store.RestoreFilling(head, fill); err != nil {
+			return fmt.Errorf("restoring filter %q: %w", head.Name, err)
+		}
+		return nil
+	}
 	dbPath := filepath.Join(p.opts.Dir, snapshotFile)
-	db, err := readSnapshot(dbPath, live)
+	db, err := readSnapshot(dbPath, live, restore)
 	if err != nil {
 		return rep, fmt.Errorf("reading %s: %w", dbPath, err)
 	}
@@ -155,7 +163,7 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 		rep.CorruptRecords++
 	}
 	tmpPath := filepath.Join(p.opts.Dir, snapshotTmp)
-	tmp, err := readSnapshot(tmpPath, live)
+	tmp, err := readSnapshot(tmpPath, live, restore)
 	if err != nil {
 		return rep, fmt.Errorf("reading %s: %w", tmpPath, err)
 	}
@@ -166,12 +174,7 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	}
 	rep.SnapshotBytes, rep.SnapshotTmp = db.bytesRead, tmp.records > 0
 	rep.Skipped, rep.Expired = db.skipped+tmp.skipped, db.expired+tmp.expired
-	for _, st := range append(db.filters, tmp.filters...) {
-		if err := store.Restore(st); err != nil {
-			return rep, fmt.Errorf("restoring filter %q: %w", st.Name, err)
-		}
-		rep.Recovered++
-	}
+	rep.Recovered = db.restored + tmp.restored
 	for _, t := range append(db.tombstones, tmp.tombstones...) {
 		store.RestoreTombstone(t)
 	}
@@ -447,7 +450,7 @@ func (p *Persister) snapshot() error {
 		if f.Expired(now) {
 			return true
 		}
-		werr = w.writeFilter(f.State())
+		werr = w.writeFilter(f)
 		return werr == nil
 	})
 	for _, t := range p.store.Tombstones() {

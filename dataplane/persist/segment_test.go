@@ -128,7 +128,7 @@ func TestZerosInASnapshotAreCorruption(t *testing.T) {
 	var buf bytes.Buffer
 	buf.Write(appendRecord(nil, []byte{kindTombstone}))
 	buf.Write(make([]byte, 64))
-	got := decodeSnapshot(bytes.NewReader(buf.Bytes()), int64(buf.Len()), func(filter.State) bool { return true })
+	got, _ := decodeSnapshot(bytes.NewReader(buf.Bytes()), int64(buf.Len()), keepAll, filter.NewStore(filter.Limits{}, nil).RestoreFilling)
 	if !errors.Is(got.corrupt, ErrCorrupt) {
 		t.Errorf("zeros after a snapshot record read as %v, want ErrCorrupt", got.corrupt)
 	}

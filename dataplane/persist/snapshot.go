@@ -18,7 +18,13 @@ type snapshotWriter struct {
 	file *os.File
 	w    *bufio.Writer
 	size int64
+	// chunk carries a large filter's bits to the file a piece at a time (see writeFilter).
+	chunk []uint64
 }
+
+// streamChunkWords is how much of a large filter a snapshot copies at a time, and so the filter
+// size above which a snapshot streams a filter rather than copying it whole.
+const streamChunkWords = 1 << 17
 
 func createSnapshot(dir string) (*snapshotWriter, error) {
 	f, err := os.OpenFile(filepath.Join(dir, snapshotTmp), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
@@ -38,7 +44,41 @@ func (s *snapshotWriter) writeHeader(h snapshotHeader) error {
 	return s.write(appendRecord(nil, encodeHeader(h)))
 }
 
-func (s *snapshotWriter) writeFilter(st filter.State) error { return writeFilterRecord(s.write, st) }
+// writeFilter writes f's record. A small filter is copied whole, its checksum computed, and
+// written. A large one streams a chunk at a time, so that the snapshot never holds a second copy
+// of it: its frame is written last, in place, once the checksum of what was written is known.
+func (s *snapshotWriter) writeFilter(f *filter.Filter) error {
+	if f.SizeBytes() <= streamChunkWords*8 {
+		return writeFilterRecord(s.write, f.State())
+	}
+	if s.chunk == nil {
+		s.chunk = make([]uint64, streamChunkWords)
+	}
+	frameAt := s.size
+	var frame [recordHeaderSize]byte
+	if err := s.write(frame[:]); err != nil {
+		return err
+	}
+	var length uint64
+	var crc uint32
+	body := func(p []byte) error {
+		length += uint64(len(p))
+		crc = crc32.Update(crc, castagnoli, p)
+		return s.write(p)
+	}
+	err := f.StreamState(s.chunk,
+		func(head filter.State) error { return body(encodeFilterHead(head)) },
+		func(words []uint64) error { return body(wordBytes(words)) })
+	if err == nil {
+		err = s.w.Flush()
+	}
+	if err != nil {
+		return err
+	}
+	putFrame(frame[:], length, crc)
+	_, err = s.file.WriteAt(frame[:], frameAt)
+	return err
+}
 
 func (s *snapshotWriter) writeTombstone(t filter.Tombstone) error {
 	return s.write(appendRecord(nil, encodeTombstone(t)))
@@ -104,19 +144,25 @@ func (s *snapshotWriter) abort() {
 // snapshotContents is what a snapshot file held, as far as it could be read.
 type snapshotContents struct {
 	header     *snapshotHeader // nil when absent or unreadable
-	filters    []filter.State
 	tombstones []filter.Tombstone
 	records    int   // records read, valid or not
+	restored   int   // filters handed to restore
 	skipped    int   // records with a valid checksum that could not be used
 	expired    int   // filters that expired before they could be recovered
 	corrupt    error // the torn or corrupt record that ended the read, if any
 	bytesRead  int64
 }
 
-// readSnapshot reads a snapshot file up to its end or its first corrupt record. A missing file
-// is an empty snapshot. keep decides, per filter, whether it is worth holding in memory (expired
-// filters are not).
-func readSnapshot(path string, keep func(filter.State) bool) (snapshotContents, error) {
+// restoreFunc installs a filter read from a snapshot. head is its state without the bits (every
+// Words nil); fill reads the bits into the slices it is given, one per layer and of the layers'
+// sizes, and checks the record's checksum: a filter is installed only once fill succeeds.
+type restoreFunc func(head filter.State, fill func(layers [][]uint64) error) error
+
+// readSnapshot reads a snapshot file up to its end or its first corrupt record, handing each
+// filter that keep wants (expired filters are not worth memory) to restore as it is read, so
+// that no more than one filter is in flight. A missing file is an empty snapshot; an error is
+// restore's.
+func readSnapshot(path string, keep func(filter.State) bool, restore restoreFunc) (snapshotContents, error) {
 	var out snapshotContents
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -130,11 +176,11 @@ func readSnapshot(path string, keep func(filter.State) bool) (snapshotContents, 
 	if err != nil {
 		return out, err
 	}
-	return decodeSnapshot(bufio.NewReaderSize(f, 1<<20), fi.Size(), keep), nil
+	return decodeSnapshot(bufio.NewReaderSize(f, 1<<20), fi.Size(), keep, restore)
 }
 
 // decodeSnapshot reads size bytes of snapshot records from r.
-func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snapshotContents {
+func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool, restore restoreFunc) (snapshotContents, error) {
 	var out snapshotContents
 	rr := &recordReader{r: r, remaining: size}
 	for {
@@ -149,14 +195,24 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snaps
 		out.records++
 		d := decoder{r: b, left: b.length}
 		kind := d.u8()
-		var st filter.State
 		var h snapshotHeader
 		var t filter.Tombstone
+		var kept bool
+		var restoreErr error
 		switch kind {
 		case kindSnapshotHeader:
 			h = d.header()
 		case kindFilter:
-			st = d.filterState()
+			head := d.filterHead()
+			if kept = d.err == nil && keep(head); kept {
+				restoreErr = restore(head, func(layers [][]uint64) error {
+					d.words(layers)
+					if d.err != nil {
+						return d.err
+					}
+					return b.verify()
+				})
+			}
 		case kindTombstone:
 			t = d.tombstone()
 		default:
@@ -169,10 +225,12 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snaps
 		switch {
 		case d.err != nil:
 			out.skipped++
+		case restoreErr != nil:
+			return out, restoreErr
 		case kind == kindSnapshotHeader && out.header == nil && out.records == 1:
 			out.header = &h
-		case kind == kindFilter && keep(st):
-			out.filters = append(out.filters, st)
+		case kind == kindFilter && kept:
+			out.restored++
 		case kind == kindFilter:
 			out.expired++
 		case kind == kindTombstone:
@@ -180,5 +238,5 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool) snaps
 		}
 	}
 	out.bytesRead = rr.offset
-	return out
+	return out, nil
 }
