@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
@@ -145,21 +147,62 @@ func (s *Server) inventory(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.Node.Inventory())
 }
 
-// dump streams the filter's state in the snapshot's record format.
+// dump streams the filter's state in the snapshot's record format. Its checksum comes first, so
+// the bits are copied: copies share dumpCopyBytes, and a dump that would exceed it waits for
+// others to finish (one larger than all of it runs alone), so that any number of dumps holds at
+// most the largest filter or dumpCopyBytes, whichever is more.
 func (s *Server) dump(c echo.Context) error {
 	f, err := s.lookup(c)
 	if err != nil {
 		return err
 	}
-	st := f.State()
-	// A dump of a large filter takes longer than the server's write timeout, meant for answers
-	// from memory; a stalled reader is the peer's to give up on.
-	if err := http.NewResponseController(c.Response().Writer).SetWriteDeadline(time.Time{}); err != nil {
-		return fmt.Errorf("lifting the write deadline for a dump: %w", err)
+	release, err := s.dumpCopies.acquire(c.Request().Context(), f.SizeBytes())
+	if err != nil {
+		return fmt.Errorf("waiting for other dumps to finish: %w", err)
 	}
+	defer release()
+	st := f.State()
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream)
 	c.Response().WriteHeader(http.StatusOK)
-	return persist.WriteDump(c.Response(), st)
+	return persist.WriteDump(stallDeadline{c.Response().Writer, s.Config.RequestTimeout}, st)
+}
+
+// dumpCopyBytes bounds the bits that concurrent dumps hold copies of.
+const dumpCopyBytes = 64 << 20
+
+// copyBudget shares a number of bytes between copies: a copy larger than all of it takes all of
+// it, and so runs alone.
+type copyBudget struct {
+	sem   *semaphore.Weighted
+	limit int64
+}
+
+func newCopyBudget(limit int64) copyBudget {
+	return copyBudget{sem: semaphore.NewWeighted(limit), limit: limit}
+}
+
+// acquire waits until a copy of size bytes fits; release gives its share back.
+func (b copyBudget) acquire(ctx context.Context, size uint64) (release func(), err error) {
+	share := int64(min(size, uint64(b.limit)))
+	if err := b.sem.Acquire(ctx, share); err != nil {
+		return nil, err
+	}
+	return func() { b.sem.Release(share) }, nil
+}
+
+// stallDeadline gives every write its own deadline, timeout from its start: a dump of a large
+// filter takes as long as it takes, while a reader that stops reading is dropped, and the copy
+// it held with it.
+type stallDeadline struct {
+	w       http.ResponseWriter
+	timeout time.Duration
+}
+
+func (s stallDeadline) Write(p []byte) (int, error) {
+	if err := http.NewResponseController(s.w).SetWriteDeadline(time.Now().Add(s.timeout)); err != nil {
+		return 0, fmt.Errorf("extending the write deadline of a dump: %w", err)
+	}
+	return s.w.Write(p)
 }
 
 // merge ORs a dump into the filter of the path, which must have the dump's shape. The bits reach

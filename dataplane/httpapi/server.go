@@ -31,6 +31,8 @@ type Server struct {
 	tokenDigest []byte
 	// bodies bounds the request bodies the client port holds at once.
 	bodies *bodyBudget
+	// dumpCopies bounds the bits that dumps being written hold copies of (see dump).
+	dumpCopies copyBudget
 	// docsPage is the API documentation page, built once; nil without -d.
 	docsPage []byte
 	// routePaths are the registered route templates, for the route label of metrics: anything
@@ -81,7 +83,11 @@ func New(o Options) (*Server, error) {
 	if o.Config.MaxHTTPRequestLength <= 0 {
 		return nil, fmt.Errorf("maxHttpRequestLength must be > 0, got %d", o.Config.MaxHTTPRequestLength)
 	}
-	s := &Server{Options: o, bodies: &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))}}
+	s := &Server{
+		Options:    o,
+		bodies:     &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))},
+		dumpCopies: newCopyBudget(dumpCopyBytes),
+	}
 	if o.InternalToken != "" {
 		s.tokenDigest = digest(o.InternalToken)
 	}

@@ -133,3 +133,32 @@ func TestSnapshotStreamsWhileWritersWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestMergesShareSnapshots makes ten merges durable at once: they share one snapshot, which
+// began after each of them asked. The next asks for one of its own.
+func TestMergesShareSnapshots(t *testing.T) {
+	p, store, _ := open(t, t.TempDir())
+	mustCreate(t, store, "f", filter.Options{Capacity: 100, FPP: 0.01})
+	tickets := make([]uint64, 10)
+	for i := range tickets {
+		tickets[i] = p.snapshotTicket()
+	}
+	var merges sync.WaitGroup
+	for _, ticket := range tickets {
+		merges.Go(func() {
+			if err := p.snapshotAfter(ticket); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	merges.Wait()
+	if got := p.Stats().SnapshotsTaken.Load(); got != 1 {
+		t.Errorf("ten merges waiting together took %d snapshots, want 1", got)
+	}
+	if err := p.MakeDurable(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Stats().SnapshotsTaken.Load(); got != 2 {
+		t.Errorf("a merge after them took %d snapshots in all, want 2", got)
+	}
+}

@@ -60,7 +60,11 @@ type Persister struct {
 	logBytesAtSnapshot atomic.Int64
 	// snapshotting lets one snapshot run at a time.
 	snapshotting sync.Mutex
-	stats        Stats
+	// snapshotsBegun numbers snapshots as they begin; lastGoodSnapshot is the number of the
+	// last that succeeded, read and written under snapshotting.
+	snapshotsBegun   atomic.Uint64
+	lastGoodSnapshot uint64
+	stats            Stats
 }
 
 // Stats are counters for metrics and logs.
@@ -407,11 +411,35 @@ func (p *Persister) trigger(ctx context.Context, c Criterion) {
 	})
 }
 
+// MakeDurable returns once everything the store held when it was called is in snapshot.db, for
+// bits that reach no log (merged from a dump). Callers that arrive while a snapshot is being
+// written share the next one, so a burst of merges costs two snapshots, not one each.
+func (p *Persister) MakeDurable() error { return p.snapshotAfter(p.snapshotTicket()) }
+
+// snapshotTicket is the number of the last snapshot that began before the call.
+func (p *Persister) snapshotTicket() uint64 { return p.snapshotsBegun.Load() }
+
+// snapshotAfter returns once a snapshot numbered above ticket has succeeded, taking one if none
+// has.
+func (p *Persister) snapshotAfter(ticket uint64) error {
+	p.snapshotting.Lock()
+	defer p.snapshotting.Unlock()
+	if p.lastGoodSnapshot > ticket {
+		return nil
+	}
+	return p.snapshotLocked()
+}
+
 // Snapshot writes every live filter to snapshot.tmp, makes it snapshot.db, and drops the log
 // segments it covers. Each filter's lock is held only while its bits are copied.
 func (p *Persister) Snapshot() error {
 	p.snapshotting.Lock()
 	defer p.snapshotting.Unlock()
+	return p.snapshotLocked()
+}
+
+func (p *Persister) snapshotLocked() error {
+	number := p.snapshotsBegun.Add(1)
 	start := time.Now()
 	updates := p.updates.Load()
 	err := p.snapshot()
@@ -419,6 +447,7 @@ func (p *Persister) Snapshot() error {
 		p.stats.SnapshotFailures.Add(1)
 		return err
 	}
+	p.lastGoodSnapshot = number
 	// Updates that raced with the snapshot may be in it or not; counting them again is safe.
 	p.updates.Add(-updates)
 	elapsed := time.Since(start)

@@ -144,7 +144,7 @@ func readToken(path string) (string, error) {
 // dump are not in the log.
 func (d *DataPlane) durable() error {
 	if p := d.persister.Load(); p != nil {
-		return p.Snapshot()
+		return p.MakeDurable()
 	}
 	return nil
 }

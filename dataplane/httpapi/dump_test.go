@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"fmt"
+	"net"
+	"net/http/httptest"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/persist"
+)
+
+// TestStalledDumpReaderIsDroppedAndItsCopyReleased starts a dump of a 16 MiB filter for a client
+// that reads nothing. The dump holds the whole copy budget while it waits, so that no other dump
+// copies anything meanwhile; once a write has waited past the request timeout the reader is
+// dropped, its share comes back, and the next dump is served whole.
+func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
+	cfg := config.Default()
+	cfg.RequestTimeout = 300 * time.Millisecond
+	s := newTestAPI(t, cfg)
+	const budget = 1 << 20
+	s.dumpCopies = newCopyBudget(budget)
+	f, _, err := s.Store.Create("big", filter.Options{Capacity: 16_000_000, FPP: 0.01}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.SizeBytes() < 16<<20 {
+		t.Fatalf("the filter takes %d bytes, want more than the socket buffers hold", f.SizeBytes())
+	}
+	if err := f.AddMany([]string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(s.ClientHandler())
+	t.Cleanup(hs.Close)
+
+	stalled, err := net.Dial("tcp", hs.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stalled.Close() }()
+	_ = stalled.(*net.TCPConn).SetReadBuffer(4096)
+	if _, err := fmt.Fprintf(stalled, "GET /v1/bloomfilter/big/dump HTTP/1.1\r\nHost: bloomery\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stalled dump to hold the whole budget", func() bool {
+		if s.dumpCopies.sem.TryAcquire(1) {
+			s.dumpCopies.sem.Release(1)
+			return false
+		}
+		return true
+	})
+	waitFor(t, "the stalled reader to be dropped and the budget to come back", func() bool {
+		if s.dumpCopies.sem.TryAcquire(budget) {
+			s.dumpCopies.sem.Release(budget)
+			return true
+		}
+		return false
+	})
+
+	res, err := hs.Client().Get(hs.URL + "/v1/bloomfilter/big/dump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	got, err := persist.ReadDump(res.Body, 64<<20)
+	if err != nil {
+		t.Fatalf("dump after the stalled one: %v", err)
+	}
+	want := f.State()
+	if len(got.Layers) != 1 || !slices.Equal(got.Layers[0].Words, want.Layers[0].Words) {
+		t.Error("the dump after the stalled one differs from the filter")
+	}
+}
+
+// waitFor polls cond for up to ten seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
