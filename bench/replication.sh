@@ -43,59 +43,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-free_port() {
-	local p
-	while :; do
-		p=$((20000 + RANDOM % 40000))
-		port_in_use "$p" || {
-			echo "$p"
-			return
-		}
-	done
-}
-
-# start NAME: starts a pod awaiting its membership; sets port_NAME.
-start() {
-	local name=$1 port
-	port=$(free_port)
-	mkdir -p "$work/$name"
-	printf 'awaitMembership: true\ndefaultValidSecondsAfterCreate: 0\n' >"$work/config.yaml"
-	"${server_pin[@]}" "$bin" dataplane -p "$port" -c "$work/config.yaml" --data-dir "$work/$name" >"$work/$name.log" 2>&1 &
-	pids+=($!)
-	printf -v "port_$name" '%s' "$port"
-	for _ in $(seq 300); do
-		curl -sf "http://127.0.0.1:$port/v1/ping" >/dev/null 2>&1 && return
-		sleep 0.1
-	done
-	die "pod $name did not start: $(tail -5 "$work/$name.log")"
-}
-
-# tell EPOCH NAME...: tells each named pod the membership of all of them.
-tell() {
-	local epoch=$1 members="" name port
-	shift
-	for name in "$@"; do
-		port=port_$name
-		members+="${members:+,}{\"name\":\"$name\",\"url\":\"http://127.0.0.1:${!port}\"}"
-	done
-	for name in "$@"; do
-		port=port_$name
-		curl -sSf -X PUT -H 'Content-Type: application/json' \
-			-d "{\"epoch\":$epoch,\"self\":\"$name\",\"members\":[$members]}" \
-			"http://127.0.0.1:${!port}/internal/v1/membership" >/dev/null
-	done
-}
-
-wait_ready() {
-	local port=port_$1
-	for _ in $(seq 6000); do
-		[[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${!port}/readyz") == 200 ]] && return
-		sleep 0.05
-	done
-	die "pod $1 not ready: $(tail -5 "$work/$1.log")"
-}
-
 stop_all() {
 	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
 	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
@@ -124,18 +71,18 @@ run_all() {
 }
 
 log "one pod alone"
-start a
-tell 1 a
-wait_ready a
+pod_start a
+pod_tell 1 a
+pod_wait_ready a
 run_all "1 pod" ""
 stop_all
 
 log "three pods"
-start a
-start b
-start c
-tell 1 a b c
-for p in a b c; do wait_ready $p; done
+pod_start a
+pod_start b
+pod_start c
+pod_tell 1 a b c
+for p in a b c; do pod_wait_ready $p; done
 for level in one quorum all; do
 	log "consistency=$level"
 	run_all "3 pods, $level" "?consistency=$level"
@@ -154,9 +101,9 @@ done
 
 ((catchup_mib > 0)) || exit 0
 log "catch-up of ${catchup_mib} MiB"
-start a
-tell 1 a
-wait_ready a
+pod_start a
+pod_tell 1 a
+pod_wait_ready a
 made=0
 i=0
 while ((made < catchup_mib)); do
@@ -166,10 +113,10 @@ while ((made < catchup_mib)); do
 	made=$((made + size / 1048576))
 	i=$((i + 1))
 done
-start b
+pod_start b
 start_ns=$(date +%s%N)
-tell 2 a b
-wait_ready b
+pod_tell 2 a b
+pod_wait_ready b
 end_ns=$(date +%s%N)
 printf '\ncatch-up: %d filters, %d MiB, new pod ready after %.2f s\n' "$i" "$made" "$(awk -v d=$((end_ns - start_ns)) 'BEGIN {print d / 1e9}')"
 grep -h '"Caught up"' "$work/b.log" | tail -1

@@ -56,7 +56,7 @@ func TestPeerCalls(t *testing.T) {
 	if size >= 0 && size != int64(len(raw)) {
 		t.Errorf("Dump said %d bytes and sent %d", size, len(raw))
 	}
-	st, err := persist.ReadDump(bytes.NewReader(raw), int64(len(raw)))
+	st, _, err := persist.ReadDump(bytes.NewReader(raw), int64(len(raw)))
 	if err != nil || st.Name != "f" || st.Created.UnixNano() != gen {
 		t.Fatalf("the dump reads as %q created %v, %v; want f of generation %d", st.Name, st.Created, err, gen)
 	}

@@ -1,6 +1,7 @@
 package filter
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 
@@ -44,4 +45,23 @@ func newLayer(shape LayerShape, words []uint64) (*bloom.BloomFilter, error) {
 	// the filter up before it was deleted may still be probing it.
 	runtime.AddCleanup(layer, func(release func()) { release() }, release)
 	return layer, nil
+}
+
+// TransientWords returns n zeroed words for a passing copy of bits, such as a dump being written
+// or read, and release, which gives them back at once. Large ones live outside the heap: as heap
+// garbage, several copies of a large filter could pile up before the collector's goal (twice the
+// live heap) is reached.
+func TransientWords(n int) (words []uint64, release func(), err error) {
+	if uint64(n)*8 < offHeapMinBytes {
+		return make([]uint64, n), func() {}, nil
+	}
+	words, unmap, err := allocWords(n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
+	offHeapBytes.Add(int64(n) * 8)
+	return words, func() {
+		unmap()
+		offHeapBytes.Add(-int64(n) * 8)
+	}, nil
 }

@@ -3,6 +3,8 @@ package filter
 import (
 	"slices"
 	"time"
+
+	"github.com/bits-and-blooms/bloom/v3"
 )
 
 // State is a filter's complete state: what a snapshot stores and a restore rebuilds.
@@ -62,6 +64,43 @@ func (f *Filter) State() State {
 	return st
 }
 
+// CopyState is State with the bits copied into TransientWords: release gives them back, after
+// which the state's Words must not be used.
+func (f *Filter) CopyState() (State, func(), error) {
+	st, layers := f.head()
+	release, err := st.AllocTransient()
+	if err != nil {
+		return State{}, nil, err
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for i, layer := range layers {
+		copy(st.Layers[i].Words, layer.BitSet().Words())
+	}
+	return st, release, nil
+}
+
+// AllocTransient gives every layer of a state without bits TransientWords of its size, for a
+// passing copy; release gives them all back.
+func (st *State) AllocTransient() (release func(), err error) {
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
+		}
+	}
+	for i, l := range st.Layers {
+		words, r, err := TransientWords(int((l.Bits + 63) / 64))
+		if err != nil {
+			release()
+			return nil, err
+		}
+		releases = append(releases, r)
+		st.Layers[i].Words = words
+	}
+	return release, nil
+}
+
 // Restore installs a filter from its state, replacing any filter of that name, without telling
 // the journal: the state comes from the journal's own files. It checks that every layer has the
 // shape its options define, so bits of a foreign shape never mix with ours.
@@ -113,15 +152,7 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 // filter, and a chunk may hold bits set after head was called: bits are only ever set, and the
 // layers head announced are the ones emitted, whatever the filter grows to meanwhile.
 func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(words []uint64) error) error {
-	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Items: f.items.Load()}
-	f.mu.RLock()
-	st.NewestItems = f.newestItems
-	layers := slices.Clone(f.layers)
-	f.mu.RUnlock()
-	st.Layers = make([]LayerState, len(layers))
-	for i, layer := range layers {
-		st.Layers[i] = LayerState{Bits: layer.Cap(), Hashes: layer.K()}
-	}
+	st, layers := f.head()
 	if err := head(st); err != nil {
 		return err
 	}
@@ -141,4 +172,19 @@ func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(wor
 		}
 	}
 	return nil
+}
+
+// head is the filter's state without its bits (every Words nil), and in layers the layers it
+// describes, taken together under the read lock.
+func (f *Filter) head() (State, []*bloom.BloomFilter) {
+	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Items: f.items.Load()}
+	f.mu.RLock()
+	st.NewestItems = f.newestItems
+	layers := slices.Clone(f.layers)
+	f.mu.RUnlock()
+	st.Layers = make([]LayerState, len(layers))
+	for i, layer := range layers {
+		st.Layers[i] = LayerState{Bits: layer.Cap(), Hashes: layer.K()}
+	}
+	return st, layers
 }

@@ -65,7 +65,7 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = res.Body.Close() }()
-	got, err := persist.ReadDump(res.Body, 64<<20)
+	got, _, err := persist.ReadDump(res.Body, 64<<20)
 	if err != nil {
 		t.Fatalf("dump after the stalled one: %v", err)
 	}

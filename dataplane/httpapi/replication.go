@@ -161,7 +161,11 @@ func (s *Server) dump(c echo.Context) error {
 		return fmt.Errorf("waiting for other dumps to finish: %w", err)
 	}
 	defer release()
-	st := f.State()
+	st, releaseCopy, err := f.CopyState()
+	if err != nil {
+		return engineError(err, false)
+	}
+	defer releaseCopy()
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream)
 	c.Response().WriteHeader(http.StatusOK)
 	return persist.WriteDump(stallDeadline{c.Response().Writer, s.Config.RequestTimeout}, st)
@@ -212,10 +216,11 @@ func (s *Server) merge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	st, err := persist.ReadDump(bytes.NewReader(raw), int64(len(raw)))
+	st, release, err := persist.ReadDump(bytes.NewReader(raw), int64(len(raw)))
 	if err != nil {
 		return badRequest("invalid dump: " + err.Error())
 	}
+	defer release()
 	f, err := s.lookup(c)
 	if err != nil {
 		return err

@@ -247,23 +247,6 @@ func (d *decoder) header() snapshotHeader {
 	return snapshotHeader{Taken: d.time(), FirstSegment: d.u64()}
 }
 
-// filterState decodes a filter record after its kind byte, its bits into new slices.
-func (d *decoder) filterState() filter.State {
-	st := d.filterHead()
-	if d.err != nil {
-		return st
-	}
-	layers := make([][]uint64, len(st.Layers))
-	for i := range st.Layers {
-		layers[i] = make([]uint64, wordCount(st.Layers[i]))
-	}
-	d.words(layers)
-	for i := range st.Layers {
-		st.Layers[i].Words = layers[i]
-	}
-	return st
-}
-
 // filterHead decodes a filter record after its kind byte up to its bits, which follow as each
 // layer's words (see words). The options are validated and every layer's shape is checked
 // against them, and the record's length against the shapes, so a corrupt length cannot make

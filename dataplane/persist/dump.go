@@ -26,26 +26,41 @@ func WriteDump(w io.Writer, st filter.State) error {
 }
 
 // ReadDump reads one filter's state from r, which holds at most limit bytes: lengths are checked
-// against it before anything is allocated, and the checksum before the state is answered.
-func ReadDump(r io.Reader, limit int64) (filter.State, error) {
+// against it before anything is allocated, and the checksum before the state is answered. The
+// bits are in filter.TransientWords: release gives them back, after which the state's Words must
+// not be used.
+func ReadDump(r io.Reader, limit int64) (st filter.State, release func(), err error) {
 	rr := &recordReader{r: bufio.NewReaderSize(r, 1<<16), remaining: limit}
 	b, err := rr.next()
 	if errors.Is(err, io.EOF) {
-		return filter.State{}, fmt.Errorf("%w: empty dump", ErrCorrupt)
+		return filter.State{}, nil, fmt.Errorf("%w: empty dump", ErrCorrupt)
 	}
 	if err != nil {
-		return filter.State{}, err
+		return filter.State{}, nil, err
 	}
 	d := decoder{r: b, left: b.length}
 	if kind := d.u8(); kind != kindFilter && d.err == nil {
 		d.fail("a dump holds a filter record, not kind %d", kind)
 	}
-	st := d.filterState()
+	st = d.filterHead()
+	release = func() {}
+	if d.err == nil {
+		if release, err = st.AllocTransient(); err != nil {
+			return filter.State{}, nil, err
+		}
+	}
+	layers := make([][]uint64, len(st.Layers))
+	for i, l := range st.Layers {
+		layers[i] = l.Words
+	}
+	d.words(layers)
 	if err := b.verify(); err != nil {
-		return filter.State{}, err
+		release()
+		return filter.State{}, nil, err
 	}
 	if d.err != nil {
-		return filter.State{}, fmt.Errorf("%w: %w", ErrCorrupt, d.err)
+		release()
+		return filter.State{}, nil, fmt.Errorf("%w: %w", ErrCorrupt, d.err)
 	}
-	return st, nil
+	return st, release, nil
 }

@@ -75,7 +75,7 @@ func FuzzDump(f *testing.F) {
 	f.Add(seed.Bytes()[:30])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := ReadDump(bytes.NewReader(data), int64(len(data)))
+		got, _, err := ReadDump(bytes.NewReader(data), int64(len(data)))
 		if err != nil {
 			return
 		}

@@ -47,7 +47,7 @@ func TestDumpRoundTrip(t *testing.T) {
 	if err := WriteDump(&buf, f.State()); err != nil {
 		t.Fatal(err)
 	}
-	got, err := ReadDump(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
+	got, _, err := ReadDump(bytes.NewReader(buf.Bytes()), int64(buf.Len()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,10 +55,10 @@ func TestDumpRoundTrip(t *testing.T) {
 
 	corrupt := bytes.Clone(buf.Bytes())
 	corrupt[len(corrupt)-1] ^= 1
-	if _, err := ReadDump(bytes.NewReader(corrupt), int64(len(corrupt))); !errors.Is(err, ErrCorrupt) {
+	if _, _, err := ReadDump(bytes.NewReader(corrupt), int64(len(corrupt))); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a dump with a flipped bit reads as %v, want ErrCorrupt", err)
 	}
-	if _, err := ReadDump(bytes.NewReader(buf.Bytes()), int64(buf.Len()/2)); err == nil {
+	if _, _, err := ReadDump(bytes.NewReader(buf.Bytes()), int64(buf.Len()/2)); err == nil {
 		t.Fatal("a dump larger than its limit was read")
 	}
 }

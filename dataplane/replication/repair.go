@@ -87,10 +87,11 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 // repairFilter pulls one filter's dump from peer and merges it.
 func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, rate int64, rep *RepairReport) error {
 	start := time.Now()
-	st, err := n.pullDump(ctx, peer, name)
+	st, release, err := n.pullDump(ctx, peer, name)
 	if err != nil {
 		return err
 	}
+	defer release()
 	rep.Pulled += stateBytes(st)
 	res, err := n.opts.Store.Merge(st)
 	if err != nil {
@@ -136,33 +137,35 @@ func pace(ctx context.Context, st filter.State, rate int64, took time.Duration) 
 	}
 }
 
-// pullDump reads one filter's dump from peer. A dump of a large filter takes as long as it
-// takes, but a peer that stops sending for the replication timeout is given up on.
-func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string) (filter.State, error) {
+// pullDump reads one filter's dump from peer; release gives its bits back. A dump of a large
+// filter takes as long as it takes, but a peer that stops sending for the replication timeout is
+// given up on.
+func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string) (st filter.State, release func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stalled := time.AfterFunc(n.opts.Timeout, cancel)
 	defer stalled.Stop()
 	body, size, err := n.peer(peer).Dump(ctx, name)
 	if err != nil {
-		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
+		return filter.State{}, nil, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}
 	defer func() { _ = body.Close() }()
 	limit := n.opts.MaxDumpBytes
 	if size >= 0 {
 		limit = min(limit, size)
 	}
-	st, err := persist.ReadDump(progress{body, func() { stalled.Reset(n.opts.Timeout) }}, limit)
+	st, release, err = persist.ReadDump(progress{body, func() { stalled.Reset(n.opts.Timeout) }}, limit)
 	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w: nothing received for %s", err, n.opts.Timeout)
 		}
-		return filter.State{}, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
+		return filter.State{}, nil, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}
 	if st.Name != name {
-		return filter.State{}, fmt.Errorf("dump of %q from %s holds filter %q", name, peer.Name, st.Name)
+		release()
+		return filter.State{}, nil, fmt.Errorf("dump of %q from %s holds filter %q", name, peer.Name, st.Name)
 	}
-	return st, nil
+	return st, release, nil
 }
 
 // progress calls onRead after every read that returned bytes.

@@ -156,7 +156,7 @@ func TestDumpAndMerge(t *testing.T) {
 	small.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.body)).wantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
 
 	// The dump is the format persist reads.
-	st, err := persist.ReadDump(bytes.NewReader(dump.body), int64(len(dump.body)))
+	st, _, err := persist.ReadDump(bytes.NewReader(dump.body), int64(len(dump.body)))
 	if err != nil || st.Name != "f" || len(st.Layers) != merged.Layers {
 		t.Fatalf("ReadDump: %v, %+v", err, st.Options)
 	}
