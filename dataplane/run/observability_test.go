@@ -269,12 +269,14 @@ func TestMetricsInOpenMetrics(t *testing.T) {
 func TestPersistenceMetrics(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
+	const period = 20 * time.Second
 	configure := func(cfg *config.Config) {
 		cfg.DataDir = dir
 		cfg.LogSync = config.LogSyncAlways
-		cfg.TriggerPersistenceCriteria = []config.TriggerPersistenceCriterion{{Period: 20 * time.Millisecond, UpdatesMoreThan: 2}}
+		cfg.TriggerPersistenceCriteria = []config.TriggerPersistenceCriterion{{Period: period, UpdatesMoreThan: 2}}
 	}
-	ts, stop := startRun(t, newServer(t, configure))
+	tm := newFakeTime()
+	ts, stop := startRun(t, newServerAt(t, tm, configure))
 	t.Cleanup(func() { _ = stop() })
 	waitUntilReady(t, ts)
 	fs := scrape(t, ts.http, ts.url, "gzip")
@@ -286,10 +288,9 @@ func TestPersistenceMetrics(t *testing.T) {
 	if err := ts.client.MultiSet(t.Context(), "kept", []string{"a", "b", "c"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, 10*time.Millisecond, "a periodic snapshot", func() bool {
-		fs = scrape(t, ts.http, ts.url, "gzip")
-		return value(t, fs, "bloomery_snapshots_total") >= 1
-	})
+	tm.ticker.Tick(t, period)
+	fs = scrape(t, ts.http, ts.url, "gzip")
+	wantValue(t, fs, 1, "bloomery_snapshots_total")
 	wantValue(t, fs, 2, "bloomery_log_appended_records_total") // the create and the multi-set
 	if fsyncs := value(t, fs, "bloomery_log_fsync_duration_seconds"); fsyncs < 2 {
 		t.Errorf("%v fsyncs observed under logSync: always, want one per write at least", fsyncs)
@@ -305,7 +306,7 @@ func TestPersistenceMetrics(t *testing.T) {
 	}
 
 	// A restart recovers the filter; the recovery shows.
-	ts, stop = startRun(t, newServer(t, configure))
+	ts, stop = startRun(t, newServerAt(t, tm, configure))
 	t.Cleanup(func() { _ = stop() })
 	waitUntilReady(t, ts)
 	fs = scrape(t, ts.http, ts.url, "gzip")
