@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/internal/tick/ticktest"
 )
 
 // fullDisk makes every segment's writes fail with ENOSPC while full is set, after writing half
@@ -155,21 +157,25 @@ func TestLogHealsAfterAFullDisk(t *testing.T) {
 	}
 }
 
-// Once the log written since the last snapshot exceeds SnapshotLogBytes a snapshot is taken and
-// the segments it covers go, whatever the update-count criteria say.
+// Once the log written since the last snapshot exceeds SnapshotLogBytes a snapshot is taken at
+// the next check and the segments it covers go, whatever the update-count criteria say. A
+// snapshot that fails is tried again after failedSnapshotPause, not at every check.
 func TestSnapshotOnLogSize(t *testing.T) {
 	dir := t.TempDir()
-	p, store, _ := open(t, dir, func(o *Options) { o.SnapshotLogBytes = 64 << 10; o.Criteria = nil })
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	tk := new(ticktest.Ticker)
+	clock := ticktest.NewClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	p, store, _ := open(t, dir, func(o *Options) {
+		o.SnapshotLogBytes = 64 << 10
+		o.Criteria = nil
+		o.Every, o.Clock = tk.Every, clock.Now
+	})
+	running(t, p)
 
 	f := mustCreate(t, store, "f", scalable(100_000, 0.01))
 	if err := f.AddMany(keys("below-", 100)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * logCheckInterval)
+	tk.Tick(t, logCheckInterval)
 	if n := p.Stats().SnapshotsTaken.Load(); n != 0 {
 		t.Fatalf("%d snapshots with a few KiB of log, want none", n)
 	}
@@ -178,15 +184,35 @@ func TestSnapshotOnLogSize(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Stats().SnapshotsTaken.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no snapshot after %d bytes of log", p.Stats().LogBytes.Load())
-		}
-		time.Sleep(10 * time.Millisecond)
+
+	// A directory where snapshot.tmp goes makes the snapshot fail.
+	blocker := filepath.Join(dir, snapshotTmp)
+	if err := os.Mkdir(blocker, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tk.Tick(t, logCheckInterval)
+	if n := p.Stats().SnapshotFailures.Load(); n != 1 {
+		t.Fatalf("%d failed snapshots with snapshot.tmp a directory, want 1", n)
+	}
+	clock.Advance(failedSnapshotPause - time.Second)
+	tk.Tick(t, logCheckInterval)
+	if n := p.Stats().SnapshotFailures.Load(); n != 1 {
+		t.Fatalf("%d failed snapshots within %s of the first, want no second try", n, failedSnapshotPause)
+	}
+	if err := os.Remove(blocker); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	tk.Tick(t, logCheckInterval)
+	if n := p.Stats().SnapshotsTaken.Load(); n != 1 {
+		t.Fatalf("%d snapshots after %d bytes of log and the pause, want 1", n, p.Stats().LogBytes.Load())
 	}
 	segments, err := listSegments(dir)
 	if err != nil || len(segments) != 1 {
 		t.Errorf("segments after the snapshot: %v, %v; want only the new one", segments, err)
+	}
+	tk.Tick(t, logCheckInterval)
+	if n := p.Stats().SnapshotsTaken.Load(); n != 1 {
+		t.Errorf("%d snapshots with no log written since the last, want 1", n)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/internal/tick/ticktest"
 )
 
 func scalable(capacity uint64, fpp float64) filter.Options {
@@ -617,40 +618,51 @@ func groupCommit(t *testing.T, p *Persister, store *filter.Store) {
 	}
 }
 
-func TestTriggersSnapshotOnlyAboveTheThreshold(t *testing.T) {
-	dir := t.TempDir()
-	const period = 20 * time.Millisecond
-	p, store, _ := open(t, dir, func(o *Options) {
-		o.Criteria = []Criterion{{Period: period, UpdatesMoreThan: 3}}
-	})
-	ctx, cancel := context.WithCancel(t.Context())
+// running runs p until the test ends.
+func running(t *testing.T, p *Persister) {
+	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// A criterion takes a snapshot at the end of a period with more than its updates, and only then.
+func TestTriggersSnapshotOnlyAboveTheThreshold(t *testing.T) {
+	dir := t.TempDir()
+	const period = 20 * time.Second
+	tk := new(ticktest.Ticker)
+	p, store, _ := open(t, dir, func(o *Options) {
+		o.Criteria = []Criterion{{Period: period, UpdatesMoreThan: 3}}
+		o.Every = tk.Every
+	})
+	running(t, p)
 
 	f := mustCreate(t, store, "f", filter.Options{Capacity: 100, FPP: 0.01})
 	_ = f.AddMany([]string{"a", "b"}) // 3 updates with the create: not more than 3
 	// Ten periods without a snapshot: the threshold is strict, as in filter-service.
-	time.Sleep(10 * period)
+	for range 10 {
+		tk.Tick(t, period)
+	}
 	if n := p.Stats().SnapshotsTaken.Load(); n != 0 {
 		t.Fatalf("%d snapshots after 3 updates with updatesMoreThan 3, want none", n)
 	}
 	_ = f.Add("c") // the fourth
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Stats().SnapshotsTaken.Load() == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot within 10 s of the fourth update")
-		}
-		time.Sleep(period)
+	if n := p.Stats().SnapshotsTaken.Load(); n != 0 {
+		t.Fatalf("%d snapshots before the period ended, want none", n)
+	}
+	tk.Tick(t, period)
+	if n := p.Stats().SnapshotsTaken.Load(); n != 1 {
+		t.Fatalf("%d snapshots at the end of the period of the fourth update, want 1", n)
 	}
 	if _, err := os.Stat(filepath.Join(dir, snapshotFile)); err != nil {
 		t.Errorf("snapshot file: %v", err)
 	}
 	// The counter starts over: no second snapshot without new updates.
-	taken := p.Stats().SnapshotsTaken.Load()
-	time.Sleep(10 * period)
-	if n := p.Stats().SnapshotsTaken.Load(); n != taken {
-		t.Errorf("%d snapshots without new updates after the first, want none", n-taken)
+	for range 10 {
+		tk.Tick(t, period)
+	}
+	if n := p.Stats().SnapshotsTaken.Load(); n != 1 {
+		t.Errorf("%d snapshots without new updates after the first, want none", n-1)
 	}
 }
 

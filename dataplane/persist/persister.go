@@ -39,8 +39,12 @@ type Options struct {
 	// that the log cannot outgrow the volume; 0 takes none for that.
 	SnapshotLogBytes int64
 	Log              *slog.Logger
-	// Clock decides which filters expired; nil means time.Now.
+	// Clock decides which filters expired, and when a snapshot that failed may be tried again;
+	// nil means time.Now.
 	Clock func() time.Time
+	// Every runs the periodic checks of the snapshot triggers (Criteria, SnapshotLogBytes); nil
+	// means tick.Every. Tests pass a ticktest.Ticker to say when a period has passed.
+	Every tick.Func
 	// SyncObserver, if set, hears how long each durable flush of the log took (metrics): an
 	// fdatasync, or under SyncAlways a direct write. It is called on the writer's path, after
 	// the flush and outside the log's lock, so it must be quick.
@@ -105,6 +109,9 @@ func (s *Stats) logHealth(err error) {
 func Open(opts Options) (*Persister, error) {
 	if opts.Clock == nil {
 		opts.Clock = time.Now
+	}
+	if opts.Every == nil {
+		opts.Every = tick.Every
 	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
@@ -388,13 +395,13 @@ const (
 // SnapshotLogBytes.
 func (p *Persister) triggerOnLogSize(ctx context.Context) {
 	var notBefore time.Time
-	tick.Every(ctx, logCheckInterval, func() {
+	p.opts.Every(ctx, logCheckInterval, func() {
 		written := p.stats.LogBytes.Load() - p.logBytesAtSnapshot.Load()
-		if written <= p.opts.SnapshotLogBytes || time.Now().Before(notBefore) {
+		if written <= p.opts.SnapshotLogBytes || p.opts.Clock().Before(notBefore) {
 			return
 		}
 		if err := p.Snapshot(); err != nil {
-			notBefore = time.Now().Add(failedSnapshotPause)
+			notBefore = p.opts.Clock().Add(failedSnapshotPause)
 			p.opts.Log.Error("Snapshot failed", "error", err.Error(), "logBytes", written, "retryIn", failedSnapshotPause.String())
 		}
 	})
@@ -402,7 +409,7 @@ func (p *Persister) triggerOnLogSize(ctx context.Context) {
 
 // trigger takes a snapshot every period in which more than the criterion's updates happened.
 func (p *Persister) trigger(ctx context.Context, c Criterion) {
-	tick.Every(ctx, c.Period, func() {
+	p.opts.Every(ctx, c.Period, func() {
 		if updates := p.updates.Load(); updates > c.UpdatesMoreThan {
 			if err := p.Snapshot(); err != nil {
 				p.opts.Log.Error("Snapshot failed", "error", err.Error(), "updates", updates)

@@ -26,6 +26,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/tick/ticktest"
 )
 
 // testServer is the real data-plane handler on a loopback listener, with a typed client for the
@@ -60,7 +61,18 @@ func withToken(t *testing.T, cfg *config.Config) {
 
 func newTestServer(t *testing.T, configure func(*config.Config)) *testServer {
 	t.Helper()
-	srv := newServer(t, configure)
+	return serve(t, newServer(t, configure))
+}
+
+// newTestServerAt is newTestServer on the test's time.
+func newTestServerAt(t *testing.T, tm *fakeTime, configure func(*config.Config)) *testServer {
+	t.Helper()
+	return serve(t, newServerAt(t, tm, configure))
+}
+
+// serve mounts srv's handlers on httptest servers.
+func serve(t *testing.T, srv *run.DataPlane) *testServer {
+	t.Helper()
 	ts := &testServer{}
 	handler := srv.ClientHandler()
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -102,12 +114,37 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 
 func newServer(t *testing.T, configure func(*config.Config)) *run.DataPlane {
 	t.Helper()
+	return newServerAt(t, nil, configure)
+}
+
+// fakeTime is the time of a data plane whose test moves it: clock decides expiry, and ticker runs
+// the periodic work (purges, snapshot triggers) when the test ticks it.
+type fakeTime struct {
+	clock  *ticktest.Clock
+	ticker *ticktest.Ticker
+}
+
+func newFakeTime() *fakeTime {
+	// Now, so that creation times look as the replication's checks of the wall clock expect.
+	return &fakeTime{clock: ticktest.NewClock(time.Now().Truncate(time.Millisecond)), ticker: new(ticktest.Ticker)}
+}
+
+// newServerAt is newServer on tm's time; nil is the wall clock's.
+func newServerAt(t *testing.T, tm *fakeTime, configure func(*config.Config)) *run.DataPlane {
+	t.Helper()
 	cfg := config.Default()
 	withToken(t, &cfg)
 	if configure != nil {
 		configure(&cfg)
 	}
-	srv, err := run.New(cfg, slog.New(slog.DiscardHandler))
+	log := slog.New(slog.DiscardHandler)
+	var srv *run.DataPlane
+	var err error
+	if tm == nil {
+		srv, err = run.New(cfg, log)
+	} else {
+		srv, err = run.NewWithTime(cfg, log, tm.clock.Now, tm.ticker.Every)
+	}
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -118,7 +155,13 @@ func newServer(t *testing.T, configure func(*config.Config)) *run.DataPlane {
 // purge of expired filters that a bare Handler does not.
 func runServer(t *testing.T, configure func(*config.Config)) *testServer {
 	t.Helper()
-	srv := newServer(t, func(cfg *config.Config) {
+	return runServerAt(t, nil, configure)
+}
+
+// runServerAt is runServer on tm's time; nil is the wall clock's.
+func runServerAt(t *testing.T, tm *fakeTime, configure func(*config.Config)) *testServer {
+	t.Helper()
+	srv := newServerAt(t, tm, func(cfg *config.Config) {
 		cfg.DataDir = t.TempDir()
 		if configure != nil {
 			configure(cfg)
@@ -915,35 +958,32 @@ func TestNonStringValues(t *testing.T) {
 	}
 }
 
+// A filter with validPeriodAfterCreate is there until that period has passed, and absent from
+// then on, at once, before any purge.
 func TestExpiryAfterCreate(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	tm := newFakeTime()
+	s := newTestServerAt(t, tm, nil)
 	ctx := t.Context()
 	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterCreate: new(int64(1))})
 	create(t, s, "stays", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
-	expiration := parseTime(t, "expiration", f.Expiration)
-	if d := expiration.Sub(parseTime(t, "created", f.Created)); d != time.Second {
+	created, expiration := parseTime(t, "created", f.Created), parseTime(t, "expiration", f.Expiration)
+	if d := expiration.Sub(created); d != time.Second {
 		t.Fatalf("expiration - created = %s, want 1s", d)
 	}
-	if _, err := s.client.Get(ctx, "f"); err != nil {
-		t.Fatalf("Get right after create: %v", err)
+	if !created.Equal(tm.clock.Now()) {
+		t.Fatalf("created = %s, want the time of the create, %s", created, tm.clock.Now())
 	}
 
-	var gone time.Time
-	eventually(t, 3*time.Second, 20*time.Millisecond, "expiry of f", func() bool {
-		_, err := s.client.Get(ctx, "f")
-		if err == nil {
-			return false
-		}
-		gone = time.Now()
-		wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
-		return true
-	})
-	if gone.Before(expiration) {
-		t.Errorf("f answered 404 at %s, before its expiration %s", gone, expiration)
+	tm.clock.Advance(time.Second - time.Millisecond)
+	if _, err := s.client.Get(ctx, "f"); err != nil {
+		t.Fatalf("Get a millisecond before the expiration: %v", err)
 	}
-	// Expired is absent for every endpoint, at once, before any purge.
-	_, err := s.client.CheckAndSet(ctx, "f", "v")
+	tm.clock.Advance(time.Millisecond)
+	_, err := s.client.Get(ctx, "f")
+	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
+	// Expired is absent for every endpoint, at once: this server runs no purge.
+	_, err = s.client.CheckAndSet(ctx, "f", "v")
 	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"stays"}) {
 		t.Errorf("list after expiry = %q, %v; want [stays]", names, err)
@@ -955,12 +995,14 @@ func TestExpiryAfterCreate(t *testing.T) {
 }
 
 // The background purge gives an expired filter's memory back: with room for one filter, a second
-// fits only once the first has expired and been purged.
+// fits once the first has expired and been purged.
 func TestPurgeReleasesMemory(t *testing.T) {
 	t.Parallel()
+	const purgeInterval = 10 * time.Second
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
-	s := runServer(t, func(cfg *config.Config) {
-		cfg.PurgeInterval = 10 * time.Millisecond
+	tm := newFakeTime()
+	s := runServerAt(t, tm, func(cfg *config.Config) {
+		cfg.PurgeInterval = purgeInterval
 		cfg.MaxTotalBytes = 2000 // one filter of 1000 at 1% takes about 1.4 KB
 	})
 	ctx := t.Context()
@@ -970,61 +1012,59 @@ func TestPurgeReleasesMemory(t *testing.T) {
 	if f.SizeBytes > 2000 || 2*f.SizeBytes <= 2000 {
 		t.Fatalf("the filter takes %d bytes; the test needs room for one and not two", f.SizeBytes)
 	}
-	expiration := parseTime(t, "expiration", f.Expiration)
 	_, _, err := s.client.Create(ctx, "next", opts)
 	wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
 
-	eventually(t, 3*time.Second, 20*time.Millisecond, "creating a filter in the purged filter's memory", func() bool {
-		_, created, err := s.client.Create(ctx, "next", opts)
-		if err != nil && !client.IsInsufficientSpace(err) {
-			t.Fatalf("Create(next): %v", err)
-		}
-		return created
-	})
-	if now := time.Now(); now.Before(expiration) {
-		t.Errorf("memory was free at %s, before the first filter expired at %s", now, expiration)
+	// A purge before the expiration leaves the filter alone.
+	tm.clock.Advance(time.Second - time.Millisecond)
+	tm.ticker.Tick(t, purgeInterval)
+	_, _, err = s.client.Create(ctx, "next", opts)
+	wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+
+	tm.clock.Advance(time.Millisecond)
+	tm.ticker.Tick(t, purgeInterval)
+	if _, created, err := s.client.Create(ctx, "next", opts); err != nil || !created {
+		t.Fatalf("create in the purged filter's memory = created %v, %v; want a new filter", created, err)
 	}
 	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"next"}) {
 		t.Errorf("list = %q, %v; want [next]", names, err)
 	}
 }
 
-// Sliding expiry: checks keep the filter alive; GET does not. The period is a few seconds, so
-// that a busy machine's pauses between two checks do not expire it.
+// Sliding expiry: checks keep the filter alive; GET does not.
 func TestExpiryAfterAccess(t *testing.T) {
 	t.Parallel()
 	const period = 3 * time.Second
-	s := newTestServer(t, nil)
+	tm := newFakeTime()
+	s := newTestServerAt(t, tm, nil)
 	ctx := t.Context()
 	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterAccess: new(int64(period / time.Second))})
 	if f.ValidPeriodAfterAccess != int64(period/time.Second) {
 		t.Fatalf("validPeriodAfterAccess = %d, want %d", f.ValidPeriodAfterAccess, period/time.Second)
 	}
-	firstExpiration := parseTime(t, "expiration", f.Expiration)
+	if got, want := parseTime(t, "expiration", f.Expiration), tm.clock.Now().Add(period); !got.Equal(want) {
+		t.Fatalf("expiration = %s, want a period after the create, %s", got, want)
+	}
 
-	start := time.Now()
-	var lastAccess time.Time
-	for time.Since(start) < period+time.Second {
-		lastAccess = time.Now()
+	// Each check comes a millisecond before the filter would expire, five periods in all.
+	for i := range 5 {
+		tm.clock.Advance(period - time.Millisecond)
 		if _, err := s.client.Check(ctx, "f", "v"); err != nil {
-			t.Fatalf("Check %s after create: %v; the checks should have kept the filter alive",
-				lastAccess.Sub(start), err)
+			t.Fatalf("check %d: %v; the checks should have kept the filter alive", i, err)
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
+	lastCheck := tm.clock.Now()
 	f = get(t, s, "f")
-	if !parseTime(t, "expiration", f.Expiration).After(firstExpiration) {
-		t.Errorf("expiration after the checks = %s, want later than the first %s", f.Expiration, firstExpiration)
+	if got, want := parseTime(t, "expiration", f.Expiration), lastCheck.Add(period); !got.Equal(want) {
+		t.Errorf("expiration after the checks = %s, want a period after the last, %s", got, want)
 	}
 
-	// Polling with GET must not extend it, or this never ends.
-	eventually(t, 3*period, 20*time.Millisecond, "expiry once checks stop", func() bool {
-		_, err := s.client.Get(ctx, "f")
-		return client.IsNotFound(err)
-	})
-	if d := time.Since(lastAccess); d < period {
-		t.Errorf("the filter expired %s after the last check, want at least %s", d, period)
-	}
+	// A GET a millisecond before the expiration does not extend it.
+	tm.clock.Advance(period - time.Millisecond)
+	get(t, s, "f")
+	tm.clock.Advance(time.Millisecond)
+	_, err := s.client.Get(ctx, "f")
+	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 }
 
 // A body above maxHttpRequestLength is a 413, whether its length is announced or not, and the

@@ -21,6 +21,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/resp"
 	"github.com/bloomery/bloomery/dataplane/tlsfiles"
 	"github.com/bloomery/bloomery/dataplane/writes"
+	"github.com/bloomery/bloomery/internal/tick"
 )
 
 // DataPlane is one data-plane process assembled: the engine, the replication node, the metrics
@@ -40,10 +41,19 @@ type DataPlane struct {
 	beforeRecovery func()
 	// tls serves the client and internal ports over TLS; nil serves plain HTTP.
 	tls *tlsfiles.Source
+	// clock decides expiry, in the store and the persister; every runs the periodic work (the
+	// purge of expired filters, the snapshot triggers). time.Now and tick.Every but in tests.
+	clock func() time.Time
+	every tick.Func
 }
 
 // New assembles a data plane from a validated configuration. Nothing touches the disk before Run.
 func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
+	return newDataPlane(cfg, log, time.Now, tick.Every)
+}
+
+// newDataPlane is New with the clock and ticker that tests replace.
+func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, every tick.Func) (*DataPlane, error) {
 	token, err := readToken(cfg.InternalTokenFile)
 	if err != nil {
 		return nil, err
@@ -62,7 +72,9 @@ func New(cfg config.Config, log *slog.Logger) (*DataPlane, error) {
 		cfg:   cfg,
 		log:   log,
 		tls:   certs,
-		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes, Filters: cfg.MaxFilters}, nil),
+		store: filter.NewStore(filter.Limits{FilterBytes: cfg.MaxFilterBytes, TotalBytes: cfg.MaxTotalBytes, Filters: cfg.MaxFilters}, clock),
+		clock: clock,
+		every: every,
 	}
 	d.node = replication.NewNode(replication.Options{
 		Store:               d.store,

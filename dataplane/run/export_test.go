@@ -1,6 +1,14 @@
 package run
 
-import "github.com/labstack/echo/v4"
+import (
+	"log/slog"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/internal/tick"
+)
 
 // SetBeforeRecovery makes Run call f when recovery starts, so that a test can hold recovery open
 // and look at the data plane meanwhile.
@@ -10,4 +18,10 @@ func SetBeforeRecovery(d *DataPlane, f func()) { d.beforeRecovery = f }
 // such as one that panics.
 func AddRoute(d *DataPlane, path string, h echo.HandlerFunc) {
 	d.ClientHandler().(*echo.Echo).GET(path, h)
+}
+
+// NewWithTime is New with clock deciding expiry and every, in place of tick.Every, running the
+// periodic work (purges, snapshot triggers), so that a test moves time instead of waiting for it.
+func NewWithTime(cfg config.Config, log *slog.Logger, clock func() time.Time, every tick.Func) (*DataPlane, error) {
+	return newDataPlane(cfg, log, clock, every)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/httpapi"
 	"github.com/bloomery/bloomery/dataplane/persist"
-	"github.com/bloomery/bloomery/internal/tick"
 )
 
 // Listeners are where the data plane serves: the client port's public API, the internal port
@@ -49,7 +48,9 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	if d.cfg.InMemory {
 		d.log.Warn("Persistence is off: filters live in memory only and are lost when the process ends")
 	} else {
-		if p, err = persist.Open(persistOptions(d.cfg, d.log, d.metrics.Persistence.ObserveSync)); err != nil {
+		opts := persistOptions(d.cfg, d.log, d.metrics.Persistence.ObserveSync)
+		opts.Clock, opts.Every = d.clock, d.every
+		if p, err = persist.Open(opts); err != nil {
 			ls.close()
 			return err
 		}
@@ -77,8 +78,8 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	// with a periodic one, nor with a purge.
 	bgCtx, stopBackground := context.WithCancel(context.WithoutCancel(ctx))
 	var background sync.WaitGroup
-	background.Go(func() { tick.Every(bgCtx, d.cfg.PurgeInterval, d.purgeExpired) })
-	background.Go(func() { tick.Every(bgCtx, time.Minute, d.forgetTombstones) })
+	background.Go(func() { d.every(bgCtx, d.cfg.PurgeInterval, d.purgeExpired) })
+	background.Go(func() { d.every(bgCtx, time.Minute, d.forgetTombstones) })
 	background.Go(func() { tuneGC(bgCtx) })
 	background.Go(func() { d.node.Run(bgCtx) })
 	defer d.node.Close()

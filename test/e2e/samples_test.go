@@ -85,7 +85,7 @@ func indent(s, prefix string) string {
 
 // TestSamplesBecomeReady applies the samples and checks what `kubectl get` and `kubectl explain`
 // show: three pods ready, the membership epoch the operator gave them, the filter on each. Then,
-// on the same cluster, it checks that the pods answer as one (replication_test.go).
+// on the same cluster, it checks that the pods answer as one (harness_replication_test.go).
 func TestSamplesBecomeReady(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)

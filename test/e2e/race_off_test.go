@@ -1,6 +1,0 @@
-//go:build e2e && !race
-
-package e2e
-
-// raceDetector says this test binary runs with the race detector (see race_on_test.go).
-const raceDetector = false
