@@ -136,6 +136,10 @@ bench-engine: ## Engine benchmarks COUNT times (default 10) for benchstat; BENCH
 bench-memory: ## RSS of a data plane holding one filter of 1e6, 1e7 and 1e8 keys at fpp 0.001.
 	bench/memory.sh
 
+.PHONY: bench-peaks
+bench-peaks: ## RSS at a data plane's peaks (snapshot, dumps, recovery, catch-up) for 1 GiB of filters.
+	bench/peaks.sh
+
 ##@ Build
 
 .PHONY: build
