@@ -28,6 +28,9 @@ type LayerState struct {
 	Words  []uint64
 }
 
+// WordCount is the number of words of the layer's bit array.
+func (l LayerState) WordCount() int { return int((l.Bits + 63) / 64) }
+
 // ExpiredAt reports whether the filter of this state has expired at now.
 func (st State) ExpiredAt(now time.Time) bool {
 	e := expiry(st.Options, st.Created, st.LastAccess)
@@ -90,7 +93,7 @@ func (st *State) AllocTransient() (release func(), err error) {
 		}
 	}
 	for i, l := range st.Layers {
-		words, r, err := TransientWords(int((l.Bits + 63) / 64))
+		words, r, err := TransientWords(l.WordCount())
 		if err != nil {
 			release()
 			return nil, err

@@ -80,7 +80,7 @@ func encodeFilterHead(st filter.State) []byte {
 	for _, l := range st.Layers {
 		e.u64(uint64(l.Bits))
 		e.u64(uint64(l.Hashes))
-		e.u64(uint64(wordCount(l)))
+		e.u64(uint64(l.WordCount()))
 	}
 	return e.buf
 }
@@ -288,9 +288,6 @@ func (d *decoder) words(layers [][]uint64) {
 		d.read(wordBytes(words))
 	}
 }
-
-// wordCount is the number of words of a layer's bit array.
-func wordCount(l filter.LayerState) int { return int((l.Bits + 63) / 64) }
 
 // change decodes a log record of any kind but the snapshot's.
 func (d *decoder) change() change {

@@ -17,7 +17,7 @@ func FuzzSnapshot(f *testing.F) {
 	st, _ := filter.EmptyState("seed", filter.Options{Capacity: 10, FPP: 0.1, Scalable: true, Growth: 2, Tightening: 0.5}, time.Unix(1, 0))
 	var seed bytes.Buffer
 	seed.Write(appendRecord(nil, encodeHeader(snapshotHeader{Taken: time.Unix(2, 0), FirstSegment: 3})))
-	st.Layers[0].Words = make([]uint64, wordCount(st.Layers[0]))
+	st.Layers[0].Words = make([]uint64, st.Layers[0].WordCount())
 	seed.Write(appendRecord(nil, append(encodeFilterHead(st), wordBytes(st.Layers[0].Words)...)))
 	f.Add(seed.Bytes())
 	f.Add(seed.Bytes()[:20])
