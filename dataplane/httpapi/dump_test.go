@@ -3,6 +3,7 @@ package httpapi
 import (
 	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -36,7 +37,8 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 	hs := httptest.NewServer(s.ClientHandler())
 	t.Cleanup(hs.Close)
 
-	stalled, err := net.Dial("tcp", hs.Listener.Addr().String())
+	var dialer net.Dialer
+	stalled, err := dialer.DialContext(t.Context(), "tcp", hs.Listener.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,11 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 		return false
 	})
 
-	res, err := hs.Client().Get(hs.URL + "/v1/bloomfilter/big/dump")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL+"/v1/bloomfilter/big/dump", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := hs.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
