@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"reflect"
@@ -164,9 +165,7 @@ func curl(t *testing.T, base string, words []string) (int, []byte) {
 	if hasBody && headers.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded") // curl -d's
 	}
-	for k, v := range headers {
-		req.Header[k] = v
-	}
+	maps.Copy(req.Header, headers)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -245,12 +244,8 @@ func TestREADMEExamples(t *testing.T) {
 	}
 
 	// The docs page the README sends the reader to is there.
-	resp, err := http.Get(base + "/v1/docs/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = resp.Body.Close()
-	if !strings.Contains(readme, "<http://localhost:8080/v1/docs/>") || resp.StatusCode != http.StatusOK {
-		t.Errorf("the docs page: %d, and the README names it: %v", resp.StatusCode, strings.Contains(readme, "<http://localhost:8080/v1/docs/>"))
+	status, _ := curl(t, base, []string{"curl", "localhost:8080/v1/docs/"})
+	if named := strings.Contains(readme, "<http://localhost:8080/v1/docs/>"); !named || status != http.StatusOK {
+		t.Errorf("the docs page answers %d; the README names it: %v", status, named)
 	}
 }
