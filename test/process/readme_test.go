@@ -13,6 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/config"
 )
 
 // The README's examples are a contract: a newcomer pastes them and must see what the comments say.
@@ -243,8 +246,21 @@ func TestREADMEExamples(t *testing.T) {
 		}
 	}
 
+	// "That filter expires in one day": the first filter, created without an expiry, expires
+	// defaultValidSecondsAfterCreate after its creation, and that default is one day.
+	status, body := curl(t, base, []string{"curl", "localhost:8080/v1/bloomfilter/users"})
+	var users struct{ Created, Expiration time.Time }
+	if err := json.Unmarshal(body, &users); status != http.StatusOK || err != nil {
+		t.Fatalf("GET users: %d %s", status, body)
+	}
+	if got := users.Expiration.Sub(users.Created); got != 24*time.Hour || config.Default().DefaultValidAfterCreate != 24*time.Hour ||
+		!strings.Contains(readme, "**That filter expires in one day.**") {
+		t.Errorf("the README says a filter created without an expiry expires in one day; users expires %v after its creation, and the default is %v",
+			got, config.Default().DefaultValidAfterCreate)
+	}
+
 	// The docs page the README sends the reader to is there.
-	status, _ := curl(t, base, []string{"curl", "localhost:8080/v1/docs/"})
+	status, _ = curl(t, base, []string{"curl", "localhost:8080/v1/docs/"})
 	if named := strings.Contains(readme, "<http://localhost:8080/v1/docs/>"); !named || status != http.StatusOK {
 		t.Errorf("the docs page answers %d; the README names it: %v", status, named)
 	}
