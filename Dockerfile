@@ -3,7 +3,10 @@
 # `/bloomery operator ...` and the data-plane StatefulSets it creates run `/bloomery dataplane ...`
 # (both set only args, so the entrypoint is the binary).
 #
-#   make docker-build IMG=ghcr.io/bloomery/bloomery:v0.1.0 VERSION=v0.1.0
+#   make docker-build        # tags ghcr.io/bloomery/bloomery:<the chart's appVersion>, the chart's default
+#
+# No registry publishes the image: load it into a kind cluster with `kind load docker-image`, or
+# push it to a registry of yours (make docker-build docker-push IMG=<registry>/bloomery:<tag>).
 
 ARG GO_VERSION=1.26
 

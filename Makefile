@@ -146,8 +146,11 @@ bench-peaks: ## RSS at a data plane's peaks (snapshot, dumps, recovery, catch-up
 build: ## Build the bloomery binary into bin/.
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LOCALBIN)/bloomery .
 
-# IMG is the one image of both roles (operator and data plane) that the install manifests name.
-IMG ?= bloomery:latest
+# IMG is the one image of both roles (operator and data plane). No registry publishes it: `make
+# docker-build` builds it under the name the chart and the kustomize install use by default (the
+# chart's image.repository and appVersion), and `kind load docker-image $(IMG)` (or a push to a
+# registry of yours) gives it to a cluster. charts/image_test.go checks that they all agree.
+IMG ?= ghcr.io/bloomery/bloomery:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART_DIR)/Chart.yaml)
 
 # The chart carries copies of the generated CRDs and of the operator's RBAC rules (Helm cannot read
 # files outside the chart); charts/chart_test.go fails when they differ from config/.

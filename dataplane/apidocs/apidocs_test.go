@@ -3,8 +3,18 @@ package apidocs
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 func TestOpenAPIIsAnOpenAPI3Document(t *testing.T) {
@@ -49,6 +59,176 @@ func TestPageInlinesTheDocument(t *testing.T) {
 	for _, external := range []string{`src="http`, `href="http`, `src="//`, `href="//`, "@import"} {
 		if bytes.Contains(page, []byte(external)) {
 			t.Errorf("the page loads something from elsewhere: %s", external)
+		}
+	}
+}
+
+// schemaProps returns a component schema's properties, decoded.
+func schemaProps(t *testing.T, schema string) map[string]map[string]any {
+	t.Helper()
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]map[string]any `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	props := doc.Components.Schemas[schema].Properties
+	if props == nil {
+		t.Fatalf("no schema %s with properties", schema)
+	}
+	return props
+}
+
+// The defaults the document gives a create's fields are the data plane's: the configuration's
+// built-in defaults and the engine's. A change to either fails here until the document follows.
+func TestDocumentedDefaultsAreTheDataPlanes(t *testing.T) {
+	def := config.Default()
+	want := map[string]any{
+		"expectedInsertions":     float64(def.DefaultExpectedInsertions),
+		"fpp":                    def.DefaultFPP,
+		"validPeriodAfterCreate": def.DefaultValidAfterCreate.Seconds(),
+		"scalable":               true,
+		"growth":                 float64(filter.DefaultGrowth),
+		"tightening":             filter.DefaultTightening,
+		"overwrite":              false,
+		"failIfExists":           false,
+	}
+	props := schemaProps(t, "CreateRequest")
+	for field, value := range want {
+		got, ok := props[field]["default"]
+		if !ok || got != value {
+			t.Errorf("CreateRequest.%s: default %v, want %v", field, got, value)
+		}
+	}
+	// The three that a configuration file may change say so, with the built-in value.
+	for field, key := range map[string]string{
+		"expectedInsertions":     "defaultExpectedInsertions",
+		"fpp":                    "defaultFalsePositiveProbability",
+		"validPeriodAfterCreate": "defaultValidSecondsAfterCreate",
+	} {
+		desc, _ := props[field]["description"].(string)
+		if value := strconv.FormatFloat(want[field].(float64), 'f', -1, 64); !strings.Contains(desc, key) || !strings.Contains(desc, value) {
+			t.Errorf("CreateRequest.%s: description %q, want it to name %s and %s", field, desc, key, value)
+		}
+	}
+}
+
+// The error codes the document lists are those of the wire contract, each with its HTTP status,
+// and the README's table of errors says the same.
+func TestDocumentedErrorCodesAreTheWires(t *testing.T) {
+	var doc struct {
+		Components struct {
+			Schemas struct {
+				Error struct {
+					Properties struct {
+						Code struct {
+							Enum []int `json:"enum"`
+						} `json:"code"`
+					} `json:"properties"`
+					Codes []struct {
+						Code    int    `json:"code"`
+						Status  string `json:"status"`
+						Meaning string `json:"meaning"`
+					} `json:"x-codes"`
+				} `json:"Error"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	e := doc.Components.Schemas.Error
+
+	// Every Code constant of the wire package, read from its source so that a new one is seen.
+	files, err := filepath.Glob("../wire/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("the wire package's files: %v", err)
+	}
+	var wireCodes []int
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?m)^\s*Code\w+\s*=\s*(\d+)`).FindAllSubmatch(src, -1) {
+			n, _ := strconv.Atoi(string(m[1]))
+			wireCodes = append(wireCodes, n)
+		}
+	}
+	slices.Sort(wireCodes)
+	var documented []int
+	status := map[int]string{}
+	for _, c := range e.Codes {
+		documented = append(documented, c.Code)
+		status[c.Code] = c.Status
+		if c.Meaning == "" {
+			t.Errorf("code %d has no meaning", c.Code)
+		}
+	}
+	if !slices.Equal(documented, wireCodes) || !slices.Equal(e.Properties.Code.Enum, wireCodes) {
+		t.Errorf("the wire's codes are %v; the document lists %v in x-codes and %v in the enum", wireCodes, documented, e.Properties.Code.Enum)
+	}
+	// The statuses the wire's comments give ("HTTP 400").
+	for code, want := range map[int]string{
+		wire.CodeBadParameter: "400", wire.CodeFilterNotFound: "404", wire.CodeBodyTooLarge: "413",
+		wire.CodeInsufficientSpace: "507", wire.CodeNoSuchRoute: "404/405", wire.CodeInternal: "500",
+		wire.CodeUnavailable: "503", wire.CodeStaleEpoch: "409", wire.CodeReplication: "503",
+		wire.CodeUnauthorized: "401", wire.CodeFilterExists: "409",
+	} {
+		if status[code] != want {
+			t.Errorf("code %d: status %q, want %q", code, status[code], want)
+		}
+	}
+
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(readme), "\n### Errors\n")
+	row := regexp.MustCompile(`(?m)^\| (\d+) \| ([0-9 /]+) \|`)
+	readmeStatus := map[int]string{}
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		n, _ := strconv.Atoi(m[1])
+		readmeStatus[n] = strings.ReplaceAll(m[2], " ", "")
+	}
+	if !maps.Equal(readmeStatus, status) {
+		t.Errorf("the README's table of errors says %v, the document %v", readmeStatus, status)
+	}
+}
+
+// The links to the rest of the documentation point into the project's repository, at files that
+// exist.
+func TestDocumentationLinksExist(t *testing.T) {
+	var doc struct {
+		ExternalDocs struct{ URL string }   `json:"externalDocs"`
+		Docs         []struct{ URL string } `json:"x-docs"`
+	}
+	if err := json.Unmarshal(OpenAPI(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	urls := []string{doc.ExternalDocs.URL}
+	for _, d := range doc.Docs {
+		urls = append(urls, d.URL)
+	}
+	if len(urls) < 2 {
+		t.Fatalf("links %v: want the README and the docs", urls)
+	}
+	const repository = "https://github.com/bloomery/bloomery/blob/main/"
+	for _, u := range urls {
+		path, ok := strings.CutPrefix(u, repository)
+		if !ok {
+			t.Errorf("link %q is not into %s", u, repository)
+			continue
+		}
+		if _, err := os.Stat(filepath.Join("../..", filepath.FromSlash(path))); err != nil {
+			t.Errorf("link %q: %v", u, err)
 		}
 	}
 }

@@ -187,3 +187,30 @@ func TestDocsPageSendsRequests(t *testing.T) {
 		t.Errorf("ping from the page shows:\n%s", answer)
 	}
 }
+
+// The page shows a create's defaults, the table of error codes and the links to the rest of the
+// documentation.
+func TestDocsPageShowsDefaultsErrorsAndLinks(t *testing.T) {
+	_, hs := docsServer(t, true)
+	page := openInBrowser(t, hs.URL+"/v1/docs/")
+	got := page.evaluate(t, `(() => {
+		const rows = [...document.querySelectorAll("#createFilter table tr")].map(tr => [...tr.cells].map(c => c.textContent).join(" "));
+		const fpp = rows.find(r => r.startsWith("fpp ")) || "";
+		const codes = [...document.querySelectorAll("#errors td:first-child code")].map(c => c.textContent).join(",");
+		const links = [...document.querySelectorAll("#docs a")].map(a => a.getAttribute("href")).join(" ");
+		return JSON.stringify({fpp, codes, links});
+	})()`)
+	var shown struct{ Fpp, Codes, Links string }
+	if err := json.Unmarshal([]byte(got), &shown); err != nil {
+		t.Fatalf("%s: %v", got, err)
+	}
+	if !strings.HasPrefix(shown.Fpp, "fpp number 0.0001 ") {
+		t.Errorf("the create's fpp row reads %q, want its type and default 0.0001", shown.Fpp)
+	}
+	if shown.Codes != "1,2,3,4,5,6,7,8,9,10,11" {
+		t.Errorf("the table of errors lists codes %q", shown.Codes)
+	}
+	if !strings.Contains(shown.Links, "/docs/replication.md") || !strings.Contains(shown.Links, "/README.md") {
+		t.Errorf("the page links to %q, want the README and the docs", shown.Links)
+	}
+}
