@@ -24,6 +24,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -961,7 +962,7 @@ func TestPurgeReleasesMemory(t *testing.T) {
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
 	s := runServer(t, func(cfg *config.Config) {
 		cfg.PurgeInterval = 10 * time.Millisecond
-		cfg.MaxTotalBytes = 2000 // one filter of 1000 at 1% takes about 1.4 KB
+		cfg.MaxTotalBytes = 2000 + filter.FilterOverhead // one filter of 1000 at 1% takes about 1.4 KB, and its overhead
 	})
 	ctx := t.Context()
 	expiring := opts
@@ -1152,7 +1153,7 @@ func TestMemoryLimits(t *testing.T) {
 		message   string
 	}{
 		{"per-filter", func(cfg *config.Config) { cfg.MaxFilterBytes = 300 }, "per-filter limit"},
-		{"total", func(cfg *config.Config) { cfg.MaxTotalBytes = 300 }, "total limit"},
+		{"total", func(cfg *config.Config) { cfg.MaxTotalBytes = 300 + filter.FilterOverhead }, "total limit"},
 	} {
 		t.Run(limit.name+" limit stops growth", func(t *testing.T) {
 			t.Parallel()
