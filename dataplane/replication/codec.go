@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
 )
@@ -145,8 +146,8 @@ func (d *opsDecoder) string(what string) string {
 	return s
 }
 
-// keys reads an add's keys: their lengths are checked first, then their bytes are kept in one
-// string, as they came (packedKeys). What they take is what the batch holds, whatever count it
+// keys reads an add's keys: their lengths are checked first, then their bytes are kept as they
+// came (packedKeys), where they are in the batch. What they take is what the batch holds, whatever count it
 // declares.
 func (d *opsDecoder) keys(op uint64) packedKeys {
 	n := d.uvarint("key count")
@@ -162,13 +163,20 @@ func (d *opsDecoder) keys(op uint64) packedKeys {
 		}
 		end += w + int(l)
 	}
-	p := packedKeys{b: string(d.b[:end]), n: int(n)}
+	var p packedKeys
+	if end > 0 {
+		// The keys stay in the batch's bytes: a copy would double what a large batch takes.
+		p = packedKeys{b: unsafe.String(&d.b[0], end), n: int(n)}
+	} else {
+		p.n = int(n)
+	}
 	d.b = d.b[end:]
 	return p
 }
 
 // DecodeOps decodes a batch encoded by AppendOps. It checks the encoding only; Apply checks
-// what the ops say.
+// what the ops say. The keys of the ops it answers are read from b, in place: b must not change
+// while the ops are in use.
 func DecodeOps(b []byte) ([]Op, error) {
 	if len(b) < len(opsMagic) || [4]byte(b[:4]) != opsMagic {
 		return nil, fmt.Errorf("%w: does not start with %q", ErrMalformedOps, opsMagic[:])
