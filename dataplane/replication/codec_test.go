@@ -66,9 +66,9 @@ func TestDecodeOpsAllocatesWithinAMultipleOfTheBatch(t *testing.T) {
 		}
 		return b
 	}
-	liar := add(0, "")
-	liar = binary.AppendUvarint(liar[:len(liar)-1], 8<<20) // declares 8 Mi keys, holds none
-	liar = append(liar, make([]byte, 8<<20-1)...)          // and one byte short of them
+	// Declares 8 Mi keys in 8 MiB, the last of which says 127 bytes that are not there.
+	liar := add(8<<20, "")
+	liar[len(liar)-1] = 0x7f
 	for name, tt := range map[string]struct {
 		body []byte
 		ok   bool
