@@ -182,6 +182,8 @@ func TestApplyBatchOfTinyKeysCostsLittle(t *testing.T) {
 		{"declared count", batch(limit-64, 0x7f), http.StatusBadRequest, "malformed batch"},
 		// Holds 80 Mi empty keys, which a string header each would make 1.3 GiB.
 		{"empty keys", batch(limit-64, 0), http.StatusOK, `"applied":[false]`},
+		// The same in JSON, which took 1.7 GiB to decode: JSON gets a client's limit.
+		{"JSON", jsonBatch(limit - 64), http.StatusRequestEntityTooLarge, "maxHttpRequestLength (10485760 bytes)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if len(tt.body) > limit {
@@ -190,7 +192,11 @@ func TestApplyBatchOfTinyKeysCostsLittle(t *testing.T) {
 			var status int
 			var answer string
 			grown := measure(t, dp.cmd.Process.Pid, func() {
-				status, answer = post(t, "http://"+dp.internalAddr+wire.ApplyPath, wire.OpsContentType, tt.body, header)
+				contentType := wire.OpsContentType
+				if tt.name == "JSON" {
+					contentType = "application/json"
+				}
+				status, answer = post(t, "http://"+dp.internalAddr+wire.ApplyPath, contentType, tt.body, header)
 			})
 			t.Logf("%d %.200s; peak RSS grew by %.1f MiB for a batch of %.1f MiB", status, answer, float64(grown)/(1<<20), float64(len(tt.body))/(1<<20))
 			if status != tt.status || !strings.Contains(answer, tt.says) {
@@ -201,6 +207,13 @@ func TestApplyBatchOfTinyKeysCostsLittle(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jsonBatch is the JSON form of one add of empty keys to a filter named "missing", of size bytes.
+func jsonBatch(size int) []byte {
+	b := []byte(`{"ops":[{"op":"add","name":"missing","generation":1,"keys":[""`)
+	b = append(b, bytes.Repeat([]byte(`,""`), (size-len(b)-4)/3)...)
+	return append(b, "]}]}"...)
 }
 
 // raiseOpenFiles raises the soft limit of open files to n, which the data plane started next
