@@ -28,7 +28,9 @@ type Filter struct {
 	// once a second per filter.
 	journaledAccess atomic.Int64
 	// items approximates the number of distinct keys added: a key counts when no layer held it.
-	items     atomic.Uint64
+	items atomic.Uint64
+	// sizeBytes is what the budget holds for the filter: its bit arrays and, once it has a layer,
+	// FilterOverhead. Dropping the filter releases it whole.
 	sizeBytes atomic.Uint64
 
 	// checked and set count the keys that requests tested and wrote, for metrics. They are added
@@ -68,23 +70,37 @@ func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter,
 // (nil: all zero) and appends it. A refused reservation or allocation leaves the filter and the
 // budget as they were. The caller holds mu for writing, or is the only one who can reach f.
 func (f *Filter) addLayer(shape LayerShape, words []uint64) error {
-	if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.sizeBytes.Load()); err != nil {
+	// The first layer brings the filter's overhead into the budget.
+	var extra uint64
+	if len(f.layers) == 0 {
+		extra = FilterOverhead
+	}
+	if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.bitsBytes(), extra); err != nil {
 		return err
 	}
 	layer, err := newLayer(shape, words)
 	if err != nil {
-		f.store.memory.release(shape.SizeBytes())
+		f.store.memory.release(shape.SizeBytes() + extra)
 		return fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
 	}
-	f.appendLayer(shape, layer)
+	f.appendLayer(shape, layer, extra)
 	return nil
 }
 
-func (f *Filter) appendLayer(shape LayerShape, layer *bloom.BloomFilter) {
+func (f *Filter) appendLayer(shape LayerShape, layer *bloom.BloomFilter, extra uint64) {
 	f.layers = append(f.layers, layer)
 	f.newestItems, f.newestCapacity = 0, shape.Capacity
 	f.maxHashes = max(f.maxHashes, shape.Hashes)
-	f.sizeBytes.Add(shape.SizeBytes())
+	f.sizeBytes.Add(shape.SizeBytes() + extra)
+}
+
+// bitsBytes is what the filter's bit arrays take: sizeBytes less the overhead it was charged
+// with its first layer.
+func (f *Filter) bitsBytes() uint64 {
+	if n := f.sizeBytes.Load(); n >= FilterOverhead {
+		return n - FilterOverhead
+	}
+	return 0
 }
 
 // Name is the filter's name in its store.
@@ -363,7 +379,7 @@ func (f *Filter) Expired(now time.Time) bool {
 }
 
 // SizeBytes is the memory of all layers' bit arrays.
-func (f *Filter) SizeBytes() uint64 { return f.sizeBytes.Load() }
+func (f *Filter) SizeBytes() uint64 { return f.bitsBytes() }
 
 // Items approximates the number of distinct keys added.
 func (f *Filter) Items() uint64 { return f.items.Load() }
@@ -401,7 +417,7 @@ func (f *Filter) Info() Info {
 		Expiry:    f.Expiry(),
 		Items:     f.items.Load(),
 		Layers:    len(f.layers),
-		SizeBytes: f.sizeBytes.Load(),
+		SizeBytes: f.bitsBytes(),
 	}
 	var set uint64
 	// A key is a false positive unless every layer rejects it; sum logarithms so that rates
@@ -446,7 +462,7 @@ func (f *Filter) Usage() Usage {
 	fill, fpp := f.estimatesLocked()
 	return Usage{
 		Items:              f.items.Load(),
-		SizeBytes:          f.sizeBytes.Load(),
+		SizeBytes:          f.bitsBytes(),
 		Layers:             len(f.layers),
 		EstimatedFillRatio: fill,
 		EstimatedFPP:       fpp,

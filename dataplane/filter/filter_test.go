@@ -228,7 +228,7 @@ func TestExpiry(t *testing.T) {
 	if fmt.Sprint(purged) != "[after-access after-create]" && fmt.Sprint(purged) != "[after-create after-access]" {
 		t.Errorf("PurgeExpired() = %v", purged)
 	}
-	if s.UsedBytes() >= used || s.UsedBytes() != mustGet(t, s, "forever").SizeBytes() {
+	if s.UsedBytes() >= used || s.UsedBytes() != mustGet(t, s, "forever").SizeBytes()+FilterOverhead {
 		t.Errorf("used bytes after purge = %d, want the size of the one live filter", s.UsedBytes())
 	}
 	// An expired name can be created again at once.
@@ -247,8 +247,8 @@ func TestCreateOverExpiredFilterBeforePurge(t *testing.T) {
 	if err != nil || !created || fresh == old || fresh.Check("old") {
 		t.Fatalf("create over expired filter: created %v, err %v, same %v", created, err, fresh == old)
 	}
-	if s.UsedBytes() != fresh.SizeBytes() {
-		t.Errorf("used %d, want %d: the expired filter's memory was not returned", s.UsedBytes(), fresh.SizeBytes())
+	if s.UsedBytes() != fresh.SizeBytes()+FilterOverhead {
+		t.Errorf("used %d, want %d: the expired filter's memory was not returned", s.UsedBytes(), fresh.SizeBytes()+FilterOverhead)
 	}
 }
 
@@ -274,8 +274,8 @@ func TestCreateOverwriteAndDelete(t *testing.T) {
 	if err != nil || !created || replaced == first || replaced.Check("x") {
 		t.Errorf("create with overwrite: created %v, err %v; want a new, empty filter", created, err)
 	}
-	if s.UsedBytes() != replaced.SizeBytes() {
-		t.Errorf("used %d, want %d", s.UsedBytes(), replaced.SizeBytes())
+	if s.UsedBytes() != replaced.SizeBytes()+FilterOverhead {
+		t.Errorf("used %d, want %d", s.UsedBytes(), replaced.SizeBytes()+FilterOverhead)
 	}
 	if deleted, _, err := s.Delete("f"); !deleted || err != nil {
 		t.Errorf("first Delete = %v, %v; want true", deleted, err)
@@ -314,8 +314,8 @@ func TestConcurrentCreatesOfOneNameMakeOneFilter(t *testing.T) {
 			t.Fatal("concurrent creates returned different filters")
 		}
 	}
-	if s.UsedBytes() != filters[0].SizeBytes() {
-		t.Errorf("used %d, want %d: a losing create kept its memory", s.UsedBytes(), filters[0].SizeBytes())
+	if s.UsedBytes() != filters[0].SizeBytes()+FilterOverhead {
+		t.Errorf("used %d, want %d: a losing create kept its memory", s.UsedBytes(), filters[0].SizeBytes()+FilterOverhead)
 	}
 }
 
@@ -334,7 +334,7 @@ func TestMemoryLimits(t *testing.T) {
 		}
 	})
 	t.Run("total at create", func(t *testing.T) {
-		s := NewStore(Limits{TotalBytes: 2500}, nil)
+		s := NewStore(Limits{TotalBytes: 2*(1200+FilterOverhead) + 100}, nil)
 		mustCreate(t, s, "a", small)
 		mustCreate(t, s, "b", small)
 		_, _, err := s.Create("c", small, false)
@@ -343,8 +343,8 @@ func TestMemoryLimits(t *testing.T) {
 		}
 		_, _, _ = s.Delete("a")
 		mustCreate(t, s, "c", small)
-		if s.UsedBytes() != 2400 {
-			t.Errorf("used = %d, want 2400", s.UsedBytes())
+		if s.UsedBytes() != 2*(1200+FilterOverhead) {
+			t.Errorf("used = %d, want %d", s.UsedBytes(), 2*(1200+FilterOverhead))
 		}
 	})
 	t.Run("growth of a scalable filter", func(t *testing.T) {
@@ -361,7 +361,7 @@ func TestMemoryLimits(t *testing.T) {
 		if !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("err = %v, want ErrTooLarge once two layers are full", err)
 		}
-		if added < 300 || len(f.layers) != 2 || s.UsedBytes() != f.SizeBytes() {
+		if added < 300 || len(f.layers) != 2 || s.UsedBytes() != f.SizeBytes()+FilterOverhead {
 			t.Errorf("refused after %d adds with %d layers, used %d of %d", added, len(f.layers), s.UsedBytes(), f.SizeBytes())
 		}
 		for i := range added - 1 {

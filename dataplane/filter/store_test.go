@@ -2,7 +2,10 @@ package filter
 
 import (
 	"errors"
+	"fmt"
 	"math"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -137,4 +140,126 @@ func TestFilterCountLimit(t *testing.T) {
 	if _, _, err := s.Create("d", opts, false); err != nil {
 		t.Errorf("a create after a purge made room: %v", err)
 	}
+}
+
+// Every filter is charged FilterOverhead beyond its bits, so that many tiny filters count against
+// TotalBytes as they cost; SizeBytes stays the bits alone.
+func TestFilterOverheadIsCharged(t *testing.T) {
+	tiny := Options{Capacity: 1, FPP: 0.1}
+	shape, _ := tiny.LayerShape(0)
+	s := NewStore(Limits{TotalBytes: 10 * (shape.SizeBytes() + FilterOverhead)}, nil)
+	for i := range 10 {
+		f := mustCreate(t, s, "tiny-"+strconv.Itoa(i), tiny)
+		if f.SizeBytes() != shape.SizeBytes() {
+			t.Fatalf("SizeBytes = %d, want the bits alone, %d", f.SizeBytes(), shape.SizeBytes())
+		}
+	}
+	if want := 10 * (shape.SizeBytes() + FilterOverhead); s.UsedBytes() != want {
+		t.Errorf("used %d after 10 tiny filters, want %d", s.UsedBytes(), want)
+	}
+	if _, _, err := s.Create("one-more", tiny, false); !errors.Is(err, ErrOutOfMemory) {
+		t.Errorf("an eleventh tiny filter past the total: %v, want ErrOutOfMemory", err)
+	}
+}
+
+// Whatever path a filter comes and goes by, the budget ends where it started.
+func TestBudgetBalancesOverManyFilters(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	opts := scalable(10, 0.01)
+	for i := range 2_000 {
+		name := "f-" + strconv.Itoa(i%50)
+		switch i % 4 {
+		case 0: // create, grow
+			f, _, err := s.Create(name, opts, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range 40 {
+				_ = f.Add(strconv.Itoa(k))
+			}
+		case 1: // restore over it
+			if f, ok := s.Lookup(name); ok {
+				if err := s.Restore(f.State()); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case 2: // a replica's create and merge
+			at := time.Unix(0, int64(1_700_000_000_000_000_000+i))
+			if _, err := s.CreateReplica(name+"-r", opts, at); err != nil {
+				t.Fatal(err)
+			}
+			if f, ok := s.Lookup(name); ok {
+				st := f.State()
+				st.Name = name + "-m"
+				if _, err := s.Merge(st); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case 3:
+			_, _, _ = s.Delete(name)
+		}
+	}
+	if s.UsedBytes() == 0 {
+		t.Fatal("nothing charged while filters are held")
+	}
+	for _, name := range s.Names() {
+		if _, _, err := s.Delete(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Expired filters too: Names skips them.
+	for i := range 50 {
+		for _, suffix := range []string{"", "-r", "-m"} {
+			if f, ok := s.Lookup("f-" + strconv.Itoa(i) + suffix); ok {
+				_, _, _ = s.Delete(f.Name())
+			}
+		}
+	}
+	if s.UsedBytes() != 0 {
+		t.Errorf("used %d bytes with no filter left, want 0", s.UsedBytes())
+	}
+}
+
+// A growth the budget refuses leaves the budget as it was.
+func TestRefusedGrowthLeavesTheBudget(t *testing.T) {
+	opts := scalable(100, 0.01)
+	first, _ := opts.LayerShape(0)
+	s := NewStore(Limits{TotalBytes: first.SizeBytes() + FilterOverhead}, nil)
+	f := mustCreate(t, s, "f", opts)
+	var err error
+	for i := 0; err == nil && i < 10_000; i++ {
+		_, err = f.CheckAndSet(strconv.Itoa(i))
+	}
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("err = %v, want ErrOutOfMemory", err)
+	}
+	if s.UsedBytes() != first.SizeBytes()+FilterOverhead {
+		t.Errorf("used %d after a refused growth, want %d", s.UsedBytes(), first.SizeBytes()+FilterOverhead)
+	}
+	_, _, _ = s.Delete("f")
+	if s.UsedBytes() != 0 {
+		t.Errorf("used %d after the delete, want 0", s.UsedBytes())
+	}
+}
+
+// FilterOverhead covers the heap a filter takes beyond its bits, measured over 10,000 tiny
+// filters (docs/performance.md).
+func TestFilterOverheadCoversTheHeap(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const n = 10_000
+	for i := range n {
+		mustCreate(t, s, fmt.Sprintf("filter-name-%06d", i), Options{Capacity: 1, FPP: 0.1})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	bits := (s.UsedBytes() - n*FilterOverhead) / n
+	perFilter := (int64(after.HeapAlloc) - int64(before.HeapAlloc)) / n
+	t.Logf("%d bytes of heap a filter beside %d bytes of bits", perFilter, bits)
+	if perFilter > FilterOverhead {
+		t.Errorf("a tiny filter takes %d bytes of heap, more than the FilterOverhead of %d the budget charges", perFilter, FilterOverhead)
+	}
+	runtime.KeepAlive(s)
 }

@@ -41,7 +41,7 @@ func newFilterCollector(store *filter.Store, maxLabelled int) *filterCollector {
 		filters:          prometheus.NewDesc(name("filters"), "Live filters.", nil, nil),
 		unlabelled:       prometheus.NewDesc(name("filters_unlabelled"), "Live filters beyond metricsMaxLabelledFilters, which have no bloomery_filter_* series of their own.", nil, nil),
 		items:            prometheus.NewDesc(name("filters_items"), "Keys in all live filters (approximate: a key is counted when no layer held it).", nil, nil),
-		bytes:            prometheus.NewDesc(name("filters_bytes"), "Memory of the bit arrays of all filters, expired ones not yet purged included.", nil, nil),
+		bytes:            prometheus.NewDesc(name("filters_bytes"), "Memory maxTotalBytes counts: the bit arrays of all filters and 1 KiB each beside, expired ones not yet purged included.", nil, nil),
 		bytesLimit:       prometheus.NewDesc(name("filters_bytes_limit"), "maxTotalBytes: the most all filters together may hold. Absent when unlimited.", nil, nil),
 		filterBytesLimit: prometheus.NewDesc(name("filter_bytes_limit"), "maxFilterBytes: the most one filter may hold. Absent when unlimited.", nil, nil),
 		checked:          prometheus.NewDesc(name("filters_checked_keys_total"), "Keys tested by check and multi-check, on all filters, deleted ones included.", nil, nil),

@@ -289,6 +289,47 @@ func (d *decoder) words(layers [][]uint64) {
 	}
 }
 
+// keys reads the keys of an add, which take the rest of the record: its bytes are read at once,
+// the keys are counted in them, and each key is a string over them. Decoding takes the record's
+// bytes and a string header for each key it holds, never one for each key it declares.
+func (d *decoder) keys() []string {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	// Every key takes at least its one-byte length.
+	if n > d.left {
+		d.fail("%d keys in %d bytes", n, d.left)
+		return nil
+	}
+	b := make([]byte, d.left)
+	d.read(b)
+	if d.err != nil {
+		return nil
+	}
+	held, rest := uint64(0), b
+	for ; held < n; held++ {
+		l, w := binary.Uvarint(rest)
+		if w <= 0 || l > uint64(len(rest)-w) {
+			d.fail("key %d of the %d declared does not fit in the %d bytes left", held, n, len(rest))
+			return nil
+		}
+		rest = rest[w+int(l):]
+	}
+	if len(rest) > 0 {
+		d.fail("%d bytes after the last of %d keys", len(rest), n)
+		return nil
+	}
+	keys := make([]string, n)
+	for i := range keys {
+		l, w := binary.Uvarint(b)
+		// The keys share b, which nothing else refers to and nothing writes again.
+		keys[i] = unsafe.String(unsafe.SliceData(b[w:]), int(l))
+		b = b[w+int(l):]
+	}
+	return keys
+}
+
 // change decodes a log record of any kind but the snapshot's.
 func (d *decoder) change() change {
 	c := change{kind: d.u8()}
@@ -303,17 +344,7 @@ func (d *decoder) change() change {
 	case kindTombstone:
 		c.generation, c.at = d.i64(), d.time()
 	case kindAdd:
-		n := d.uvarint()
-		// Every key takes at least its one-byte length.
-		if d.err == nil && n > d.left {
-			d.fail("%d keys in %d bytes", n, d.left)
-		}
-		if d.err == nil {
-			c.keys = make([]string, n)
-			for i := range c.keys {
-				c.keys[i] = d.str()
-			}
-		}
+		c.keys = d.keys()
 	case kindAccess:
 		c.at = d.time()
 	default:

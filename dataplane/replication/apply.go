@@ -58,15 +58,35 @@ func (n *Node) applyAdds(run []Op) bool {
 	case f.Generation() > op.Generation:
 		return true // the filter was replaced: the write's incarnation is gone everywhere
 	}
-	keys := op.Keys
-	if len(run) > 1 {
-		keys = make([]string, 0, len(run)*len(op.Keys))
-		for _, o := range run {
-			keys = append(keys, o.Keys...)
+	if len(run) == 1 && op.packed.n == 0 {
+		return n.logFailure(op, f.AddMany(op.Keys))
+	}
+	// The keys go to the filter applyChunk at a time, through one slice: a batch of packed keys
+	// never takes a string header for each of its keys at once.
+	total := 0
+	for _, o := range run {
+		total += o.KeyCount()
+	}
+	chunk := make([]string, 0, min(total, applyChunk))
+	var err error
+	for _, o := range run {
+		for k := range o.EachKey {
+			if chunk = append(chunk, k); len(chunk) == applyChunk {
+				if err = f.AddMany(chunk); err != nil {
+					return n.logFailure(op, err)
+				}
+				chunk = chunk[:0]
+			}
 		}
 	}
-	return n.logFailure(op, f.AddMany(keys))
+	if len(chunk) > 0 {
+		err = f.AddMany(chunk)
+	}
+	return n.logFailure(op, err)
 }
+
+// applyChunk is how many of a batch's keys applyAdds hands the filter at once.
+const applyChunk = 4096
 
 func (n *Node) logFailure(op Op, err error) bool {
 	if err != nil {

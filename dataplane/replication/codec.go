@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
 )
@@ -53,8 +54,8 @@ func AppendOps(dst []byte, ops []Op) []byte {
 			}
 			dst, _ = o.AppendBinary(dst)
 		case OpAdd:
-			dst = binary.AppendUvarint(dst, uint64(len(op.Keys)))
-			for _, k := range op.Keys {
+			dst = binary.AppendUvarint(dst, uint64(op.KeyCount()))
+			for k := range op.EachKey {
 				dst = appendString(dst, k)
 			}
 		}
@@ -145,17 +146,47 @@ func (d *opsDecoder) string(what string) string {
 	return s
 }
 
+// keys reads an add's keys: their lengths are checked first, then their bytes are kept as they
+// came (packedKeys), where they are in the batch. What they take is what the batch holds, whatever count it
+// declares.
+func (d *opsDecoder) keys(op uint64) packedKeys {
+	n := d.uvarint("key count")
+	if d.err != nil {
+		return packedKeys{}
+	}
+	end := 0
+	for j := range n {
+		l, w := binary.Uvarint(d.b[end:])
+		if w <= 0 || l > uint64(len(d.b)-end-w) {
+			d.fail("op %d: key %d of the %d declared does not fit in the %d bytes left", op, j, n, len(d.b))
+			return packedKeys{}
+		}
+		end += w + int(l)
+	}
+	var p packedKeys
+	if end > 0 {
+		// The keys stay in the batch's bytes: a copy would double what a large batch takes.
+		p = packedKeys{b: unsafe.String(&d.b[0], end), n: int(n)}
+	} else {
+		p.n = int(n)
+	}
+	d.b = d.b[end:]
+	return p
+}
+
 // DecodeOps decodes a batch encoded by AppendOps. It checks the encoding only; Apply checks
-// what the ops say.
+// what the ops say. The keys of the ops it answers are read from b, in place: b must not change
+// while the ops are in use.
 func DecodeOps(b []byte) ([]Op, error) {
 	if len(b) < len(opsMagic) || [4]byte(b[:4]) != opsMagic {
 		return nil, fmt.Errorf("%w: does not start with %q", ErrMalformedOps, opsMagic[:])
 	}
 	d := &opsDecoder{b: b[4:]}
 	count := d.uvarint("count")
-	// Every op takes at least 10 bytes (kind, name length, generation).
-	if d.err == nil && count > uint64(len(d.b))/10 {
-		d.fail("%d ops declared in %d bytes", count, len(d.b))
+	// Senders put at most maxBatchOps ops in a batch; every op takes at least 10 bytes (kind,
+	// name length, generation).
+	if d.err == nil && (count > maxBatchOps || count > uint64(len(d.b))/10) {
+		d.fail("%d ops declared in %d bytes, at most %d in a batch", count, len(d.b), maxBatchOps)
 	}
 	if d.err != nil {
 		return nil, d.err
@@ -192,17 +223,7 @@ func (d *opsDecoder) op(i uint64) Op {
 		op.Kind = OpDelete
 	case wireAdd:
 		op.Kind = OpAdd
-		n := d.uvarint("key count")
-		// Every key takes at least its one-byte length.
-		if d.err == nil && n > uint64(len(d.b)) {
-			d.fail("op %d: %d keys declared in %d bytes", i, n, len(d.b))
-		}
-		if d.err == nil {
-			op.Keys = make([]string, n)
-			for j := range op.Keys {
-				op.Keys[j] = d.string("key")
-			}
-		}
+		op.packed = d.keys(i)
 	default:
 		d.fail("op %d: unknown kind %d", i, kind)
 	}

@@ -1,9 +1,12 @@
 package replication
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"reflect"
+	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -25,7 +28,7 @@ func TestOpsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(got, ops) {
+	if !reflect.DeepEqual(normalized(got), ops) {
 		t.Fatalf("decoded\n%+v\nwant\n%+v", got, ops)
 	}
 	if got, err := DecodeOps(AppendOps(nil, nil)); err != nil || len(got) != 0 {
@@ -41,12 +44,69 @@ func TestDecodeOpsRefusesMalformedBatches(t *testing.T) {
 		"truncated":      good[:len(good)-3],
 		"trailing bytes": append(append([]byte(nil), good...), 0),
 		"huge count":     append([]byte("BOP1"), 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"too many ops":   append(binary.AppendUvarint([]byte("BOP1"), maxBatchOps+1), make([]byte, 10*(maxBatchOps+1))...),
+		"huge key count": append([]byte("BOP1"), 1, 3, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0),
 		"unknown kind":   append([]byte("BOP1"), 1, 9, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1),
 	} {
 		if _, err := DecodeOps(b); !errors.Is(err, ErrMalformedOps) {
 			t.Errorf("%s: %v, want ErrMalformedOps", name, err)
 		}
 	}
+}
+
+// A batch takes what it holds to decode, not a string header for each key it declares or holds:
+// a body of 80 MiB of empty keys would otherwise cost 1.3 GiB of headers.
+func TestDecodeOpsAllocatesWithinAMultipleOfTheBatch(t *testing.T) {
+	add := func(keys int, key string) []byte {
+		b := append([]byte("BOP1"), 1, wireAdd, 1, 'f')
+		b = binary.LittleEndian.AppendUint64(b, 1)
+		b = binary.AppendUvarint(b, uint64(keys))
+		for range keys {
+			b = appendString(b, key)
+		}
+		return b
+	}
+	// Declares 8 Mi keys in 8 MiB, the last of which says 127 bytes that are not there.
+	liar := add(8<<20, "")
+	liar[len(liar)-1] = 0x7f
+	for name, tt := range map[string]struct {
+		body []byte
+		ok   bool
+	}{
+		"empty keys":     {add(8<<20, ""), true},
+		"one-byte keys":  {add(4<<20, "x"), true},
+		"declared count": {liar, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var keys int
+			allocated := allocatedBy(func() {
+				ops, err := DecodeOps(tt.body)
+				if (err == nil) != tt.ok {
+					t.Fatalf("decoding: %v", err)
+				}
+				if err == nil {
+					keys = ops[0].KeyCount()
+				}
+			})
+			if tt.ok && keys == 0 {
+				t.Fatal("no keys decoded")
+			}
+			t.Logf("%d bytes, %d keys: %d bytes allocated", len(tt.body), keys, allocated)
+			if limit := 4 * uint64(len(tt.body)); allocated > limit {
+				t.Errorf("decoding %d bytes (%d keys) allocated %d bytes, more than 4 times the body (%d)", len(tt.body), keys, allocated, limit)
+			}
+		})
+	}
+}
+
+// allocatedBy answers the bytes fn allocates on the heap.
+func allocatedBy(fn func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	fn()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }
 
 // FuzzDecodeOps feeds DecodeOps, which reads what peers send, arbitrary bytes: it must never
@@ -72,7 +132,7 @@ func FuzzDecodeOps(f *testing.F) {
 }
 
 // normalized makes ops comparable with DeepEqual: a NaN never equals itself, and an add without
-// keys decodes with an empty list.
+// keys decodes with an empty list, and decoded keys are packed.
 func normalized(ops []Op) []Op {
 	out := make([]Op, len(ops))
 	for i, op := range ops {
@@ -86,10 +146,45 @@ func normalized(ops []Op) []Op {
 			}
 			op.Options = &o
 		}
+		op.Keys, op.packed = op.AllKeys(), packedKeys{}
 		if op.Keys != nil && len(op.Keys) == 0 {
 			op.Keys = nil
 		}
 		out[i] = op
+	}
+	return out
+}
+
+// Packed keys reach the filter, across ops of one run and past a chunk.
+func TestApplyPackedKeys(t *testing.T) {
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil)})
+	defer n.Close()
+	opts := filter.Options{Capacity: 100_000, FPP: 0.01}
+	gen := time.Now().UnixNano()
+	first, second := valuesFor("a", applyChunk+10), valuesFor("b", 3)
+	ops, err := DecodeOps(AppendOps(nil, []Op{
+		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: first},
+		{Kind: OpAdd, Name: "f", Generation: gen, Keys: second},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := n.Apply(ops); err != nil || !applied[1] || !applied[2] {
+		t.Fatalf("applied %v, %v", applied, err)
+	}
+	f, _ := n.opts.Store.Lookup("f")
+	for i, ok := range f.CheckMany(append(first, second...)) {
+		if !ok {
+			t.Fatalf("key %d is missing after the apply", i)
+		}
+	}
+}
+
+func valuesFor(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
 	}
 	return out
 }

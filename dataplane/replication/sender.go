@@ -22,7 +22,7 @@ const (
 // bytes may each take six (\u00XX), and the fields around them less than 200.
 func encodedSize(op Op) int64 {
 	size := int64(200 + 6*len(op.Name))
-	for _, k := range op.Keys {
+	for k := range op.EachKey {
 		size += int64(3 + 6*len(k))
 	}
 	return size

@@ -24,6 +24,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/internal/tick/ticktest"
@@ -1003,7 +1004,7 @@ func TestPurgeReleasesMemory(t *testing.T) {
 	tm := newFakeTime()
 	s := runServerAt(t, tm, func(cfg *config.Config) {
 		cfg.PurgeInterval = purgeInterval
-		cfg.MaxTotalBytes = 2000 // one filter of 1000 at 1% takes about 1.4 KB
+		cfg.MaxTotalBytes = 2000 + filter.FilterOverhead // one filter of 1000 at 1% takes about 1.4 KB, and its overhead
 	})
 	ctx := t.Context()
 	expiring := opts
@@ -1192,7 +1193,7 @@ func TestMemoryLimits(t *testing.T) {
 		message   string
 	}{
 		{"per-filter", func(cfg *config.Config) { cfg.MaxFilterBytes = 300 }, "per-filter limit"},
-		{"total", func(cfg *config.Config) { cfg.MaxTotalBytes = 300 }, "total limit"},
+		{"total", func(cfg *config.Config) { cfg.MaxTotalBytes = 300 + filter.FilterOverhead }, "total limit"},
 	} {
 		t.Run(limit.name+" limit stops growth", func(t *testing.T) {
 			t.Parallel()

@@ -67,9 +67,15 @@ var errExitedEarly = errors.New("the data plane exited before it listened")
 // exits before it listens, so that a caller may try again.
 func tryLaunch(t *testing.T, env []string, dataDir string, args ...string) (*dataPlane, error) {
 	t.Helper()
+	return tryLaunchBinary(t, binary, env, dataDir, args...)
+}
+
+// tryLaunchBinary is tryLaunch of the binary at path.
+func tryLaunchBinary(t *testing.T, path string, env []string, dataDir string, args ...string) (*dataPlane, error) {
+	t.Helper()
 	args = append([]string{"dataplane", "-p", "0", "--internal-port", "0", "--ops-port", "0",
 		"--internal-token-file", tokenFile(t), "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
-	cmd := exec.CommandContext(t.Context(), binary, args...)
+	cmd := exec.CommandContext(t.Context(), path, args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), env...)
 	pipe, err := cmd.StderrPipe()
