@@ -83,6 +83,31 @@ func (s *Server) giveBack(b *budgetedBody) {
 	budgetedBodies.Put(b)
 }
 
+// decodedValueBytes is what one value of a multi-value request holds until the request ends,
+// besides its bytes in the body: its string header, its answer, and the answer's bytes in the
+// response. A body of empty strings holds many times its size once decoded.
+const decodedValueBytes = 24
+
+// chargeValues charges the memory that n decoded values hold to the request's share of the body
+// budget, so that the budget bounds what requests hold, not only what they sent.
+func (s *Server) chargeValues(c echo.Context, n int) error {
+	b, ok := c.Request().Body.(*budgetedBody)
+	if !ok {
+		return nil
+	}
+	cost := int64(n) * decodedValueBytes
+	if b.held+cost > b.budget.limit {
+		return &apiError{http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, fmt.Sprintf(
+			"the request's %d values hold %s once decoded, more than one request may (maxRequestBytesInFlight, %s): send fewer values per request",
+			n, filter.FormatBytes(uint64(b.held+cost)), filter.FormatBytes(uint64(b.budget.limit)))}
+	}
+	if !b.budget.take(cost) {
+		return s.readError(c, errBodyBudget)
+	}
+	b.held += cost
+	return nil
+}
+
 // readError is the answer to a body that could not be read.
 func (s *Server) readError(c echo.Context, err error) error {
 	if errors.Is(err, errBodyBudget) {

@@ -250,6 +250,9 @@ func (s *Server) readValues(c echo.Context) (*filter.Filter, []string, error) {
 			return nil, nil, err
 		}
 	}
+	if err := s.chargeValues(c, len(values)); err != nil {
+		return nil, nil, err
+	}
 	f, err := s.lookup(c)
 	return f, values, err
 }

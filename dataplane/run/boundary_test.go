@@ -183,3 +183,28 @@ func TestRequestBodiesInFlightAreBounded(t *testing.T) {
 		return ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiSet), body).status == http.StatusOK
 	})
 }
+
+// TestDecodedValuesAreCharged sends bodies of empty strings, which hold many times their size
+// once decoded: the values are charged to the body budget, and a request whose values alone
+// exceed it is refused with a message saying what to do.
+func TestDecodedValuesAreCharged(t *testing.T) {
+	const limit = 1 << 20
+	ts := runServer(t, func(c *config.Config) {
+		c.MaxHTTPRequestLength, c.MaxRequestBytesInFlight = limit, limit
+	})
+	create(t, ts, "f", client.CreateOptions{})
+	emptyValues := func(n int) string { return `{"values":[""` + strings.Repeat(`,""`, n-1) + `]}` }
+
+	// 100,000 values in a 300 KB body hold 2.4 MB once decoded.
+	msg := ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiCheckAndSet), emptyValues(100_000)).
+		wantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
+	if !strings.Contains(msg, "100000 values hold") || !strings.Contains(msg, "send fewer values per request") {
+		t.Errorf("refusal %q", msg)
+	}
+	if got := ts.send(t, http.MethodPost, wire.FilterOpPath("f", wire.OpMultiCheckAndSet), emptyValues(10_000)); got.status != http.StatusOK {
+		t.Errorf("10,000 values: %d %s", got.status, got.body)
+	}
+	if v := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_http_request_body_bytes"); v != 0 {
+		t.Errorf("bloomery_http_request_body_bytes = %v after the requests ended, want 0", v)
+	}
+}

@@ -8,7 +8,7 @@ package wire
 const (
 	CodeBadParameter      = 1  // HTTP 400: a request field is missing, of the wrong type or out of range
 	CodeFilterNotFound    = 2  // HTTP 404: no such filter, or it expired
-	CodeBodyTooLarge      = 3  // HTTP 413: the body exceeds maxHttpRequestLength
+	CodeBodyTooLarge      = 3  // HTTP 413: the body exceeds maxHttpRequestLength, or its values maxRequestBytesInFlight once decoded
 	CodeInsufficientSpace = 4  // HTTP 507: the total memory limit would be exceeded
 	CodeNoSuchRoute       = 5  // HTTP 404/405: no endpoint at that path or method
 	CodeInternal          = 6  // HTTP 500: a bug; the message says what failed
