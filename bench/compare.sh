@@ -121,16 +121,16 @@ start() {
 		port[$s]=$p
 		case $s in
 		reference) cmd=("$ref_bin" -p "$p") ;;
-		in-memory) cmd=("$bin" dataplane -p "$p" --bind-address 127.0.0.1 --in-memory) ;;
+		in-memory) cmd=("$bin" dataplane -p "$p" --ops-port "$(free_port)" --bind-address 127.0.0.1 --in-memory) ;;
 		baseline)
 			[[ -n ${BASELINE_BIN:-} ]] || die "the baseline server needs BASELINE_BIN"
-			cmd=("$BASELINE_BIN" dataplane -p "$p" --bind-address 127.0.0.1 --in-memory)
+			cmd=("$BASELINE_BIN" dataplane -p "$p" --ops-port "$(free_port)" --bind-address 127.0.0.1 --in-memory)
 			;;
 		persistent)
 			read -r -a extra <<<"${PERSIST_ARGS:-}"
 			rm -rf "$work/data"
 			mkdir -p "$work/data"
-			cmd=("$bin" dataplane -p "$p" --bind-address 127.0.0.1 --data-dir "$work/data" "${extra[@]}")
+			cmd=("$bin" dataplane -p "$p" --ops-port "$(free_port)" --bind-address 127.0.0.1 --data-dir "$work/data" "${extra[@]}")
 			;;
 		*) die "unknown server $s (reference, in-memory, persistent, baseline)" ;;
 		esac

@@ -41,7 +41,7 @@ printf '%-12s %14s %14s %14s %14s %9s\n' capacity 'bits (bytes)' 'RSS empty' 'RS
 for n in "${capacities[@]}"; do
 	port=$((20000 + RANDOM % 40000))
 	pprof=$((port + 1))
-	"$bin" dataplane -p "$port" --bind-address 127.0.0.1 --in-memory --pprof "$pprof" --log-level warn >/dev/null 2>&1 &
+	"$bin" dataplane -p "$port" --ops-port 0 --bind-address 127.0.0.1 --in-memory --pprof "$pprof" --log-level warn >/dev/null 2>&1 &
 	pid=$!
 	for _ in $(seq 100); do
 		curl -sf --max-time 1 "http://127.0.0.1:$port/v1/ping" >/dev/null 2>&1 && break

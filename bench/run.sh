@@ -148,7 +148,7 @@ trap 'exit 143' TERM
 base=http://127.0.0.1:$port
 read -r -a server_args <<<"${BENCH_SERVER_ARGS:-}"
 log "starting $bin dataplane -p $port --data-dir $data_dir ${server_args[*]}"
-"${server_pin[@]}" "$bin" dataplane -p "$port" --data-dir "$data_dir" "${server_args[@]}" >"$server_log" 2>&1 &
+"${server_pin[@]}" "$bin" dataplane -p "$port" --ops-port 0 --data-dir "$data_dir" "${server_args[@]}" >"$server_log" 2>&1 &
 server_pid=$!
 
 ready=""
