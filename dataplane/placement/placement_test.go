@@ -1,0 +1,168 @@
+package placement
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+)
+
+func members(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = "bloomery-" + strconv.Itoa(i)
+	}
+	return out
+}
+
+// TestOwnersAreBoundedAndDistinct places filters of random names over memberships of every size:
+// each partition has r distinct owners, and no member holds more than Bound of one filter's
+// partitions.
+func TestOwnersAreBoundedAndDistinct(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, partitions := range []int{1, 2, 3, 4, 8, 16, 64, 256} {
+		for n := 1; n <= 20; n++ {
+			for r := 1; r <= min(n, 4); r++ {
+				name := fmt.Sprintf("filter-%x", rng.Uint64())
+				owners := Owners(name, partitions, members(n), r)
+				if len(owners) != partitions {
+					t.Fatalf("%d partitions got %d owner lists", partitions, len(owners))
+				}
+				load := map[string]int{}
+				for p, o := range owners {
+					if len(o) != r || len(slices.Compact(slices.Sorted(slices.Values(o)))) != r {
+						t.Fatalf("P=%d N=%d R=%d: partition %d has owners %v, want %d distinct", partitions, n, r, p, o, r)
+					}
+					for _, m := range o {
+						load[m]++
+					}
+				}
+				for m, l := range load {
+					if bound := Bound(partitions, r, n); l > bound {
+						t.Errorf("P=%d N=%d R=%d: %s holds %d partitions of %q, more than the bound %d", partitions, n, r, m, l, name, bound)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestOwnersDoNotDependOnTheMembersOrder: every pod computes the same placement, whatever order
+// its membership lists the pods in.
+func TestOwnersDoNotDependOnTheMembersOrder(t *testing.T) {
+	m := members(7)
+	want := Owners("users", 16, m, 3)
+	for range 20 {
+		shuffled := slices.Clone(m)
+		rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+		if got := Owners("users", 16, shuffled, 3); !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("members %v give %v, want %v", shuffled, got, want)
+		}
+	}
+}
+
+// moved is the share of owner places that change from before to after.
+func moved(before, after [][]string) (changed, total int) {
+	for p := range before {
+		for _, m := range before[p] {
+			total++
+			if !slices.Contains(after[p], m) {
+				changed++
+			}
+		}
+	}
+	return changed, total
+}
+
+// TestMembershipChangesMoveLittle adds a pod to ten and removes one, for filters of 8 and of 64
+// partitions: the places that change are the new pod's share or the removed pod's, plus what the
+// bound, which follows the number of pods, moves back or away; never most of them.
+func TestMembershipChangesMoveLittle(t *testing.T) {
+	ten, eleven, nine := members(10), members(11), members(9)
+	for _, partitions := range []int{8, 64} {
+		var grow, shrink, total int
+		for i := range 500 {
+			name := "filter-" + strconv.Itoa(i)
+			before := Owners(name, partitions, ten, 2)
+			c, n := moved(before, Owners(name, partitions, eleven, 2))
+			grow += c
+			total += n
+			c, _ = moved(before, Owners(name, partitions, nine, 2))
+			shrink += c
+		}
+		for _, step := range []struct {
+			what    string
+			changed int
+			ideal   float64
+		}{
+			{"adding an 11th pod", grow, 1.0 / 11},
+			{"removing the 10th pod", shrink, 1.0 / 10},
+		} {
+			share := float64(step.changed) / float64(total)
+			t.Logf("P=%d: %s moved %.3f of the owner places (rendezvous alone: %.3f)", partitions, step.what, share, step.ideal)
+			if share > 2.5*step.ideal {
+				t.Errorf("P=%d: %s moved %.3f of the owner places, more than 2.5 times the %.3f of rendezvous alone", partitions, step.what, share, step.ideal)
+			}
+		}
+	}
+}
+
+// TestPartitionsAreEven spreads a million values over 8 partitions.
+func TestPartitionsAreEven(t *testing.T) {
+	const values, partitions = 1_000_000, 8
+	var count [partitions]int
+	for i := range values {
+		count[Partition("user:"+strconv.Itoa(i), partitions)]++
+	}
+	for p, c := range count {
+		if share := float64(c) / values; math.Abs(share-1.0/partitions) > 0.005 {
+			t.Errorf("partition %d holds %.4f of the values, want %.4f", p, share, 1.0/partitions)
+		}
+	}
+	if Partition("anything", 1) != 0 || Partition("anything", 0) != 0 {
+		t.Error("a filter of one partition has only partition 0")
+	}
+}
+
+// TestPartitionedFilterKeepsItsFalsePositiveRate fills a filter split into 8 partitions, each
+// of capacity ⌈n/8⌉ at the filter's rate, to its capacity, and probes it with a million values
+// never added: the rate stays at most the one asked for (with three standard deviations of the
+// estimate's slack), because the partition does not depend on the bit positions.
+func TestPartitionedFilterKeepsItsFalsePositiveRate(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills 200,000 values and probes a million")
+	}
+	const n, partitions, fpp, probes = 200_000, 8, 0.01, 1_000_000
+	store := filter.NewStore(filter.Limits{}, nil)
+	parts := make([]*filter.Filter, partitions)
+	for p := range parts {
+		f, _, err := store.Create("f."+strconv.Itoa(p), filter.Options{Capacity: (n + partitions - 1) / partitions, FPP: fpp}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts[p] = f
+	}
+	for i := range n {
+		v := "added-" + strconv.Itoa(i)
+		if err := parts[Partition(v, partitions)].Add(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	positives := 0
+	for i := range probes {
+		v := "absent-" + strconv.Itoa(i)
+		if parts[Partition(v, partitions)].Check(v) {
+			positives++
+		}
+	}
+	rate := float64(positives) / probes
+	slack := 3 * math.Sqrt(fpp*(1-fpp)/probes)
+	t.Logf("false positive rate %.5f over %d probes (asked for %.2f)", rate, probes, fpp)
+	if rate > fpp+slack {
+		t.Errorf("false positive rate %.5f, more than the %.2f asked for (+%.5f)", rate, fpp, slack)
+	}
+}
