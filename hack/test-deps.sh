@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs, with apt, the Debian packages that `make test` needs and the machine lacks: Chromium,
 # in which a test opens the API documentation page (headless) to check that it lists and calls
-# the endpoints. That test fails rather than skips without a browser, so a missing install cannot
-# pass unnoticed. CHROMIUM, if set, names a browser to use instead.
+# the endpoints, and redis-tools, whose redis-cli a test drives the RESP port with. Under CI those
+# tests fail rather than skip without them, so a missing install cannot pass unnoticed. CHROMIUM,
+# if set, names a browser to use instead.
 set -euo pipefail
 
 missing=()
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [[ -n ${CHROMIUM:-} ]] || missing+=(chromium)
+command -v redis-cli >/dev/null || missing+=(redis-tools)
 ((${#missing[@]})) || exit 0
 
 sudo=()

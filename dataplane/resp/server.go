@@ -5,7 +5,6 @@
 package resp
 
 import (
-	"context"
 	"log/slog"
 	"net"
 	"sync"
@@ -67,7 +66,7 @@ func (s *Server) Drain() {
 	s.inFlight.Wait()
 }
 
-// handle runs one command of a connection.
+// handle runs one command of a connection, and those read with it (see serve).
 func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	s.mu.RLock()
 	if s.draining {
@@ -85,9 +84,7 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 		sess = &session{}
 		conn.SetContext(sess)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Config.RequestTimeout)
-	defer cancel()
-	if quit := s.Dispatch(ctx, sess, conn, cmd.Args); quit {
+	if quit := s.serve(conn, sess, cmd); quit {
 		_ = conn.Close() // flushes the reply first; a failure means the client is gone already
 	}
 }

@@ -419,3 +419,41 @@ func TestRESPWriteBelowItsConsistency(t *testing.T) {
 	}
 	expect(t, "BF.EXISTS of the item applied here", true)(rdb.BFExists(ctx, "lonely", "x").Result())
 }
+
+// Pipelined BF.ADDs to one filter go to the engine and the log together: 10,000 of them under
+// logSync always, an item added twice among them, answer in order (1, then 0 for the repeat),
+// with other commands between them answered in their place, and take far fewer log records than
+// commands.
+func TestRESPPipelinedAddsShareCommits(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	const adds = 10_000
+	pipe := rdb.Pipeline()
+	var added []*redis.BoolCmd
+	for i := range adds {
+		added = append(added, pipe.BFAdd(ctx, "piped", fmt.Sprintf("v-%d", i%(adds-1))))
+		if i == adds/2 {
+			pipe.Ping(ctx)
+			pipe.BFAdd(ctx, "other", "x")
+		}
+	}
+	exists := pipe.BFExists(ctx, "piped", "v-1")
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range added {
+		want := i < adds-1 // v-0 comes again last
+		if got, err := cmd.Result(); err != nil || got != want {
+			t.Fatalf("pipelined BF.ADD %d = %v, %v; want %v", i, got, err, want)
+		}
+	}
+	expect(t, "BF.EXISTS after the pipeline", true)(exists.Result())
+	expect(t, "BF.EXISTS other", true)(rdb.BFExists(ctx, "other", "x").Result())
+	records := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_log_appended_records_total")
+	t.Logf("%d pipelined adds took %v log records", adds, records)
+	if records > adds/5 {
+		t.Errorf("%d pipelined adds took %v log records, want at most one for five", adds, records)
+	}
+}
