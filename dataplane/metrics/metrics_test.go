@@ -82,6 +82,13 @@ func TestFilterMetrics(t *testing.T) {
 	want(t, fs, 1, "bloomery_filter_layers", "filter", "a")
 	want(t, fs, 3, "bloomery_filter_checked_keys_total", "filter", "b")
 	want(t, fs, 2, "bloomery_filter_set_keys_total", "filter", "c")
+	want(t, fs, 0.01, "bloomery_filter_target_fpp", "filter", "a")
+	want(t, fs, 1000, "bloomery_filter_capacity", "filter", "a")
+	want(t, fs, 0, "bloomery_filter_scalable", "filter", "a")
+	want(t, fs, filterA.Usage().EstimatedFPP, "bloomery_filter_estimated_fpp", "filter", "a")
+	if fpp, _ := fs.Value("bloomery_filter_estimated_fpp", "filter", "a"); fpp <= 0 || fpp >= 0.01 {
+		t.Errorf("estimated fpp of a filter holding 2 of 1000 keys: %v", fpp)
+	}
 	if fill, _ := fs.Value("bloomery_filter_fill_ratio", "filter", "a"); fill <= 0 || fill > 0.01 {
 		t.Errorf("fill ratio of a filter holding 2 of 1000 keys: %v", fill)
 	}
