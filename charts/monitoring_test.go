@@ -228,6 +228,10 @@ func TestAlerts(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^#{2,3} (.+)$`).FindAllSubmatch(runbook, -1) {
 		anchors[githubAnchor(string(m[1]))] = true
 	}
+	observability, err := os.ReadFile(filepath.Join(root, "docs", "observability.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	fired, resolved := unitTestedAlerts(t)
 	const runbookURL = "https://github.com/bloomery/bloomery/blob/main/docs/runbook.md#"
 	seen := map[string]bool{}
@@ -254,6 +258,9 @@ func TestAlerts(t *testing.T) {
 		}
 		if !anchors[strings.ToLower(r.Alert)] {
 			t.Errorf("%s: no section %q in %s", r.Alert, r.Alert, runbookFile)
+		}
+		if !bytes.Contains(observability, []byte("`"+r.Alert+"`")) {
+			t.Errorf("%s: not in the table of alerts of docs/observability.md", r.Alert)
 		}
 		if !fired[r.Alert] || !resolved[r.Alert] {
 			t.Errorf("%s: %s has no test that fires it (%v) and then sees it resolved (%v)", r.Alert, alertsTestFile, fired[r.Alert], resolved[r.Alert])
