@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -290,9 +291,9 @@ func unitTestedAlerts(t *testing.T) (fired, resolved map[string]bool) {
 		RuleFiles          []string `json:"rule_files"`
 		EvaluationInterval string   `json:"evaluation_interval"`
 		Tests              []struct {
-			Interval     string           `json:"interval"`
-			InputSeries  []map[string]any `json:"input_series"`
-			AlertRuleTes []struct {
+			Interval       string           `json:"interval"`
+			InputSeries    []map[string]any `json:"input_series"`
+			AlertRuleTests []struct {
 				EvalTime  string           `json:"eval_time"`
 				Alertname string           `json:"alertname"`
 				ExpAlerts []map[string]any `json:"exp_alerts"`
@@ -303,7 +304,7 @@ func unitTestedAlerts(t *testing.T) (fired, resolved map[string]bool) {
 	fired, resolved = map[string]bool{}, map[string]bool{}
 	for _, test := range file.Tests {
 		firing := map[string]time.Duration{}
-		for _, a := range test.AlertRuleTes {
+		for _, a := range test.AlertRuleTests {
 			at, err := time.ParseDuration(a.EvalTime)
 			if err != nil {
 				t.Fatalf("%s: eval_time %q: %v", alertsTestFile, a.EvalTime, err)
@@ -414,13 +415,7 @@ func TestDashboard(t *testing.T) {
 		Name  string `json:"name"`
 		Rules []rule `json:"rules"`
 	}{Name: "dashboard"})
-	wheres := slices.Sorted(func(yield func(string) bool) {
-		for k := range queries {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	wheres := slices.Sorted(maps.Keys(queries))
 	for i, where := range wheres {
 		file.Groups[0].Rules = append(file.Groups[0].Rules, rule{Record: fmt.Sprintf("dashboard:query_%d", i), Expr: queries[where]})
 	}
@@ -489,9 +484,7 @@ func TestMonitoringReadsExposedMetrics(t *testing.T) {
 	}
 
 	exposed := dataPlaneMetrics(t)
-	for name, kind := range operatorMetrics(t) {
-		exposed[name] = kind
-	}
+	maps.Copy(exposed, operatorMetrics(t))
 	for name, where := range used {
 		if _, ok := exposed[name]; ok {
 			continue
