@@ -106,6 +106,19 @@ func TestFilterMetrics(t *testing.T) {
 	want(t, fs, 10, "bloomery_filters_set_keys_total")
 }
 
+// A scalable filter says so, with the capacity and rate it was created for.
+func TestScalableFilterMetrics(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	m := metrics.New(metrics.Options{Store: store, MaxLabelledFilters: 10})
+	opts := filter.Options{Capacity: 100, FPP: 0.001, Scalable: true, Growth: 2, Tightening: 0.5}
+	create(t, store, "grows", opts)
+	fs := gather(t, m)
+	want(t, fs, 1, "bloomery_filter_scalable", "filter", "grows")
+	want(t, fs, 100, "bloomery_filter_capacity", "filter", "grows")
+	want(t, fs, 0.001, "bloomery_filter_target_fpp", "filter", "grows")
+	want(t, fs, 0, "bloomery_filter_estimated_fpp", "filter", "grows")
+}
+
 func TestFilterMetricsWithoutLabelsOrLimits(t *testing.T) {
 	store := filter.NewStore(filter.Limits{}, nil)
 	m := metrics.New(metrics.Options{Store: store, MaxLabelledFilters: 0})
