@@ -114,8 +114,8 @@ func readObjects(t *testing.T, paths ...string) []*unstructured.Unstructured {
 	return objs
 }
 
-// apiServer starts envtest's kube-apiserver, with the CRDs of config/crd/bases and a minimal
-// ServiceMonitor CRD (the Prometheus Operator's kind) when withCRDs, and returns a client of it
+// apiServer starts envtest's kube-apiserver, with the CRDs of config/crd/bases and the Prometheus
+// Operator's ServiceMonitor and PrometheusRule CRDs when withCRDs, and returns a client of it
 // and the path of a kubeconfig file for it.
 func apiServer(t *testing.T, withCRDs bool) (client.Client, string) {
 	t.Helper()
@@ -132,6 +132,7 @@ func apiServer(t *testing.T, withCRDs bool) (client.Client, string) {
 		env.CRDDirectoryPaths = []string{
 			filepath.Join(root, "config", "crd", "bases"),
 			filepath.Join(root, "test", "crds", "monitoring.coreos.com_servicemonitors.yaml"),
+			filepath.Join(root, "test", "crds", "monitoring.coreos.com_prometheusrules.yaml"),
 		}
 		env.ErrorIfCRDPathMissing = true
 	}
@@ -283,8 +284,12 @@ bloomCluster:
 		{"watchNamespaces", []string{"--set", "watchNamespaces={team-a,team-b}"}, []string{"Role", "RoleBinding"}},
 		{"serviceMonitor forced", []string{"--set", "prometheus.serviceMonitor.forceEnable=true",
 			"--set", "prometheus.serviceMonitor.labels.release=kube-prometheus-stack",
-			"--set", "prometheus.serviceMonitor.namespace=monitoring"}, []string{"ServiceMonitor"}},
-		{"serviceMonitor detected", []string{"--api-versions", "monitoring.coreos.com/v1"}, []string{"ServiceMonitor"}},
+			"--set", "prometheus.serviceMonitor.namespace=monitoring",
+			"--set", "prometheus.rules.labels.release=kube-prometheus-stack",
+			"--set", "prometheus.rules.namespace=monitoring"}, []string{"ServiceMonitor", "PrometheusRule"}},
+		{"serviceMonitor detected", []string{"--api-versions", "monitoring.coreos.com/v1"}, []string{"ServiceMonitor", "PrometheusRule"}},
+		{"grafana dashboard", []string{"--set", "grafana.dashboard.enabled=true", "--set", "grafana.dashboard.namespace=monitoring",
+			"--set", "grafana.dashboard.annotations.grafana_folder=Bloomery"}, []string{"ConfigMap"}},
 		{"bloomCluster", []string{"--values", bloomClusterValues, "--api-versions", "bloomery.io/v1alpha1"}, []string{"BloomCluster"}},
 		{"bloomCluster defaults, CRD present", []string{"--set", "bloomCluster.enabled=true", "--api-versions", "bloomery.io/v1alpha1"},
 			[]string{"BloomCluster"}},
@@ -307,6 +312,11 @@ bloomCluster:
 		// The same build as `make build-installer`, without its image edit of config/manager.
 		dryRunApply(t, c, releaseNamespace, decode(t, run(t, root, kustomize, "build", "config/default")))
 	})
+	for _, dir := range []string{"config/prometheus", "config/grafana"} {
+		t.Run("kustomize "+dir, func(t *testing.T) {
+			dryRunApply(t, c, releaseNamespace, decode(t, run(t, root, kustomize, "build", dir)))
+		})
+	}
 	t.Run("kustomize config/samples", func(t *testing.T) {
 		dryRunApply(t, c, "default", decode(t, run(t, root, kustomize, "build", "config/samples")))
 	})

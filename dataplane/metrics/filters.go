@@ -22,6 +22,7 @@ type filterCollector struct {
 	checked, set                                                    *prometheus.Desc
 
 	perItems, perBytes, perLayers, perFill, perChecked, perSet *prometheus.Desc
+	perFPP, perTargetFPP, perCapacity, perScalable             *prometheus.Desc
 
 	// last are the totals reported last, so that they never go down; see Collect.
 	mu                   sync.Mutex
@@ -53,6 +54,11 @@ func newFilterCollector(store *filter.Store, maxLabelled int) *filterCollector {
 		perFill:    perFilter("fill_ratio", "Estimated share of the filter's bits that are set, from the keys each layer took."),
 		perChecked: perFilter("checked_keys_total", "Keys tested by check and multi-check on the filter."),
 		perSet:     perFilter("set_keys_total", "Keys written to the filter by set, multi-set, check-and-set and multi-check-and-set."),
+
+		perFPP:       perFilter("estimated_fpp", "Estimated false positive probability of the filter, from the keys each layer took."),
+		perTargetFPP: perFilter("target_fpp", "False positive probability the filter was created for (fpp)."),
+		perCapacity:  perFilter("capacity", "Keys the filter was created for (capacity): a fixed filter's rate rises past it, a scalable one adds layers."),
+		perScalable:  perFilter("scalable", "1 for a scalable filter, 0 for a fixed one."),
 	}
 }
 
@@ -61,6 +67,7 @@ func (c *filterCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.filters, c.unlabelled, c.items, c.bytes, c.bytesLimit, c.filterBytesLimit, c.checked, c.set,
 		c.perItems, c.perBytes, c.perLayers, c.perFill, c.perChecked, c.perSet,
+		c.perFPP, c.perTargetFPP, c.perCapacity, c.perScalable,
 	} {
 		ch <- d
 	}
@@ -113,13 +120,21 @@ func (c *filterCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.checked, float64(checked))
 	counter(c.set, float64(set))
 	for _, f := range *labelled {
-		u, name := f.Usage(), f.Name()
+		u, name, opts := f.Usage(), f.Name(), f.Options()
 		gauge(c.perItems, float64(u.Items), name)
 		gauge(c.perBytes, float64(u.SizeBytes), name)
 		gauge(c.perLayers, float64(u.Layers), name)
 		gauge(c.perFill, u.EstimatedFillRatio, name)
 		counter(c.perChecked, float64(u.Checked), name)
 		counter(c.perSet, float64(u.Set), name)
+		gauge(c.perFPP, u.EstimatedFPP, name)
+		gauge(c.perTargetFPP, opts.FPP, name)
+		gauge(c.perCapacity, float64(opts.Capacity), name)
+		scalable := 0.0
+		if opts.Scalable {
+			scalable = 1
+		}
+		gauge(c.perScalable, scalable, name)
 	}
 }
 

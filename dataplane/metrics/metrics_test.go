@@ -82,6 +82,13 @@ func TestFilterMetrics(t *testing.T) {
 	want(t, fs, 1, "bloomery_filter_layers", "filter", "a")
 	want(t, fs, 3, "bloomery_filter_checked_keys_total", "filter", "b")
 	want(t, fs, 2, "bloomery_filter_set_keys_total", "filter", "c")
+	want(t, fs, 0.01, "bloomery_filter_target_fpp", "filter", "a")
+	want(t, fs, 1000, "bloomery_filter_capacity", "filter", "a")
+	want(t, fs, 0, "bloomery_filter_scalable", "filter", "a")
+	want(t, fs, filterA.Usage().EstimatedFPP, "bloomery_filter_estimated_fpp", "filter", "a")
+	if fpp, _ := fs.Value("bloomery_filter_estimated_fpp", "filter", "a"); fpp <= 0 || fpp >= 0.01 {
+		t.Errorf("estimated fpp of a filter holding 2 of 1000 keys: %v", fpp)
+	}
 	if fill, _ := fs.Value("bloomery_filter_fill_ratio", "filter", "a"); fill <= 0 || fill > 0.01 {
 		t.Errorf("fill ratio of a filter holding 2 of 1000 keys: %v", fill)
 	}
@@ -97,6 +104,19 @@ func TestFilterMetrics(t *testing.T) {
 	want(t, fs, 4, "bloomery_filters")
 	want(t, fs, 15, "bloomery_filters_checked_keys_total")
 	want(t, fs, 10, "bloomery_filters_set_keys_total")
+}
+
+// A scalable filter says so, with the capacity and rate it was created for.
+func TestScalableFilterMetrics(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	m := metrics.New(metrics.Options{Store: store, MaxLabelledFilters: 10})
+	opts := filter.Options{Capacity: 100, FPP: 0.001, Scalable: true, Growth: 2, Tightening: 0.5}
+	create(t, store, "grows", opts)
+	fs := gather(t, m)
+	want(t, fs, 1, "bloomery_filter_scalable", "filter", "grows")
+	want(t, fs, 100, "bloomery_filter_capacity", "filter", "grows")
+	want(t, fs, 0.001, "bloomery_filter_target_fpp", "filter", "grows")
+	want(t, fs, 0, "bloomery_filter_estimated_fpp", "filter", "grows")
 }
 
 func TestFilterMetricsWithoutLabelsOrLimits(t *testing.T) {
