@@ -8,8 +8,6 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-func ptr(n int64) *int64 { return &n }
-
 func TestPrintStatus(t *testing.T) {
 	s := &ClusterStatus{
 		Name: "example", Namespace: "team", Phase: "ReplicasNotReady", Replicas: 3, ReadyReplicas: 2, MembershipEpoch: 7,
@@ -19,8 +17,8 @@ func TestPrintStatus(t *testing.T) {
 			{Type: "Degraded", Status: "False", Reason: "UpToDate"},
 		},
 		Pods: []PodStatus{
-			{Name: "example-0", Ready: true, Filters: ptr(2), Bytes: ptr(3 << 20)},
-			{Name: "example-1", Ready: true, Restarts: 1, Filters: ptr(2), Bytes: ptr(1536)},
+			{Name: "example-0", Ready: true, Filters: new(int64(2)), Bytes: new(int64(3 << 20))},
+			{Name: "example-1", Ready: true, Restarts: 1, Filters: new(int64(2)), Bytes: new(int64(1536))},
 			{Name: "example-2", Error: "the pod has no address yet"},
 		},
 		Filters: []FilterLine{

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,10 +120,8 @@ func argsBetween(minArgs, maxArgs int, names string) cobra.PositionalArgs {
 		if maxArgs >= 0 && len(args) > maxArgs {
 			return cli.NewUsageError(cmd, fmt.Errorf("want %s; unexpected argument %q", names, args[maxArgs]))
 		}
-		for _, a := range args[:min(len(args), 2)] {
-			if a == "" {
-				return cli.NewUsageError(cmd, errors.New("a name cannot be empty"))
-			}
+		if slices.Contains(args[:min(len(args), 2)], "") {
+			return cli.NewUsageError(cmd, errors.New("a name cannot be empty"))
 		}
 		return nil
 	}
