@@ -133,7 +133,8 @@ func (d *dataPlane) proxyError(err error, resource, target string) error {
 		return fmt.Errorf("the API server refuses to proxy to the address of %s %s (it proxies only to global unicast addresses, not loopback or link-local ones); "+
 			"from a machine that reaches the pods' addresses, use --direct: %w", strings.TrimSuffix(resource, "s"), target, err)
 	case strings.Contains(msg, "no endpoints available"):
-		return fmt.Errorf("no ready pod behind the Service of BloomCluster %q: %w", d.cluster.Name, err)
+		return fmt.Errorf("no ready pod behind the Service of BloomCluster %q: the Service has no endpoints "+
+			"(with --direct, the plugin calls a ready pod at its own address): %w", d.cluster.Name, err)
 	case apierrors.IsServiceUnavailable(err), apierrors.IsInternalError(err), utilnet.IsConnectionRefused(err):
 		return fmt.Errorf("the API server could not reach %s %s: %w", strings.TrimSuffix(resource, "s"), target, err)
 	}

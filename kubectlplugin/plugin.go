@@ -55,7 +55,9 @@ func NewPluginCommand(version string) *cobra.Command {
 
 // NewCommand is the plugin as the subcommand `bloomery kubectl`.
 func NewCommand(version string) *cobra.Command {
-	return newCommand("kubectl", version)
+	cmd := newCommand("kubectl", version)
+	cmd.Short = "The kubectl plugin (kubectl bloomery): cluster status, BloomFilters, checks and adds"
+	return cmd
 }
 
 func newCommand(use, _ string) *cobra.Command {

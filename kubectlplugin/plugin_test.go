@@ -244,6 +244,9 @@ func TestThroughTheProxy(t *testing.T) {
 		"GET " + proxy + "users": func(w http.ResponseWriter, _ *http.Request) {
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "address not allowed", nil)
 		},
+		"POST " + proxy + "users/multi-set": func(w http.ResponseWriter, _ *http.Request) {
+			writeStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, `no endpoints available for service "example"`, nil)
+		},
 	})
 	out, err := execute(t, server, "check", "example", "users", "alice", "bob")
 	if err != nil {
@@ -259,6 +262,10 @@ func TestThroughTheProxy(t *testing.T) {
 	_, err = execute(t, server, "add", "example", "gone", "v")
 	if err == nil || err.Error() != `on BloomCluster "example": filter "gone" not found in namespace "team"; there are: users` {
 		t.Errorf("add to a missing filter: %v", err)
+	}
+	_, err = execute(t, server, "add", "--set-only", "example", "users", "v")
+	if err == nil || !strings.Contains(err.Error(), `no ready pod behind the Service of BloomCluster "example"`) || !strings.Contains(err.Error(), "--direct") {
+		t.Errorf("add without endpoints: %v", err)
 	}
 	_, err = execute(t, server, "info", "example", "users")
 	if err == nil || !strings.Contains(err.Error(), "the API server refuses to proxy to the address of service http:example:http") ||
