@@ -147,6 +147,16 @@ bench-peaks: ## RSS at a data plane's peaks (snapshot, dumps, recovery, catch-up
 build: ## Build the bloomery binary into bin/.
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(LOCALBIN)/bloomery .
 
+# The kubectl plugin is the same binary under the name kubectl-bloomery, which kubectl finds on
+# the PATH and runs for `kubectl bloomery ...` (docs/kubectl-plugin.md).
+PLUGIN_DIR ?= $(HOME)/.local/bin
+
+.PHONY: install-plugin
+install-plugin: build ## Install bloomery and the link kubectl-bloomery to it into PLUGIN_DIR (~/.local/bin), for `kubectl bloomery`.
+	mkdir -p "$(PLUGIN_DIR)"
+	install -m 0755 $(LOCALBIN)/bloomery "$(PLUGIN_DIR)/bloomery"
+	ln -sf bloomery "$(PLUGIN_DIR)/kubectl-bloomery"
+
 # IMG is the one image of both roles (operator and data plane). No registry publishes it: `make
 # docker-build` builds it under the name the chart and the kustomize install use by default (the
 # chart's image.repository and appVersion), and `kind load docker-image $(IMG)` (or a push to a

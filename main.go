@@ -1,7 +1,8 @@
 // Command bloomery is the one binary of Bloomery, a Kubernetes-native bloom filter service. Its
 // subcommands are its roles: `bloomery dataplane` serves the filters over HTTP, `bloomery
-// operator` runs them on Kubernetes from BloomCluster and BloomFilter resources, and `bloomery
-// version` prints the version. Operator and data plane always ship as the same version.
+// operator` runs them on Kubernetes from BloomCluster and BloomFilter resources, `bloomery
+// kubectl` is the kubectl plugin (also run as kubectl-bloomery), and `bloomery version` prints
+// the version. Operator and data plane always ship as the same version.
 //
 // Exit status: 0 on success (and for -h and --version), 2 for a usage error (a bad flag or
 // argument, or a bad configuration), 1 for any other failure.
@@ -16,6 +17,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/internal/cli"
+	"github.com/bloomery/bloomery/kubectlplugin"
 	"github.com/bloomery/bloomery/operator"
 )
 
@@ -24,6 +26,10 @@ var version = "dev"
 
 func main() {
 	root := newRootCommand()
+	// As kubectl-bloomery (a link to this binary on the PATH), it is `kubectl bloomery`.
+	if kubectlplugin.InvokedAsPlugin(os.Args[0]) {
+		root = kubectlplugin.NewPluginCommand(version)
+	}
 	root.SetArgs(os.Args[1:])
 	os.Exit(cli.Report(root.Execute(), os.Stderr))
 }
@@ -57,6 +63,7 @@ func newRootCommand() *cobra.Command {
 	root.AddCommand(
 		run.NewCommand(version),
 		operator.NewCommand(version),
+		kubectlplugin.NewCommand(version),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",
