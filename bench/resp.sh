@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The RESP port against Redis itself, side by side in one run (docs/performance.md).
+#
+#   bench/resp.sh [REQUESTS] [CONNECTIONS]      (defaults: 200000 requests, 20 connections)
+#
+# redis-benchmark (Debian's redis-tools) sends, with CONNECTIONS connections:
+#   - GET to a Debian redis-server: the cost of one RESP round trip in a server users trust;
+#   - BF.ADD and BF.EXISTS of random items to a Bloomery data plane in memory, on a filter of
+#     1e8 items at 0.001 (made with BF.RESERVE), and BF.MADD of 100 items;
+# each unpipelined and with 16 commands pipelined (-P 16), in turn, then prints each rate and its
+# ratio to GET's with the same pipelining. With two or more cores the servers run on core 0 and
+# redis-benchmark on core 1. Bloomery's REST check-and-set (wrk, bench/check-and-set.lua, the
+# same connections) is measured too, for the ratio of BF.ADD to it.
+#
+# Env: BLOOMERY_BIN  benchmark this binary instead of building bin/bloomery
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source bench/lib.sh
+requests=${1:-200000}
+connections=${2:-20}
+for tool in redis-server redis-benchmark wrk curl; do
+	command -v "$tool" >/dev/null || die "needs $tool (apt-get install redis-server redis-tools wrk curl)"
+done
+if [[ -n ${BLOOMERY_BIN:-} ]]; then
+	bin=$BLOOMERY_BIN
+else
+	make --no-print-directory build >&2
+	bin=bin/bloomery
+fi
+server_pin=()
+client_pin=()
+if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+	server_pin=(taskset -c 0)
+	client_pin=(taskset -c 1)
+fi
+
+work=$(mktemp -d -t bloomery-resp.XXXXXX)
+pids=()
+cleanup() {
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+redis_port=$(free_port)
+"${server_pin[@]}" redis-server --port "$redis_port" --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
+pids+=($!)
+resp_port=$(free_port)
+http_port=$(free_port)
+"${server_pin[@]}" "$bin" dataplane -p "$http_port" --ops-port 0 --resp-port "$resp_port" --bind-address 127.0.0.1 \
+	--in-memory --log-level warn >"$work/bloomery.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+	redis-cli -p "$redis_port" PING >/dev/null 2>&1 && redis-cli -p "$resp_port" PING >/dev/null 2>&1 && break
+	sleep 0.1
+done
+redis-cli -p "$resp_port" BF.RESERVE bench 0.001 100000000 >/dev/null
+curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":100000000,"fpp":0.001,"validPeriodAfterCreate":0}' \
+	"http://127.0.0.1:$http_port/v1/bloomfilter/rest" >/dev/null
+
+# rate PORT PIPELINE COMMAND...: requests per second redis-benchmark measured.
+rate() {
+	local port=$1 pipeline=$2
+	shift 2
+	"${client_pin[@]}" redis-benchmark -p "$port" -c "$connections" -n "$requests" -P "$pipeline" -r 100000000 -q "$@" |
+		tr '\r' '\n' | awk '/requests per second/ {for (i = 1; i <= NF; i++) if ($(i + 1) == "requests") r = $i} END {print r}'
+}
+
+madd=(BF.MADD bench)
+for i in $(seq 100); do madd+=("__rand_int__-$i"); done
+
+declare -A result
+for p in 1 16; do
+	log "pipeline $p"
+	result["GET $p"]=$(rate "$redis_port" "$p" GET key:__rand_int__)
+	result["BF.ADD $p"]=$(rate "$resp_port" "$p" BF.ADD bench __rand_int__)
+	result["BF.EXISTS $p"]=$(rate "$resp_port" "$p" BF.EXISTS bench __rand_int__)
+	result["BF.MADD $p"]=$(rate "$resp_port" "$p" "${madd[@]}")
+done
+log "REST check-and-set"
+rest=$(BENCH_FILTER=rest "${client_pin[@]}" wrk -t 1 -c "$connections" -d 10s -s bench/check-and-set.lua "http://127.0.0.1:$http_port" |
+	awk '/^Requests\/sec:/ {print $2}')
+
+printf '\n%-10s %-9s %14s %12s %12s\n' command pipeline 'requests/s' 'items/s' 'ratio to GET'
+for p in 1 16; do
+	get=${result["GET $p"]}
+	for c in GET BF.ADD BF.EXISTS BF.MADD; do
+		r=${result["$c $p"]}
+		items=$r
+		[[ $c == BF.MADD ]] && items=$(awk -v r="$r" 'BEGIN {printf "%.0f", r * 100}')
+		printf '%-10s %-9s %14s %12s %12s\n' "$c" "$p" "$r" "$items" "$(awk -v a="$r" -v b="$get" 'BEGIN {printf "%.2f", a / b}')"
+	done
+done
+printf '\nREST check-and-set (wrk, 1 thread, %d connections): %s requests/s; BF.ADD -P 16 is %s times it\n' \
+	"$connections" "$rest" "$(awk -v a="${result["BF.ADD 16"]}" -v b="$rest" 'BEGIN {printf "%.1f", a / b}')"
