@@ -34,6 +34,12 @@ func dataPlaneConfig(c *bloomeryv1alpha1.BloomCluster) (string, error) {
 		// up from them: before that it could answer false for a value another pod acknowledged.
 		AwaitMembership: new(true),
 	}
+	if c.RESPEnabled() {
+		f.RESPPort = new(int(c.RESPPort()))
+		if c.Spec.RESP.PasswordSecret != nil {
+			f.RESPPasswordFile = new(respPasswordPath())
+		}
+	}
 	limits := limitsOf(c)
 	if c.Spec.Limits.MaxFilterBytes != nil {
 		f.MaxFilterBytes = new(config.ByteSize(limits.filter))
