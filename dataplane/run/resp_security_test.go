@@ -205,7 +205,11 @@ func TestRESPTLS(t *testing.T) {
 		}
 	})
 	eventually(t, 30*time.Second, 5*time.Millisecond, "readiness", func() bool {
-		resp, err := http.Get(ts.ops + "/readyz")
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.ops+"/readyz", nil)
+		if err != nil {
+			return false
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return false
 		}
