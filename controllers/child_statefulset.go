@@ -87,9 +87,9 @@ func (r *BloomClusterReconciler) image(c *bloomeryv1alpha1.BloomCluster) (string
 // spec.resp.passwordSecret) go into the pod template so that a new configuration, a new token or a
 // new RESP password rolls the pods.
 //
-// The ports, the token file and the TLS files are arguments rather than keys of config.yaml: the
-// configuration stays a function of the spec alone, and each file's path sits beside the mount
-// that provides it. The TLS Secret has no hash in the template: the data plane reloads its files,
+// The fixed ports, the token file, the TLS files and the RESP password file are arguments rather
+// than keys of config.yaml: the configuration stays a function of the spec alone, and each file's
+// path sits beside the mount that provides it. The RESP port, which the spec sets, is a key. The TLS Secret has no hash in the template: the data plane reloads its files,
 // so a renewal rolls nothing (a new spec.tls.secretName changes the template, and rolls the pods).
 func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, tokenHash, respPasswordHash string) *appsv1.StatefulSet {
 	replicas := c.DesiredReplicas()
@@ -165,6 +165,7 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 	if c.RESPEnabled() {
 		container.Ports = append(container.Ports, corev1.ContainerPort{Name: respPortName, ContainerPort: c.RESPPort(), Protocol: corev1.ProtocolTCP})
 		if ps := spec.RESP.PasswordSecret; ps != nil {
+			container.Args = append(container.Args, "--resp-password-file", respPasswordPath())
 			container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: respVolume, MountPath: respMountPath, ReadOnly: true})
 			volumes = append(volumes, buildRESPPasswordVolume(ps, c.RESPPasswordKey()))
 			annotations[respPasswordHashAnnotation] = respPasswordHash

@@ -154,9 +154,11 @@ func TestRESPPasswordSecretIsMountedAndRollsThePods(t *testing.T) {
 	if data, err := json.Marshal(sts); err != nil || strings.Contains(string(data), "first-password") {
 		t.Errorf("the StatefulSet holds the password itself (%v)", err)
 	}
+	if args := strings.Join(pod.Containers[0].Args, " "); !strings.Contains(args, "--resp-password-file /var/run/secrets/bloomery-resp/password") {
+		t.Errorf("args %q do not point the data plane at the mounted password", args)
+	}
 	waitFor(t, &corev1.ConfigMap{}, ns, "auth-config", func(cm *corev1.ConfigMap) (bool, string) {
-		config := cm.Data["config.yaml"]
-		return strings.Contains(config, "respPasswordFile: /var/run/secrets/bloomery-resp/password\n") && strings.Contains(config, "respPort: 6379\n"), config
+		return strings.Contains(cm.Data["config.yaml"], "respPort: 6379\n"), cm.Data["config.yaml"]
 	})
 	waitClusterCondition(t, ns, "auth", ConditionDegraded, "False/"+ReasonAsExpected, "")
 
