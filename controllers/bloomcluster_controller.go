@@ -76,6 +76,11 @@ type clusterState struct {
 	// limitsRefused is true when the spec's limits cannot fit (checkLimits): the ConfigMap and the
 	// StatefulSet are left as they are.
 	limitsRefused bool
+	// respRefused is true when spec.resp.passwordSecret cannot be used (reconcileRESPPassword):
+	// the ConfigMap and the StatefulSet are left as they are.
+	respRefused bool
+	// respPasswordHash identifies the RESP password in the pod template; "" without one.
+	respPasswordHash string
 	// warnings are risks of a spec that is applied as it is: the Degraded condition's message
 	// names them (its reason stays), and they do not make the cluster Degraded.
 	warnings []degradation
@@ -144,6 +149,8 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 		// The token and the TLS Secret come before anything that reaches the pods or runs them.
 		r.reconcileTokenSecret,
 		r.reconcileTLS,
+		// After the token, which keys the password's hash.
+		r.reconcileRESPPassword,
 		// Next, because it depends only on the pods that exist, and running pods need it to
 		// turn ready even when a later step fails (a StatefulSet update the API server refuses).
 		r.reconcileMembership,

@@ -192,7 +192,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 			headless.Spec.PublishNotReadyAddresses, headless.Spec.Ports)
 	}
 	if clientSvc.Spec.ClusterIP == corev1.ClusterIPNone || clientSvc.Spec.PublishNotReadyAddresses ||
-		len(clientSvc.Spec.Ports) != 1 || clientSvc.Spec.Ports[0] != wantPort {
+		!slices.Equal(clientSvc.Spec.Ports, []corev1.ServicePort{wantPort, port("resp", 6379)}) {
 		t.Errorf("client Service: clusterIP %q, publishNotReadyAddresses %v, ports %+v", clientSvc.Spec.ClusterIP,
 			clientSvc.Spec.PublishNotReadyAddresses, clientSvc.Spec.Ports)
 	}
@@ -243,8 +243,8 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	for _, p := range ctr.Ports {
 		ports[p.Name] = p.ContainerPort
 	}
-	if len(ctr.Ports) != 3 || ports["http"] != 8080 || ports["internal"] != 8090 || ports["ops"] != 9090 {
-		t.Errorf("container ports %+v, want http 8080, internal 8090 and ops 9090", ctr.Ports)
+	if len(ctr.Ports) != 4 || ports["http"] != 8080 || ports["internal"] != 8090 || ports["ops"] != 9090 || ports["resp"] != 6379 {
+		t.Errorf("container ports %+v, want http 8080, internal 8090, ops 9090 and resp 6379", ctr.Ports)
 	}
 	env := map[string]string{}
 	for _, e := range ctr.Env {
@@ -302,7 +302,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	config := cm.Data["config.yaml"]
 	for _, line := range []string{"logSync: always\n", "maxTotalBytes: 536870912\n", "defaultValidSecondsAfterCreate: 0\n",
 		"logFormat: json\n", "allowRecoverFromCorruptedPersistentFile: true\n", "  - periodInSeconds: 300\n    updatesMoreThan: 100\n",
-		"writeConsistency: quorum\n", "awaitMembership: true\n"} {
+		"writeConsistency: quorum\n", "awaitMembership: true\n", "respPort: 6379\n"} {
 		if !strings.Contains(config, line) {
 			t.Errorf("config.yaml lacks %q:\n%s", line, config)
 		}

@@ -163,7 +163,7 @@ func testStatefulSet(t testing.TB, ns, cluster string) *appsv1.StatefulSet {
 	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: cluster}, c); err != nil {
 		t.Fatal(err)
 	}
-	return getOrCreateChild(t, c, buildStatefulSet(c, testImage, "", ""))
+	return getOrCreateChild(t, c, buildStatefulSet(c, testImage, "", "", ""))
 }
 
 // testToken returns the cluster's token, and creates its Secret as the operator would when its

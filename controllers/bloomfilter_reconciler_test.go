@@ -106,7 +106,7 @@ func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Fun
 	t.Helper()
 	const ns = "ns"
 	cluster := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns, UID: "cluster-uid"}}
-	sts := buildStatefulSet(cluster, testImage, "", "")
+	sts := buildStatefulSet(cluster, testImage, "", "", "")
 	sts.UID = "sts-uid"
 	secret := &corev1.Secret{
 		ObjectMeta: childMeta(cluster, tokenSecretName("c")),

@@ -19,7 +19,9 @@ const (
 func configMapName(cluster string) string { return cluster + "-config" }
 
 func (r *BloomClusterReconciler) reconcileConfigMap(ctx context.Context, st *clusterState) (ctrl.Result, error) {
-	if st.limitsRefused { // a pod that restarts must not read a configuration that cannot fit
+	// A pod that restarts must not read a configuration that cannot fit, nor one that names a
+	// password file it has no Secret for.
+	if st.limitsRefused || st.respRefused {
 		return ctrl.Result{}, nil
 	}
 	configYAML, err := dataPlaneConfig(st.cluster)

@@ -61,7 +61,7 @@ func buildNetworkPolicy(c *bloomeryv1alpha1.BloomCluster, operatorNamespace stri
 			PodSelector: metav1.LabelSelector{MatchLabels: selectorLabels(c.Name)},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 			Ingress: []networkingv1.NetworkPolicyIngressRule{
-				{Ports: tcpPorts(bloomeryv1alpha1.APIPort), From: clientsFrom},
+				{Ports: clientPorts(c), From: clientsFrom},
 				{Ports: tcpPorts(bloomeryv1alpha1.InternalPort), From: internalFrom},
 				{Ports: tcpPorts(bloomeryv1alpha1.OpsPort), From: metricsFrom},
 			},
@@ -75,6 +75,16 @@ func buildNetworkPolicy(c *bloomeryv1alpha1.BloomCluster, operatorNamespace stri
 			},
 		},
 	}
+}
+
+// clientPorts are the ports applications call: the public API's and, with spec.resp, the RESP
+// port, admitted from the same peers.
+func clientPorts(c *bloomeryv1alpha1.BloomCluster) []networkingv1.NetworkPolicyPort {
+	ports := tcpPorts(bloomeryv1alpha1.APIPort)
+	if c.RESPEnabled() {
+		ports = append(ports, port(corev1.ProtocolTCP, c.RESPPort()))
+	}
+	return ports
 }
 
 func tcpPorts(p int32) []networkingv1.NetworkPolicyPort {

@@ -13,7 +13,7 @@ import (
 // serviceRoleLabel tells a cluster's two Services apart, so that the ServiceMonitor selects only
 // the headless one (every pod, ready or not) and no pod is scraped twice.
 //
-// The client Service exposes the public API alone. The headless Service, which names every pod,
+// The client Service exposes the public API and, with spec.resp, the RESP port. The headless Service, which names every pod,
 // exposes the internal port (the peers' and the operator's) and the ops port (Prometheus's), and
 // not the public API, which applications reach through the client Service.
 const (
@@ -74,10 +74,19 @@ func buildClientService(c *bloomeryv1alpha1.BloomCluster) *corev1.Service {
 		Spec: corev1.ServiceSpec{
 			Type:            corev1.ServiceTypeClusterIP,
 			Selector:        selectorLabels(c.Name),
-			Ports:           []corev1.ServicePort{servicePort(httpPortName, bloomeryv1alpha1.APIPort)},
+			Ports:           clientServicePorts(c),
 			SessionAffinity: corev1.ServiceAffinityNone,
 		},
 	}
+}
+
+// clientServicePorts are the public API's and, with spec.resp, the RESP port's.
+func clientServicePorts(c *bloomeryv1alpha1.BloomCluster) []corev1.ServicePort {
+	ports := []corev1.ServicePort{servicePort(httpPortName, bloomeryv1alpha1.APIPort)}
+	if c.RESPEnabled() {
+		ports = append(ports, servicePort(respPortName, c.RESPPort()))
+	}
+	return ports
 }
 
 // mergeService sets the fields the operator owns. The cluster IPs, IP families and traffic

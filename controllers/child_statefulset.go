@@ -51,14 +51,14 @@ const (
 func statefulSetName(cluster string) string { return cluster }
 
 func (r *BloomClusterReconciler) reconcileStatefulSet(ctx context.Context, st *clusterState) (ctrl.Result, error) {
-	if st.limitsRefused { // observe reads the StatefulSet that exists for the status
+	if st.limitsRefused || st.respRefused { // observe reads the StatefulSet that exists for the status
 		return ctrl.Result{}, nil
 	}
 	image, err := r.image(st.cluster)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired := buildStatefulSet(st.cluster, image, st.configHash, tokenHash(st.token))
+	desired := buildStatefulSet(st.cluster, image, st.configHash, tokenHash(st.token), st.respPasswordHash)
 	sts, err := ensureChild(ctx, r, st.cluster, desired, &appsv1.StatefulSet{}, mergeStatefulSet)
 	if sts.Name != "" && metav1.IsControlledBy(sts, st.cluster) { // even after a failed update, status reports what exists
 		st.statefulSet = sts
@@ -83,14 +83,15 @@ func (r *BloomClusterReconciler) image(c *bloomeryv1alpha1.BloomCluster) (string
 	return "", errors.New("spec.image is empty and the operator has no default data-plane image")
 }
 
-// buildStatefulSet runs the data plane. configHash and tokenHash go into the pod template so that
-// a new configuration or a new token rolls the pods.
+// buildStatefulSet runs the data plane. configHash, tokenHash and respPasswordHash (with
+// spec.resp.passwordSecret) go into the pod template so that a new configuration, a new token or a
+// new RESP password rolls the pods.
 //
-// The ports, the token file and the TLS files are arguments rather than keys of config.yaml: the
-// configuration stays a function of the spec alone, and each file's path sits beside the mount
-// that provides it. The TLS Secret has no hash in the template: the data plane reloads its files,
+// The fixed ports, the token file, the TLS files and the RESP password file are arguments rather
+// than keys of config.yaml: the configuration stays a function of the spec alone, and each file's
+// path sits beside the mount that provides it. The RESP port, which the spec sets, is a key. The TLS Secret has no hash in the template: the data plane reloads its files,
 // so a renewal rolls nothing (a new spec.tls.secretName changes the template, and rolls the pods).
-func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, tokenHash string) *appsv1.StatefulSet {
+func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, tokenHash, respPasswordHash string) *appsv1.StatefulSet {
 	replicas := c.DesiredReplicas()
 	pullPolicy := c.Spec.ImagePullPolicy
 	if pullPolicy == "" {
@@ -160,6 +161,16 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 		container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: tlsVolume, MountPath: tlsMountPath, ReadOnly: true})
 		volumes = append(volumes, buildTLSVolume(spec.TLS))
 	}
+	annotations := map[string]string{configHashAnnotation: configHash, tokenHashAnnotation: tokenHash}
+	if c.RESPEnabled() {
+		container.Ports = append(container.Ports, corev1.ContainerPort{Name: respPortName, ContainerPort: c.RESPPort(), Protocol: corev1.ProtocolTCP})
+		if ps := spec.RESP.PasswordSecret; ps != nil {
+			container.Args = append(container.Args, "--resp-password-file", respPasswordPath())
+			container.VolumeMounts = append(container.VolumeMounts, corev1.VolumeMount{Name: respVolume, MountPath: respMountPath, ReadOnly: true})
+			volumes = append(volumes, buildRESPPasswordVolume(ps, c.RESPPasswordKey()))
+			annotations[respPasswordHashAnnotation] = respPasswordHash
+		}
+	}
 	if limit, ok := limitsOf(c).goMemLimit(); ok {
 		// A literal rather than the downward API's resourceFieldRef: that can only divide the
 		// limit, and GOMEMLIMIT must leave out the filters' memory (goMemLimitShare).
@@ -195,7 +206,7 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{
 					Labels:      clusterLabels(c.Name),
-					Annotations: map[string]string{configHashAnnotation: configHash, tokenHashAnnotation: tokenHash},
+					Annotations: annotations,
 				},
 				Spec: corev1.PodSpec{
 					Containers:                    []corev1.Container{container},

@@ -40,6 +40,9 @@ const (
 	// Pods hold the largest membership epoch there is (only pushed by someone other than the
 	// operator): no newer membership can reach them until they restart.
 	ReasonMembershipEpochExhausted = "MembershipEpochExhausted"
+	// spec.resp.passwordSecret names a Secret that does not exist, lacks the key or holds a
+	// password too short: the ConfigMap and the StatefulSet are not changed.
+	ReasonRESPPasswordSecretNotUsable = "RESPPasswordSecretNotUsable"
 
 	// BloomFilter
 	ReasonOnAllPods       = "OnAllPods"

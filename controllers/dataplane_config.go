@@ -34,6 +34,11 @@ func dataPlaneConfig(c *bloomeryv1alpha1.BloomCluster) (string, error) {
 		// up from them: before that it could answer false for a value another pod acknowledged.
 		AwaitMembership: new(true),
 	}
+	// The password file's path is an argument, beside its mount, as the token's and the TLS
+	// files' are (buildStatefulSet).
+	if c.RESPEnabled() {
+		f.RESPPort = new(int(c.RESPPort()))
+	}
 	limits := limitsOf(c)
 	if c.Spec.Limits.MaxFilterBytes != nil {
 		f.MaxFilterBytes = new(config.ByteSize(limits.filter))

@@ -68,7 +68,7 @@ func TestLimitsFitOrSayWhy(t *testing.T) {
 		if l.total != tt.wantTotal {
 			t.Errorf("%s: maxTotalBytes %d, want %d", tt.name, l.total, tt.wantTotal)
 		}
-		if got := buildStatefulSet(limitedCluster(tt.memory, tt.maxTotal, tt.maxFilter, tt.size), testImage, "", ""); goMemLimitEnv(got.Spec.Template.Spec.Containers[0]) != tt.wantGoMemLimit {
+		if got := buildStatefulSet(limitedCluster(tt.memory, tt.maxTotal, tt.maxFilter, tt.size), testImage, "", "", ""); goMemLimitEnv(got.Spec.Template.Spec.Containers[0]) != tt.wantGoMemLimit {
 			t.Errorf("%s: GOMEMLIMIT %q, want %q", tt.name, goMemLimitEnv(got.Spec.Template.Spec.Containers[0]), tt.wantGoMemLimit)
 		}
 		if got := l.misfits(); strings.Join(got, "\n") != strings.Join(tt.wantMisfits, "\n") {

@@ -72,8 +72,8 @@ func defaultPolicySpec(cluster string) networkingv1.NetworkPolicySpec {
 		PodSelector: *pods,
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
 		Ingress: []networkingv1.NetworkPolicyIngressRule{
-			// Client API: every pod of the cluster's namespace.
-			{Ports: []networkingv1.NetworkPolicyPort{tcp(8080)}, From: []networkingv1.NetworkPolicyPeer{{PodSelector: selector()}}},
+			// Client API and RESP: every pod of the cluster's namespace.
+			{Ports: []networkingv1.NetworkPolicyPort{tcp(8080), tcp(6379)}, From: []networkingv1.NetworkPolicyPeer{{PodSelector: selector()}}},
 			// Internal API: the cluster's own pods, and the operator's pods in its namespace.
 			{Ports: []networkingv1.NetworkPolicyPort{tcp(8090)}, From: []networkingv1.NetworkPolicyPeer{
 				{PodSelector: pods},

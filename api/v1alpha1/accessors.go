@@ -31,6 +31,10 @@ const (
 	InternalPort = 8090
 	// OpsPort serves the probes and /metrics, for the kubelet and Prometheus.
 	OpsPort = 9090
+	// DefaultRESPPort is spec.resp.port's default: Redis's.
+	DefaultRESPPort = 6379
+	// DefaultRESPPasswordKey is spec.resp.passwordSecret.key's default.
+	DefaultRESPPasswordKey = "password"
 )
 
 // DesiredReplicas is spec.replicas, or the schema's default when the field is absent (an object
@@ -46,6 +50,32 @@ func (c *BloomCluster) DesiredReplicas() int32 {
 // field is absent.
 func (c *BloomCluster) NetworkPolicyEnabled() bool {
 	return c.Spec.NetworkPolicy.Enabled == nil || *c.Spec.NetworkPolicy.Enabled
+}
+
+// RESPEnabled is spec.resp.enabled, or the schema's default (true) when the field is absent.
+func (c *BloomCluster) RESPEnabled() bool {
+	return c.Spec.RESP.Enabled == nil || *c.Spec.RESP.Enabled
+}
+
+// RESPPort is spec.resp.port, or the schema's default (6379) when the field is absent.
+func (c *BloomCluster) RESPPort() int32 {
+	if c.Spec.RESP.Port == nil {
+		return DefaultRESPPort
+	}
+	return *c.Spec.RESP.Port
+}
+
+// RESPPasswordKey is the key of spec.resp.passwordSecret, or its default; "" without a
+// passwordSecret.
+func (c *BloomCluster) RESPPasswordKey() string {
+	switch ps := c.Spec.RESP.PasswordSecret; {
+	case ps == nil:
+		return ""
+	case ps.Key == "":
+		return DefaultRESPPasswordKey
+	default:
+		return ps.Key
+	}
 }
 
 // ClientServiceName is the name of the Service applications call: the cluster's own.

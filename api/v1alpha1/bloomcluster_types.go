@@ -117,9 +117,59 @@ type BloomClusterSpec struct {
 	NetworkPolicy NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
 	// tls serves the pods' client and internal ports over TLS, with the certificate of a Secret
-	// the operator does not make (cert-manager issues one). Absent means plain HTTP.
+	// the operator does not make (cert-manager issues one). Absent means plain HTTP. The RESP
+	// port, when enabled, serves TLS with the same certificate.
 	// +optional
 	TLS *TLSSpec `json:"tls,omitempty"`
+
+	// resp serves RedisBloom's BF.* commands over the Redis protocol on each pod, on the same
+	// filters as the HTTP API, through the client Service's port named resp.
+	// +kubebuilder:default={}
+	// +optional
+	RESP RESPSpec `json:"resp,omitempty"`
+}
+
+// RESPSpec configures the pods' Redis protocol port. It is reached as the client port is: through
+// the client Service, from the networkPolicy's clientsFrom, over TLS with spec.tls.
+type RESPSpec struct {
+	// enabled opens the RESP port on every pod and on the client Service.
+	// +kubebuilder:default=true
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// port of the RESP port, in the pods and on the client Service. Changing it rolls the pods.
+	// +kubebuilder:default=6379
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	// +kubebuilder:validation:XValidation:rule="self != 8080 && self != 8090 && self != 9090",message="port must not be one of the data plane's other ports (8080, 8090 and 9090)"
+	// +optional
+	Port *int32 `json:"port,omitempty"`
+
+	// passwordSecret names a Secret, in the cluster's namespace, holding the password clients
+	// must AUTH with (at least 8 characters). The operator only reads it, by name, and it needs no
+	// label. Absent means no password: any client that reaches the port is served. A changed
+	// password rolls the pods; a missing Secret or key makes the cluster Degraded
+	// (RESPPasswordSecretNotUsable) and leaves its ConfigMap and StatefulSet as they are.
+	// +optional
+	PasswordSecret *RESPPasswordSecret `json:"passwordSecret,omitempty"`
+}
+
+// RESPPasswordSecret is a key of a Secret in the cluster's namespace.
+type RESPPasswordSecret struct {
+	// name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +required
+	Name string `json:"name"`
+
+	// key of the password in the Secret's data.
+	// +kubebuilder:default=password
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
 }
 
 // TLSSpec names the certificate of a cluster's pods. Every pod serves it, the internal port

@@ -46,6 +46,10 @@ type Config struct {
 	// filters as the HTTP API; 0, the default, opens no such port. Unlike Port, 0 means off, not a
 	// free port: a process run by hand speaks HTTP alone unless asked.
 	RESPPort int
+	// RESPPasswordFile holds the password of the RESP port's default user: with it, a connection
+	// must AUTH before any command but AUTH, HELLO and QUIT (flag --resp-password-file). Empty
+	// leaves the port open to whoever reaches it, as a Redis without requirepass.
+	RESPPasswordFile string
 
 	// Filter defaults, used when a create request leaves a field out.
 	DefaultExpectedInsertions uint64
@@ -225,6 +229,9 @@ func (c Config) Validate() error {
 	check("opsPort (or --ops-port)", rulePort(c.OpsPort))
 	check("respPort (or --resp-port)", rulePort(c.RESPPort))
 	check("ports", distinctPorts(c))
+	if c.RESPPasswordFile != "" && c.RESPPort == 0 {
+		check("respPasswordFile (or --resp-password-file)", errors.New("needs respPort: the password is the RESP port's, and no RESP port is open"))
+	}
 	check("tls", checkTLSFiles(c))
 	if c.AwaitMembership && c.InternalTokenFile == "" {
 		check("awaitMembership", errors.New("needs internalTokenFile: without it the internal port stays closed and no membership can reach the pod"))

@@ -47,6 +47,8 @@ func TestValidate(t *testing.T) {
 		{"ops port on the client port", func(c *Config) { c.OpsPort = c.Port }, "ports: --port and opsPort are both 8080"},
 		{"resp port too large", func(c *Config) { c.RESPPort = 65536 }, "respPort (or --resp-port): must be between 0 and 65535, got 65536"},
 		{"resp port on the ops port", func(c *Config) { c.RESPPort = c.OpsPort }, "ports: opsPort and respPort are both 9090"},
+		{"resp password without a resp port", func(c *Config) { c.RESPPasswordFile = "/p" },
+			"respPasswordFile (or --resp-password-file): needs respPort: the password is the RESP port's, and no RESP port is open"},
 		{"internal port on the ops port", func(c *Config) { c.InternalTokenFile, c.InternalPort = "/token", c.OpsPort },
 			"ports: internalPort and opsPort are both 9090"},
 		{"awaiting a membership that cannot come", func(c *Config) { c.AwaitMembership = true },
@@ -111,6 +113,7 @@ func TestConfigLogValue(t *testing.T) {
 
 	// None is no key.
 	c.InternalTokenFile, c.TLSCertFile, c.TLSKeyFile, c.TLSCAFile = "/etc/bloomery/token", "/tls/tls.crt", "/tls/tls.key", "/tls/ca.crt"
+	c.RESPPasswordFile = "/etc/bloomery/resp/password"
 	var buf bytes.Buffer
 	slog.New(slog.NewJSONHandler(&buf, nil)).Info("Starting data plane", "config", c)
 	var line struct {

@@ -26,6 +26,7 @@ func TestLoadConfigEveryKey(t *testing.T) {
 internalPort: 18090
 opsPort: 19090
 respPort: 16379
+respPasswordFile: /etc/bloomery/resp/password
 internalTokenFile: /etc/bloomery/token
 tlsCertFile: /etc/bloomery/tls/tls.crt
 tlsKeyFile: /etc/bloomery/tls/tls.key
@@ -76,6 +77,7 @@ antiEntropyIntervalSeconds: 120
 	want.InternalPort = 18090
 	want.OpsPort = 19090
 	want.RESPPort = 16379
+	want.RESPPasswordFile = "/etc/bloomery/resp/password"
 	want.InternalTokenFile = "/etc/bloomery/token"
 	want.TLSCertFile = "/etc/bloomery/tls/tls.crt"
 	want.TLSKeyFile = "/etc/bloomery/tls/tls.key"

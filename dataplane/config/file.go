@@ -25,6 +25,7 @@ type File struct {
 	InternalPort              *int     `yaml:"internalPort,omitempty" check:"port"`
 	OpsPort                   *int     `yaml:"opsPort,omitempty" check:"port"`
 	RESPPort                  *int     `yaml:"respPort,omitempty" check:"port"`
+	RESPPasswordFile          *string  `yaml:"respPasswordFile,omitempty" check:"nonEmpty"`
 	InternalTokenFile         *string  `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
 	TLSCertFile               *string  `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
 	TLSKeyFile                *string  `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
@@ -94,6 +95,7 @@ func (f File) apply(c *Config) {
 	set(&c.InternalPort, f.InternalPort)
 	set(&c.OpsPort, f.OpsPort)
 	set(&c.RESPPort, f.RESPPort)
+	set(&c.RESPPasswordFile, f.RESPPasswordFile)
 	set(&c.InternalTokenFile, f.InternalTokenFile)
 	set(&c.TLSCertFile, f.TLSCertFile)
 	set(&c.TLSKeyFile, f.TLSKeyFile)
@@ -178,6 +180,7 @@ func (c Config) file() File {
 		InternalPort:              new(c.InternalPort),
 		OpsPort:                   new(c.OpsPort),
 		RESPPort:                  new(c.RESPPort),
+		RESPPasswordFile:          optionalPath(c.RESPPasswordFile),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
 		DefaultFPP:                new(c.DefaultFPP),
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),

@@ -94,23 +94,26 @@ func TestFileOmitsUnsetKeys(t *testing.T) {
 	}
 }
 
-// Every key of the file is documented in the README's table: a top-level key in a row of its
-// own, a key below it in its parent's row.
+// Every key of the file is documented in the README's table, or in the configuration table of
+// the document of its feature (docs/resp.md for the RESP port's keys): a top-level key in a row
+// of its own, a key below it in its parent's row.
 func TestREADMEListsEveryKey(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(readme), "\n## Configuration\n")
-	section, _, _ = strings.Cut(section, "\n## ")
 	rows := map[string]string{} // by the top-level keys its first cell names
-	for line := range strings.SplitSeq(section, "\n") {
-		cells := strings.Split(line, "|")
-		if len(cells) < 3 {
-			continue
+	for _, doc := range []string{"../../README.md", "../../docs/resp.md"} {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
 		}
-		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
-			rows[m[1]] = line
+		_, section, _ := strings.Cut(string(text), "\n## Configuration\n")
+		section, _, _ = strings.Cut(section, "\n## ")
+		for line := range strings.SplitSeq(section, "\n") {
+			cells := strings.Split(line, "|")
+			if len(cells) < 3 {
+				continue
+			}
+			for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
+				rows[m[1]] = line
+			}
 		}
 	}
 	for _, key := range fileKeys(reflect.TypeFor[File](), "") {

@@ -11,11 +11,12 @@ import (
 var connectionCommands = map[string]command{
 	"ping":    {arity: -1, run: ping},
 	"echo":    {arity: 2, run: echo},
-	"hello":   {arity: -1, run: hello},
+	"hello":   {arity: -1, run: hello, noAuth: true},
+	"auth":    {arity: -2, run: auth, noAuth: true},
 	"select":  {arity: 2, run: selectDB},
 	"client":  {arity: -2, run: clientCmd},
 	"command": {arity: -1, run: commandInfo},
-	"quit":    {arity: -1, run: quit},
+	"quit":    {arity: -1, run: quit, noAuth: true},
 }
 
 func ping(_ context.Context, _ *Server, c *call) error {
@@ -37,8 +38,10 @@ func echo(_ context.Context, _ *Server, c *call) error {
 
 // hello answers RESP2 only. To HELLO 3 it answers NOPROTO, as a Redis that does not speak the
 // version asked for: go-redis v9 asks for 3 first and, on any error reply, stays on RESP2 and goes
-// on; redis-cli asks for nothing unless told to.
-func hello(_ context.Context, _ *Server, c *call) error {
+// on (with AUTH when it has a password); redis-cli asks for nothing unless told to. AUTH user
+// password authenticates as AUTH does; a connection that has not authenticated, when a password
+// is required, is answered NOAUTH. The options apply only once the connection is authenticated.
+func hello(_ context.Context, s *Server, c *call) error {
 	if len(c.args) > 1 {
 		if v, err := strconv.ParseInt(c.arg(1), 10, 64); err != nil {
 			return replyError("ERR Protocol version is not an integer or out of range")
@@ -46,22 +49,34 @@ func hello(_ context.Context, _ *Server, c *call) error {
 			return replyError("NOPROTO unsupported protocol version")
 		}
 	}
+	var user, password []byte
+	var name *string
 	for i := 2; i < len(c.args); i++ {
-		switch strings.ToUpper(c.arg(i)) {
-		case "AUTH":
-			return replyError("ERR AUTH is not supported on Bloomery's RESP port")
-		case "SETNAME":
-			if i+1 >= len(c.args) {
-				return errorf("Syntax error in HELLO option 'SETNAME'")
-			}
+		more := len(c.args) - 1 - i
+		switch opt := strings.ToUpper(c.arg(i)); {
+		case opt == "AUTH" && more >= 2:
+			user, password = c.args[i+1], c.args[i+2]
+			i += 2
+		case opt == "SETNAME" && more >= 1:
 			if err := checkClientName(c.arg(i + 1)); err != nil {
 				return err
 			}
-			c.sess.name = c.arg(i + 1)
+			name = new(c.arg(i + 1))
 			i++
 		default:
 			return errorf("Syntax error in HELLO option '%s'", c.arg(i))
 		}
+	}
+	if user != nil {
+		if err := s.authenticate(c.sess, user, password); err != nil {
+			return err
+		}
+	}
+	if s.hasPassword && !c.sess.authenticated {
+		return errHelloNoAuth
+	}
+	if name != nil {
+		c.sess.name = *name
 	}
 	c.w.WriteArray(14)
 	c.w.WriteBulkString("server")

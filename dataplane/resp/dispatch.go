@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
+	"time"
 )
 
 // replier writes replies: a redcon.Conn on a connection, a redcon.Writer in tests.
@@ -22,6 +24,8 @@ type replier interface {
 // session is what a connection remembers between its commands.
 type session struct {
 	name, libName, libVersion string
+	// authenticated is set by AUTH or HELLO ... AUTH; without a password every connection is.
+	authenticated bool
 }
 
 // command is one command of the table: its arity in Redis's convention (n: exactly n arguments,
@@ -30,7 +34,15 @@ type command struct {
 	arity int
 	// filters marks the commands that read or write filters: they wait for recovery.
 	filters bool
-	run     func(ctx context.Context, s *Server, c *call) error
+	// noAuth marks the commands a connection may send before it authenticates (Redis's
+	// no-auth flag): AUTH, HELLO and QUIT.
+	noAuth bool
+	run    func(ctx context.Context, s *Server, c *call) error
+
+	// name is the command's lower-case name and index its place in commandNames, which the
+	// server's metrics series are indexed by; init sets both.
+	name  string
+	index int
 }
 
 // call is one command being answered.
@@ -60,11 +72,44 @@ const errLoading = replyError("LOADING Bloomery is loading the dataset in memory
 // commands' functions read it (COMMAND COUNT).
 var commands map[string]command
 
+// commandNames are the table's names, sorted: the command labels of the metrics.
+var commandNames []string
+
+// maxNameLength is the longest name of the table: lookup lowers names in a buffer this large.
+const maxNameLength = 16
+
 func init() {
 	commands = map[string]command{}
 	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, connectionCommands} {
 		maps.Copy(commands, table)
 	}
+	commandNames = slices.Sorted(maps.Keys(commands))
+	for i, name := range commandNames {
+		if len(name) > maxNameLength {
+			panic("resp: command name longer than maxNameLength: " + name)
+		}
+		cmd := commands[name]
+		cmd.name, cmd.index = name, i
+		commands[name] = cmd
+	}
+}
+
+// lookup finds a command by its name in any case, without allocating: the name is lowered into
+// a buffer on the stack, and a map index by string(bytes) does not copy.
+func lookup(name []byte) (command, bool) {
+	var buf [maxNameLength]byte
+	if len(name) > len(buf) {
+		return command{}, false
+	}
+	lower := buf[:len(name)]
+	for i, ch := range name {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		lower[i] = ch
+	}
+	cmd, ok := commands[string(lower)]
+	return cmd, ok
 }
 
 // Dispatch answers one command into w, with Redis's texts for an unknown command and a wrong
@@ -74,14 +119,14 @@ func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args []
 	if len(args) == 0 {
 		return false // redcon never passes an empty command; a fuzzer may
 	}
+	start := time.Now()
 	c := &call{sess: sess, w: w, args: args}
-	err := s.run(ctx, c)
+	cmd, known := lookup(args[0])
+	err := s.run(ctx, c, cmd, known)
 	if err != nil {
 		w.WriteError(oneLine(replyText(err)))
 	}
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.RESP.Command(err != nil)
-	}
+	s.series(cmd, known).Answered(err != nil, time.Since(start))
 	// At debug level every command is logged, as every HTTP request is.
 	if s.opts.Log != nil && s.opts.Log.Enabled(ctx, slog.LevelDebug) {
 		s.opts.Log.DebugContext(ctx, "RESP command", "command", truncate(string(args[0]), 128), "args", len(args)-1, "error", errText(err))
@@ -89,14 +134,16 @@ func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args []
 	return c.quit
 }
 
-func (s *Server) run(ctx context.Context, c *call) error {
-	name := strings.ToLower(string(c.args[0]))
-	cmd, ok := commands[name]
+// run checks a command as Redis does, in its order: that it exists, its number of arguments,
+// that the connection has authenticated; then it runs it.
+func (s *Server) run(ctx context.Context, c *call, cmd command, known bool) error {
 	switch {
-	case !ok:
+	case !known:
 		return unknownCommand(c.args)
 	case cmd.arity > 0 && len(c.args) != cmd.arity || cmd.arity < 0 && len(c.args) < -cmd.arity:
-		return wrongArity(name)
+		return wrongArity(cmd.name)
+	case s.hasPassword && !c.sess.authenticated && !cmd.noAuth:
+		return errNoAuth
 	case cmd.filters && s.opts.Loading():
 		return errLoading
 	}

@@ -46,6 +46,7 @@ func FuzzDispatch(f *testing.F) {
 		"BF.INFO\x00k", "BF.INFO\x00k\x00EXPANSION", "BF.CARD\x00k",
 		"DEL\x00k\x00z", "EXISTS\x00k", "TYPE\x00k", "KEYS\x00*", "SCAN\x000\x00MATCH\x00k*\x00COUNT\x002",
 		"nosuch\x00a\r\nb", "BF.ADD\x00k",
+		"AUTH\x00pw", "AUTH\x00default\x00pw", "AUTH\x00a\x00b\x00c", "HELLO\x002\x00AUTH\x00default\x00pw\x00SETNAME\x00n", "HELLO\x002\x00AUTH",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -117,4 +118,21 @@ func readReply(b []byte) (int, error) {
 		return at, nil
 	}
 	return 0, fmt.Errorf("unknown reply type %q", b[0])
+}
+
+// Finding a command by its name, in any case, allocates nothing: it runs for every command.
+func TestLookupDoesNotAllocate(t *testing.T) {
+	names := [][]byte{[]byte("BF.ADD"), []byte("bf.mexists"), []byte("Ping"), []byte("NOSUCHCOMMAND"), []byte("a-name-longer-than-any-command")}
+	if n := testing.AllocsPerRun(100, func() {
+		for _, name := range names {
+			lookup(name)
+		}
+	}); n != 0 {
+		t.Errorf("lookup allocates %v times, want 0", n)
+	}
+	for _, name := range []string{"BF.ADD", "bf.add", "Bf.Add"} {
+		if cmd, ok := lookup([]byte(name)); !ok || cmd.name != "bf.add" || commandNames[cmd.index] != "bf.add" {
+			t.Errorf("lookup(%q) = %+v, %v; want bf.add", name, cmd, ok)
+		}
+	}
 }

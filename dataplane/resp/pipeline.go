@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"context"
+	"time"
 
 	"github.com/tidwall/redcon"
 )
@@ -12,19 +13,23 @@ import (
 // has been answered. Answered one by one, n pipelined BF.ADDs are n commits of the log, each
 // waiting for the disk under logSync always, and the client sees no reply until the last. So the
 // commands read together are answered here, in order, and a run of BF.ADDs to one filter is one
-// batch: one call of the engine's batch path, one commit of the log, one replication.
+// batch: one call of the engine's batch path, one commit of the log, one replication. A run of
+// BF.EXISTS to one filter is one batch of checks, which the engine runs memory-level parallel.
 
-// maxAddRun bounds the items of one batch of pipelined BF.ADDs.
-const maxAddRun = 4096
+// maxRun bounds the items of one batch of pipelined commands.
+const maxRun = 4096
+
+var (
+	bfAddName    = []byte("bf.add")
+	bfExistsName = []byte("bf.exists")
+)
 
 // serve answers first and every command read with it, in order; it reports whether the client
 // asked to close the connection (QUIT), after which nothing more is answered.
 func (s *Server) serve(conn redcon.Conn, sess *session, first redcon.Command) (quit bool) {
 	cmds := append([]redcon.Command{first}, conn.ReadPipeline()...)
 	for len(cmds) > 0 {
-		n := addRun(cmds)
-		if n > 1 && s.batchable(cmds[0]) {
-			s.addBatch(conn, cmds[:n])
+		if n := s.batched(sess, conn, cmds); n > 0 {
 			cmds = cmds[n:]
 			continue
 		}
@@ -39,52 +44,72 @@ func (s *Server) serve(conn redcon.Conn, sess *session, first redcon.Command) (q
 	return false
 }
 
-// addRun is the number of BF.ADDs of one filter that cmds start with: 0 when the first is none.
-func addRun(cmds []redcon.Command) int {
+// batched answers the run of BF.ADDs, or of BF.EXISTS, of one filter that cmds start with as one
+// batch, and says how many commands it answered: 0 when there is no run of two or more, or when
+// its commands would not answer alike one by one and together (see batchable).
+func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
+	name := cmds[0].Args[0]
+	if len(cmds) < 2 || !bytes.EqualFold(name, bfAddName) && !bytes.EqualFold(name, bfExistsName) {
+		return 0
+	}
 	n := 0
-	for n < len(cmds) && n < maxAddRun && isAdd(cmds[n]) && bytes.Equal(cmds[n].Args[1], cmds[0].Args[1]) {
+	for n < len(cmds) && n < maxRun && len(cmds[n].Args) == 3 &&
+		bytes.EqualFold(cmds[n].Args[0], name) && bytes.Equal(cmds[n].Args[1], cmds[0].Args[1]) {
 		n++
+	}
+	if n < 2 || !s.batchable(sess, cmds[0]) {
+		return 0
+	}
+	start := time.Now()
+	items := make([]string, n)
+	for i, cmd := range cmds[:n] {
+		items[i] = string(cmd.Args[2])
+	}
+	key := string(cmds[0].Args[1])
+	var answers []bool // 1 for each true
+	var err error
+	if bytes.EqualFold(name, bfAddName) {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opts.Config.RequestTimeout)
+		defer cancel()
+		opts := s.defaults()
+		var present []bool
+		present, _, err = s.add(ctx, key, &opts, items)
+		if err == nil && len(present) != n {
+			err = errorf("the filter answered %d of %d items", len(present), n)
+		}
+		answers = make([]bool, len(present))
+		for i, p := range present {
+			answers[i] = !p
+		}
+	} else {
+		answers = make([]bool, n)
+		if f, ok := s.lookup(key); ok {
+			answers = f.CheckMany(items)
+		}
+	}
+	// Each command took the batch's time.
+	series, elapsed := s.series(lookup(name)), time.Since(start)
+	for i := range n {
+		switch {
+		case err != nil:
+			w.WriteError(oneLine(replyText(err)))
+		case answers[i]:
+			w.WriteInt64(1)
+		default:
+			w.WriteInt64(0)
+		}
+		series.Answered(err != nil, elapsed)
 	}
 	return n
 }
 
-func isAdd(cmd redcon.Command) bool {
-	return len(cmd.Args) == 3 && bytes.EqualFold(cmd.Args[0], []byte("bf.add"))
-}
-
-// batchable reports whether the BF.ADDs to the filter of cmd answer alike one by one and in a
-// batch: not while the filters load, which each answers on its own, and not for a non-scaling
-// filter, which each add must find not full.
-func (s *Server) batchable(cmd redcon.Command) bool {
-	if s.opts.Loading() {
+// batchable reports whether the commands of a run to the filter of cmd answer alike one by one
+// and in a batch: not before the connection authenticated or while the filters load, which each
+// answers on its own, and not for a non-scaling filter, which each add must find not full.
+func (s *Server) batchable(sess *session, cmd redcon.Command) bool {
+	if !sess.authenticated || s.opts.Loading() {
 		return false
 	}
 	f, ok := s.opts.Store.Lookup(string(cmd.Args[1]))
 	return !ok || f.Options().Scalable
-}
-
-// addBatch answers a run of BF.ADDs of one filter with one add of all their items: 1 or 0 for
-// each, or, when the add fails, its error for each, as each would have had alone.
-func (s *Server) addBatch(w replier, cmds []redcon.Command) {
-	items := make([]string, len(cmds))
-	for i, cmd := range cmds {
-		items[i] = string(cmd.Args[2])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Config.RequestTimeout)
-	defer cancel()
-	opts := s.defaults()
-	answers, _, err := s.add(ctx, string(cmds[0].Args[1]), &opts, items)
-	if err == nil && len(answers) != len(items) {
-		err = errorf("the filter answered %d of %d items", len(answers), len(items))
-	}
-	for i := range cmds {
-		if err != nil {
-			w.WriteError(oneLine(replyText(err)))
-		} else {
-			w.WriteInt64(added(answers[i]))
-		}
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.RESP.Command(err != nil)
-		}
-	}
 }

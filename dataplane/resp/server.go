@@ -5,6 +5,7 @@
 package resp
 
 import (
+	"crypto/sha256"
 	"log/slog"
 	"net"
 	"sync"
@@ -28,12 +29,23 @@ type Options struct {
 	// Loading reports whether the filters are still being recovered: filter commands then answer
 	// LOADING, as Redis does while it loads its dataset. Nil means never.
 	Loading func() bool
+	// Password, when set, is the default user's: a connection must AUTH (or HELLO ... AUTH)
+	// with it before any other command answers.
+	Password string
 }
 
 // Server answers RESP commands. Serve it on a listener; Drain before the final snapshot.
 type Server struct {
 	opts  Options
 	level wire.Consistency
+	// password is the SHA-256 digest of Options.Password, which AUTH compares in constant time;
+	// hasPassword says whether there is one.
+	password    [sha256.Size]byte
+	hasPassword bool
+	// series are each command's metrics, by command index, and other the unknown commands'; nil
+	// without metrics.
+	perCommand []*metrics.RESPCommand
+	other      *metrics.RESPCommand
 
 	// mu guards draining against the start of a command, so that Drain's wait cannot race with
 	// a command that begins as it starts.
@@ -48,13 +60,52 @@ func New(opts Options) *Server {
 		opts.Loading = func() bool { return false }
 	}
 	// Writes run at the cluster's write consistency: RESP has no place for a per-request level.
-	return &Server{opts: opts, level: opts.Config.WriteConsistency}
+	s := &Server{opts: opts, level: opts.Config.WriteConsistency}
+	if opts.Password != "" {
+		s.password, s.hasPassword = sha256.Sum256([]byte(opts.Password)), true
+	}
+	if opts.Metrics != nil {
+		// Resolved once, so that counting a command costs no lookup of its labels.
+		s.perCommand = make([]*metrics.RESPCommand, len(commandNames))
+		for i, name := range commandNames {
+			s.perCommand[i] = opts.Metrics.RESP.Command(name)
+		}
+		s.other = opts.Metrics.RESP.Command(metrics.OtherCommand)
+	}
+	return s
+}
+
+// series are the metrics of a command; nil, which counts nothing, without metrics.
+func (s *Server) series(cmd command, known bool) *metrics.RESPCommand {
+	switch {
+	case s.perCommand == nil:
+		return nil
+	case known:
+		return s.perCommand[cmd.index]
+	}
+	return s.other
 }
 
 // Serve answers the connections ln accepts until ln is closed, which also closes every
 // connection; it then returns nil.
 func (s *Server) Serve(ln net.Listener) error {
-	return redcon.Serve(ln, s.handle, nil, nil)
+	return redcon.Serve(ln, s.handle, s.accepted, s.closed)
+}
+
+// accepted counts a new connection and gives it its session.
+func (s *Server) accepted(conn redcon.Conn) bool {
+	conn.SetContext(&session{authenticated: !s.hasPassword})
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.RESP.Opened()
+	}
+	return true
+}
+
+// closed counts a connection gone, whichever side closed it.
+func (s *Server) closed(redcon.Conn, error) {
+	if s.opts.Metrics != nil {
+		s.opts.Metrics.RESP.Closed()
+	}
 }
 
 // Drain refuses new commands and waits for those in flight, whose connections closing the
@@ -80,8 +131,8 @@ func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
 	defer s.inFlight.Done()
 
 	sess, _ := conn.Context().(*session)
-	if sess == nil {
-		sess = &session{}
+	if sess == nil { // accepted sets one: a server served otherwise than by Serve
+		sess = &session{authenticated: !s.hasPassword}
 		conn.SetContext(sess)
 	}
 	if quit := s.serve(conn, sess, cmd); quit {

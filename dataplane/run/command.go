@@ -57,23 +57,24 @@ func NewCommand(version string) *cobra.Command {
 }
 
 type dataPlaneFlags struct {
-	port         int
-	internalPort int
-	opsPort      int
-	respPort     int
-	tokenFile    string
-	tlsCertFile  string
-	tlsKeyFile   string
-	tlsCAFile    string
-	address      string
-	configFile   string
-	docs         bool
-	dataDir      string
-	logSync      string
-	logLevel     string
-	logFormat    string
-	inMemory     bool
-	pprofPort    int
+	port             int
+	internalPort     int
+	opsPort          int
+	respPort         int
+	respPasswordFile string
+	tokenFile        string
+	tlsCertFile      string
+	tlsKeyFile       string
+	tlsCAFile        string
+	address          string
+	configFile       string
+	docs             bool
+	dataDir          string
+	logSync          string
+	logLevel         string
+	logFormat        string
+	inMemory         bool
+	pprofPort        int
 }
 
 func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
@@ -88,6 +89,7 @@ func (o *dataPlaneFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&o.tlsCAFile, "tls-ca-file", "", "`FILE` of the CA (PEM) that peers' and the operator's certificates must chain to; overrides tlsCAFile")
 	fs.IntVar(&o.opsPort, "ops-port", def.OpsPort, "port of /healthz, /readyz and /metrics alone, for the kubelet and Prometheus; overrides opsPort")
 	fs.IntVar(&o.respPort, "resp-port", def.RESPPort, "port of the Redis protocol, serving RedisBloom's BF.* commands; 0 opens none; overrides respPort")
+	fs.StringVar(&o.respPasswordFile, "resp-password-file", "", "`FILE` holding the password RESP clients must AUTH with (at least 8 characters); overrides respPasswordFile (default none: the RESP port asks for no password)")
 	fs.StringVar(&o.address, "bind-address", def.Address, "IP address or host name to listen on (default all interfaces)")
 	fs.StringVarP(&o.configFile, "config", "c", "", "YAML configuration `FILE`")
 	fs.BoolVarP(&o.docs, "docs", "d", def.DocsEnabled, "serve the API documentation: a page at /v1/docs/ that lists and calls every endpoint, and its OpenAPI document")
@@ -145,6 +147,7 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 		"tls-cert-file":       &cfg.TLSCertFile,
 		"tls-key-file":        &cfg.TLSKeyFile,
 		"tls-ca-file":         &cfg.TLSCAFile,
+		"resp-password-file":  &cfg.RESPPasswordFile,
 	} {
 		if fs.Changed(flag) {
 			*dst, _ = fs.GetString(flag) // a string flag: no error

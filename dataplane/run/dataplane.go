@@ -58,6 +58,10 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 	if err != nil {
 		return nil, err
 	}
+	respPassword, err := readRESPPassword(cfg.RESPPasswordFile)
+	if err != nil {
+		return nil, err
+	}
 	var certs *tlsfiles.Source
 	var peerTLS *tls.Config
 	if cfg.TLSCertFile != "" {
@@ -113,12 +117,13 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		return nil, err
 	}
 	d.resp = resp.New(resp.Options{
-		Config:  cfg,
-		Log:     log,
-		Store:   d.store,
-		Writes:  ws,
-		Metrics: d.metrics,
-		Loading: func() bool { return d.api.Phase() == httpapi.Recovering },
+		Config:   cfg,
+		Log:      log,
+		Store:    d.store,
+		Writes:   ws,
+		Metrics:  d.metrics,
+		Loading:  func() bool { return d.api.Phase() == httpapi.Recovering },
+		Password: respPassword,
 	})
 	return d, nil
 }
@@ -150,6 +155,29 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("internalTokenFile %s: the token must have at least %d characters, it has %d", path, minTokenLength, len(token))
 	}
 	return token, nil
+}
+
+// minRESPPasswordLength refuses passwords short enough to guess in an afternoon of AUTHs.
+const minRESPPasswordLength = 8
+
+// readRESPPassword reads the RESP port's password from path, "" for no path. Surrounding white
+// space, such as the newline an editor or `echo` adds, is not part of it.
+func readRESPPassword(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("respPasswordFile: %w", err)
+	}
+	password := strings.TrimSpace(string(raw))
+	switch {
+	case password == "":
+		return "", fmt.Errorf("respPasswordFile %s: the file holds no password; remove respPasswordFile to leave the RESP port without one", path)
+	case len(password) < minRESPPasswordLength:
+		return "", fmt.Errorf("respPasswordFile %s: the password must have at least %d characters, it has %d", path, minRESPPasswordLength, len(password))
+	}
+	return password, nil
 }
 
 // durable makes the store's current state survive a crash with a snapshot; bits merged from a

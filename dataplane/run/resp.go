@@ -1,6 +1,7 @@
 package run
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 
@@ -15,7 +16,10 @@ type respServer struct {
 }
 
 // startRESP serves ln in a goroutine, with the client port's connection budget; a failure to
-// serve goes to failed, as an HTTP server's does. Without a listener it serves nothing.
+// serve goes to failed, as an HTTP server's does. Without a listener it serves nothing. With the
+// data plane's certificate it serves TLS, as the client port does: the same certificate, re-read
+// when it changes, and no client certificate asked for even with a CA, since the port's clients
+// are applications, not the cluster's pods.
 func (d *DataPlane) startRESP(ln net.Listener, failed chan<- error) *respServer {
 	if ln == nil {
 		return nil
@@ -23,6 +27,9 @@ func (d *DataPlane) startRESP(ln net.Listener, failed chan<- error) *respServer 
 	addr := ln.Addr().String()
 	if d.cfg.MaxHTTPConnections > 0 {
 		ln = netutil.LimitListener(ln, d.cfg.MaxHTTPConnections)
+	}
+	if d.tls != nil {
+		ln = tls.NewListener(ln, d.tls.ServerConfig(false))
 	}
 	rs := &respServer{d: d, ln: ln, done: make(chan error, 1)}
 	go func() {
@@ -32,7 +39,7 @@ func (d *DataPlane) startRESP(ln net.Listener, failed chan<- error) *respServer 
 		}
 		rs.done <- err
 	}()
-	d.log.Info("Listening", "listener", "resp", "address", addr, "tls", false)
+	d.log.Info("Listening", "listener", "resp", "address", addr, "tls", d.tls != nil, "password", d.cfg.RESPPasswordFile != "")
 	return rs
 }
 

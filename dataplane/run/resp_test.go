@@ -201,10 +201,10 @@ func TestRESPErrors(t *testing.T) {
 		t.Errorf("BF.CARD exists = %d after errors, want 0", n)
 	}
 	fs := scrape(t, &http.Client{}, ts.ops, "")
-	if n := value(t, fs, "bloomery_resp_command_errors_total"); n < float64(errorCases) {
+	if n := sum(fs, "bloomery_resp_command_errors_total"); n < float64(errorCases) {
 		t.Errorf("bloomery_resp_command_errors_total = %v, want at least the %d errors answered", n, errorCases)
 	}
-	if n := value(t, fs, "bloomery_resp_commands_total"); n <= value(t, fs, "bloomery_resp_command_errors_total") {
+	if n := sum(fs, "bloomery_resp_commands_total"); n <= sum(fs, "bloomery_resp_command_errors_total") {
 		t.Errorf("bloomery_resp_commands_total = %v, want more than the errors", n)
 	}
 }
@@ -455,5 +455,39 @@ func TestRESPPipelinedAddsShareCommits(t *testing.T) {
 	t.Logf("%d pipelined adds took %v log records", adds, records)
 	if records > adds/5 {
 		t.Errorf("%d pipelined adds took %v log records, want at most one for five", adds, records)
+	}
+}
+
+// Pipelined BF.EXISTS of one filter are answered as one batch of checks, each in its place: 1 for
+// an item added, 0 for one not, 0 for every item of a filter that does not exist.
+func TestRESPPipelinedExists(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	if err := rdb.BFMAdd(ctx, "seen", "a", "c", "e").Err(); err != nil {
+		t.Fatal(err)
+	}
+	pipe := rdb.Pipeline()
+	items := []string{"a", "b", "c", "d", "e", "f"}
+	var seen, missing []*redis.BoolCmd
+	for _, item := range items {
+		seen = append(seen, pipe.BFExists(ctx, "seen", item))
+	}
+	for _, item := range items {
+		missing = append(missing, pipe.BFExists(ctx, "never-made", item))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, cmd := range seen {
+		expect(t, "pipelined BF.EXISTS seen "+items[i], i%2 == 0)(cmd.Result())
+	}
+	for i, cmd := range missing {
+		expect(t, "pipelined BF.EXISTS never-made "+items[i], false)(cmd.Result())
+	}
+	fs := scrape(t, &http.Client{}, ts.ops, "")
+	if n := value(t, fs, "bloomery_resp_commands_total", "command", "bf.exists"); n != 12 {
+		t.Errorf(`bloomery_resp_commands_total{command="bf.exists"} = %v, want the 12 pipelined`, n)
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 // TestTrustBoundaryIsInPlace checks what the node agent does not enforce: the NetworkPolicy the
 // operator made for the sample cluster, admitting each port only its callers, and the pods'
-// configuration: three named ports, the probes on the ops port, the token mounted and required.
+// configuration: four named ports (RESP's included), the probes on the ops port, the token mounted and required.
 func TestTrustBoundaryIsInPlace(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
@@ -52,8 +52,8 @@ func TestTrustBoundaryIsInPlace(t *testing.T) {
 		}
 	}
 	slices.Sort(ingressPorts)
-	if !slices.Equal(ingressPorts, []int{8080, 8090, 9090}) {
-		t.Errorf("ingress ports %v, want one rule each for 8080, 8090 and 9090", ingressPorts)
+	if !slices.Equal(ingressPorts, []int{6379, 8080, 8090, 9090}) {
+		t.Errorf("ingress ports %v, want the client ports 8080 and 6379 (RESP), 8090 and 9090", ingressPorts)
 	}
 	var egress []string
 	for _, rule := range policy.Spec.Egress {
@@ -67,7 +67,7 @@ func TestTrustBoundaryIsInPlace(t *testing.T) {
 	}
 
 	ports := n.jsonpath("statefulset/example", `{range .spec.template.spec.containers[0].ports[*]}{.name}={.containerPort} {end}`)
-	if ports != "http=8080 internal=8090 ops=9090 " {
+	if ports != "http=8080 internal=8090 ops=9090 resp=6379 " {
 		t.Errorf("container ports %q", ports)
 	}
 	probes := n.jsonpath("statefulset/example", `{.spec.template.spec.containers[0].readinessProbe.httpGet.port} `+
