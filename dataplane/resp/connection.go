@@ -82,8 +82,7 @@ func hello(_ context.Context, s *Server, c *call) error {
 	c.w.WriteBulkString("server")
 	c.w.WriteBulkString("bloomery")
 	c.w.WriteBulkString("version")
-	// Clients that gate features on the version read a Redis 7 compatible server.
-	c.w.WriteBulkString("7.0.0")
+	c.w.WriteBulkString(redisVersion)
 	c.w.WriteBulkString("proto")
 	c.w.WriteInt64(2)
 	c.w.WriteBulkString("id")

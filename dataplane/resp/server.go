@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/tidwall/redcon"
 
@@ -47,6 +49,11 @@ type Server struct {
 	perCommand []*metrics.RESPCommand
 	other      *metrics.RESPCommand
 
+	// started is when the server was made, for INFO's uptime; clients counts its open
+	// connections.
+	started time.Time
+	clients atomic.Int64
+
 	// mu guards draining against the start of a command, so that Drain's wait cannot race with
 	// a command that begins as it starts.
 	mu       sync.RWMutex
@@ -60,7 +67,7 @@ func New(opts Options) *Server {
 		opts.Loading = func() bool { return false }
 	}
 	// Writes run at the cluster's write consistency: RESP has no place for a per-request level.
-	s := &Server{opts: opts, level: opts.Config.WriteConsistency}
+	s := &Server{opts: opts, level: opts.Config.WriteConsistency, started: time.Now()}
 	if opts.Password != "" {
 		s.password, s.hasPassword = sha256.Sum256([]byte(opts.Password)), true
 	}
@@ -95,6 +102,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // accepted counts a new connection and gives it its session.
 func (s *Server) accepted(conn redcon.Conn) bool {
 	conn.SetContext(&session{authenticated: !s.hasPassword})
+	s.clients.Add(1)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.RESP.Opened()
 	}
@@ -103,6 +111,7 @@ func (s *Server) accepted(conn redcon.Conn) bool {
 
 // closed counts a connection gone, whichever side closed it.
 func (s *Server) closed(redcon.Conn, error) {
+	s.clients.Add(-1)
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.RESP.Closed()
 	}

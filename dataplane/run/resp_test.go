@@ -491,3 +491,38 @@ func TestRESPPipelinedExists(t *testing.T) {
 		t.Errorf(`bloomery_resp_commands_total{command="bf.exists"} = %v, want the 12 pipelined`, n)
 	}
 }
+
+// INFO answers the server, clients and keyspace sections in Redis's format, which go-redis
+// parses; a section Bloomery does not keep answers nothing.
+func TestRESPInfo(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, nil)
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	empty, err := rdb.InfoMap(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := empty["Server"]["redis_version"]; got != "7.0.0" {
+		t.Errorf("INFO Server redis_version = %q, want 7.0.0", got)
+	}
+	if got := empty["Clients"]["connected_clients"]; got == "" || got == "0" {
+		t.Errorf("INFO Clients connected_clients = %q, want this connection counted", got)
+	}
+	if ks, ok := empty["Keyspace"]; !ok || len(ks) != 0 {
+		t.Errorf("INFO Keyspace of no filters = %v (present %t), want an empty section", ks, ok)
+	}
+	if err := rdb.BFReserve(ctx, "a", 0.01, 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	create(t, ts, "b", client.CreateOptions{ValidPeriodAfterCreate: new(int64(0))})
+	ks, err := rdb.InfoMap(ctx, "keyspace").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "a" takes the configured default expiry; "b" never expires.
+	if got := ks["Keyspace"]["db0"]; got != "keys=2,expires=1,avg_ttl=0" || len(ks) != 1 {
+		t.Errorf("INFO keyspace = %v, want only db0:keys=2,expires=1,avg_ttl=0", ks)
+	}
+	expect(t, "INFO memory", "")(rdb.Info(ctx, "memory").Result())
+}
