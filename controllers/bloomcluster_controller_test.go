@@ -15,6 +15,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -167,6 +168,8 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 		c.Spec.NodeSelector = map[string]string{"disk": "ssd"}
 		c.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "bloom", Effect: corev1.TaintEffectNoSchedule}}
 		c.Spec.PriorityClassName = "high"
+		c.Spec.Affinity = userAffinity()
+		c.Spec.TopologySpreadConstraints = userSpread()
 	})
 
 	sts := waitFor(t, &appsv1.StatefulSet{}, ns, "alpha", exists)
@@ -297,6 +300,10 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	if pod.NodeSelector["disk"] != "ssd" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" || pod.PriorityClassName != "high" {
 		t.Errorf("scheduling: nodeSelector %v, tolerations %+v, priorityClassName %q", pod.NodeSelector, pod.Tolerations, pod.PriorityClassName)
 	}
+	// The spec's affinity and spread, as they are: no default is merged in.
+	if !equality.Semantic.DeepEqual(pod.Affinity, userAffinity()) || !equality.Semantic.DeepEqual(pod.TopologySpreadConstraints, userSpread()) {
+		t.Errorf("scheduling: affinity %+v, topologySpreadConstraints %+v; want the spec's", pod.Affinity, pod.TopologySpreadConstraints)
+	}
 
 	// The configuration and the hash that rolls the pods when it changes.
 	config := cm.Data["config.yaml"]
@@ -340,6 +347,23 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 			t.Errorf("%s condition: %s", typ, c)
 		}
 	}
+}
+
+// userAffinity and userSpread are scheduling a user might give, unlike the operator's defaults.
+func userAffinity() *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{
+			Weight:     10,
+			Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"nvme"}}}},
+		}},
+	}}
+}
+
+func userSpread() []corev1.TopologySpreadConstraint {
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew: 2, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "bloom"}},
+	}}
 }
 
 func mapsEqual(a, b map[string]string) bool {
@@ -603,6 +627,92 @@ func TestBloomClusterSteadyStateSendsNoWrites(t *testing.T) {
 		_ = k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "steady"}, &sts)
 		t.Errorf("an unchanged BloomCluster was written to %d times in 20 passes; StatefulSet generation %d",
 			after-before, sts.Generation)
+	}
+}
+
+// Not parallel: it counts the passes of every bloomcluster controller in the process.
+func TestBloomClusterSchedulingAndResourceDefaults(t *testing.T) {
+	ns := newNamespace(t)
+	writes := startClusterReconciler(t, ns, 100*time.Millisecond)
+	// Limits alone, and no scheduling.
+	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+	createBloomCluster(t, ns, "plain", func(c *bloomeryv1alpha1.BloomCluster) {
+		c.Spec.Resources.Limits = limits
+	})
+	// An empty affinity and an empty list opt out of the defaults. The typed client drops the
+	// empty list (omitempty), as kubectl does not: written as YAML.
+	optOut := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal([]byte(`
+apiVersion: bloomery.io/v1alpha1
+kind: BloomCluster
+metadata: {name: optout, namespace: `+ns+`}
+spec:
+  affinity: {}
+  topologySpreadConstraints: []
+`), &optOut.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Create(t.Context(), optOut); err != nil {
+		t.Fatal(err)
+	}
+
+	sts := waitFor(t, &appsv1.StatefulSet{}, ns, "plain", exists)
+	pod := sts.Spec.Template.Spec
+	if !equality.Semantic.DeepEqual(pod.Affinity, podAffinity("plain", nil)) ||
+		!equality.Semantic.DeepEqual(pod.TopologySpreadConstraints, topologySpreadConstraints("plain", nil)) {
+		t.Errorf("scheduling without a spec: affinity %+v, topologySpreadConstraints %+v; want the defaults", pod.Affinity, pod.TopologySpreadConstraints)
+	}
+	if a := pod.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 0 ||
+		len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) != 1 {
+		t.Errorf("anti-affinity %+v, want one preferred term and none required", a)
+	}
+	// The template keeps the spec's resources: the API server does not default a template's requests.
+	if r := pod.Containers[0].Resources; r.Requests != nil || !equality.Semantic.DeepEqual(r.Limits, limits) {
+		t.Errorf("template resources %+v, want the spec's limits and no requests", r)
+	}
+	opted := waitFor(t, &appsv1.StatefulSet{}, ns, "optout", exists).Spec.Template.Spec
+	if (opted.Affinity != nil && opted.Affinity.PodAntiAffinity != nil) || len(opted.TopologySpreadConstraints) != 0 {
+		t.Errorf("scheduling of an empty affinity and list: affinity %+v, topologySpreadConstraints %+v; want none", opted.Affinity, opted.TopologySpreadConstraints)
+	}
+
+	// A pod of the template, as the StatefulSet controller would make it: the API server gives it
+	// requests equal to its limits, cpu and memory alike.
+	podOf := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain-0", Namespace: ns}, Spec: *pod.DeepCopy()}
+	// The claim's volume, which the StatefulSet controller adds.
+	podOf.Spec.Volumes = append(podOf.Spec.Volumes, corev1.Volume{Name: dataVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	if err := k8s.Create(t.Context(), podOf); err != nil {
+		t.Fatal(err)
+	}
+	if r := podOf.Spec.Containers[0].Resources; !equality.Semantic.DeepEqual(r.Requests, limits) {
+		t.Errorf("requests of the admitted pod %v, want its limits %v", r.Requests, limits)
+	}
+
+	// A StatefulSet of an operator without the defaults gets them, once.
+	modify(t, sts, func(s *appsv1.StatefulSet) {
+		s.Spec.Template.Spec.Affinity, s.Spec.Template.Spec.TopologySpreadConstraints = nil, nil
+	})
+	waitFor(t, &appsv1.StatefulSet{}, ns, "plain", func(s *appsv1.StatefulSet) (bool, string) {
+		p := s.Spec.Template.Spec
+		return p.Affinity != nil && len(p.TopologySpreadConstraints) == 1, fmt.Sprintf("affinity %+v, topologySpreadConstraints %+v", p.Affinity, p.TopologySpreadConstraints)
+	})
+
+	// Stable: passes after the first send no writes, and the template does not change.
+	waitClusterCondition(t, ns, "plain", ConditionReady, "False/ReplicasNotReady", "")
+	waitClusterCondition(t, ns, "optout", ConditionReady, "False/ReplicasNotReady", "")
+	waitPasses(t, 3)
+	before := writes.Load()
+	versions := map[string]string{}
+	for _, name := range []string{"plain", "optout"} {
+		versions[name] = waitFor(t, &appsv1.StatefulSet{}, ns, name, exists).ResourceVersion
+	}
+	waitPasses(t, 10)
+	if after := writes.Load(); after != before {
+		t.Errorf("unchanged BloomClusters were written to %d times in 10 passes", after-before)
+	}
+	for name, rv := range versions {
+		if s := waitFor(t, &appsv1.StatefulSet{}, ns, name, exists); s.ResourceVersion != rv {
+			t.Errorf("StatefulSet %s: resourceVersion %s, then %s (generation %d)", name, rv, s.ResourceVersion, s.Generation)
+		}
 	}
 }
 

@@ -3,11 +3,13 @@ package controllers
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -217,5 +219,101 @@ func TestJSONSubset(t *testing.T) {
 	}
 	if jsonSubset(have, map[string]any{"missing": "x"}) {
 		t.Error("a missing field is a difference")
+	}
+}
+
+// scheduling is the pod template's affinity and topology spread constraints of c.
+func scheduling(c *bloomeryv1alpha1.BloomCluster) (*corev1.Affinity, []corev1.TopologySpreadConstraint) {
+	pod := buildStatefulSet(c, testImage, "config", "token", "").Spec.Template.Spec
+	return pod.Affinity, pod.TopologySpreadConstraints
+}
+
+func TestSchedulingDefaultsWhenTheSpecSetsNone(t *testing.T) {
+	t.Parallel()
+	c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "ns"}}
+	affinity, spread := scheduling(c)
+	selector := &metav1.LabelSelector{MatchLabels: selectorLabels("alpha")}
+
+	// Preferred, never required: a one-node cluster still runs every replica.
+	wantAffinity := &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight:          100,
+			PodAffinityTerm: corev1.PodAffinityTerm{LabelSelector: selector, TopologyKey: "kubernetes.io/hostname"},
+		}},
+	}}
+	if !equality.Semantic.DeepEqual(affinity, wantAffinity) {
+		t.Errorf("affinity = %+v, want %+v", affinity, wantAffinity)
+	}
+	wantSpread := []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway, LabelSelector: selector,
+	}}
+	if !equality.Semantic.DeepEqual(spread, wantSpread) {
+		t.Errorf("topologySpreadConstraints = %+v, want %+v", spread, wantSpread)
+	}
+	// The selector is the StatefulSet's own: the pods of this cluster, and of no other.
+	sts := buildStatefulSet(c, testImage, "config", "token", "")
+	if !mapsEqual(affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels, sts.Spec.Selector.MatchLabels) ||
+		!mapsEqual(spread[0].LabelSelector.MatchLabels, sts.Spec.Selector.MatchLabels) {
+		t.Errorf("the defaults select %v and %v, not the StatefulSet's %v", affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels,
+			spread[0].LabelSelector.MatchLabels, sts.Spec.Selector.MatchLabels)
+	}
+
+	// Two builds are equal and share nothing: a later change to one cannot reach the other.
+	again, againSpread := scheduling(c)
+	if !equality.Semantic.DeepEqual(affinity, again) || !equality.Semantic.DeepEqual(spread, againSpread) {
+		t.Error("two builds of one spec differ")
+	}
+	again.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels[labelInstance] = "other"
+	if affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.LabelSelector.MatchLabels[labelInstance] != "alpha" {
+		t.Error("two builds share their label selector")
+	}
+}
+
+func TestSchedulingOfTheSpecIsKeptAsItIs(t *testing.T) {
+	t.Parallel()
+	nodeAffinity := &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "disk", Operator: corev1.NodeSelectorOpIn, Values: []string{"ssd"}}},
+		}}},
+	}}
+	hostSpread := []corev1.TopologySpreadConstraint{{
+		MaxSkew: 2, TopologyKey: "kubernetes.io/hostname", WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}},
+	}}
+	for _, tc := range []struct {
+		name     string
+		affinity *corev1.Affinity
+		spread   []corev1.TopologySpreadConstraint
+	}{
+		// Not merged: a node affinity of the user's gets no anti-affinity beside it.
+		{"given", nodeAffinity, hostSpread},
+		// Empty but set: the way to have none.
+		{"empty", &corev1.Affinity{}, []corev1.TopologySpreadConstraint{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "ns"}}
+			c.Spec.Affinity, c.Spec.TopologySpreadConstraints = tc.affinity.DeepCopy(), slices.Clone(tc.spread)
+			affinity, spread := scheduling(c)
+			if !equality.Semantic.DeepEqual(affinity, tc.affinity) || affinity.PodAntiAffinity != nil {
+				t.Errorf("affinity = %+v, want the spec's %+v", affinity, tc.affinity)
+			}
+			if spread == nil || !equality.Semantic.DeepEqual(spread, tc.spread) {
+				t.Errorf("topologySpreadConstraints = %+v, want the spec's %+v", spread, tc.spread)
+			}
+		})
+	}
+}
+
+// Kubernetes copies a container's limits into the requests it leaves out when it admits a pod, not
+// in a pod template: the template keeps the spec's resources as they are, so that it compares equal
+// to what the API server stores (envtest checks the pod's side).
+func TestResourcesOfTheSpecAreKeptAsTheyAre(t *testing.T) {
+	t.Parallel()
+	c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "alpha", Namespace: "ns"}}
+	c.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("1Gi")}
+	got := buildStatefulSet(c, testImage, "config", "token", "").Spec.Template.Spec.Containers[0].Resources
+	if got.Requests != nil || !equality.Semantic.DeepEqual(got.Limits, c.Spec.Resources.Limits) {
+		t.Errorf("resources = %+v, want the spec's limits and no requests", got)
 	}
 }

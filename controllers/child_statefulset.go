@@ -230,14 +230,57 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 					},
 					NodeSelector:              spec.NodeSelector,
 					Tolerations:               spec.Tolerations,
-					Affinity:                  spec.Affinity,
-					TopologySpreadConstraints: spec.TopologySpreadConstraints,
+					Affinity:                  podAffinity(c.Name, spec.Affinity),
+					TopologySpreadConstraints: topologySpreadConstraints(c.Name, spec.TopologySpreadConstraints),
 					PriorityClassName:         spec.PriorityClassName,
 					ImagePullSecrets:          spec.ImagePullSecrets,
 				},
 			},
 		},
 	}
+}
+
+// Where the spec leaves scheduling out, the pods spread: over nodes and over zones, each as a
+// preference, so that a one-node or one-zone cluster still schedules every replica. Every pod holds
+// every filter, so two pods on one node are one failure away from losing two copies.
+const (
+	hostnameTopologyKey = "kubernetes.io/hostname"
+	zoneTopologyKey     = "topology.kubernetes.io/zone"
+	// defaultAntiAffinityWeight is the highest a preference may have.
+	defaultAntiAffinityWeight = 100
+)
+
+// podAffinity is the spec's affinity, as it is, when it sets one (even an empty one, which opts
+// out of the default); otherwise a preferred pod anti-affinity across nodes among the cluster's
+// own pods.
+func podAffinity(cluster string, given *corev1.Affinity) *corev1.Affinity {
+	if given != nil {
+		return given
+	}
+	return &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{
+			Weight: defaultAntiAffinityWeight,
+			PodAffinityTerm: corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: selectorLabels(cluster)},
+				TopologyKey:   hostnameTopologyKey,
+			},
+		}},
+	}}
+}
+
+// topologySpreadConstraints are the spec's, as they are, when it sets a list (even an empty one,
+// which opts out of the default); otherwise one: the cluster's pods spread over zones with a skew
+// of at most one, as a preference.
+func topologySpreadConstraints(cluster string, given []corev1.TopologySpreadConstraint) []corev1.TopologySpreadConstraint {
+	if given != nil {
+		return given
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:           1,
+		TopologyKey:       zoneTopologyKey,
+		WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:     &metav1.LabelSelector{MatchLabels: selectorLabels(cluster)},
+	}}
 }
 
 // mergeStatefulSet sets the fields the operator owns on an existing StatefulSet and leaves the
