@@ -48,7 +48,9 @@ type BloomClusterSpec struct {
 	// resources of the data-plane container. Filters live in memory: with a memory limit the
 	// operator sets GOMEMLIMIT below it and, unless limits.maxTotalBytes is set, gives the filters
 	// 40% of it; without one the filters get 40% of the node's memory, and the cluster is warned
-	// about.
+	// about. A limit without a request of the same resource makes the pods' request equal to the
+	// limit (Kubernetes does so when it admits a pod): give limits alone, or equal requests, so
+	// that the pods are not among the first evicted when the node runs short of memory.
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
@@ -77,11 +79,14 @@ type BloomClusterSpec struct {
 	// +optional
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 
-	// affinity of the pods.
+	// affinity of the pods, as it is. Unset, the pods prefer nodes that run no other pod of this
+	// cluster (a preferred pod anti-affinity on kubernetes.io/hostname, weight 100), and still
+	// schedule when there are fewer nodes than replicas. {} sets none.
 	// +optional
 	Affinity *corev1.Affinity `json:"affinity,omitempty"`
 
-	// topologySpreadConstraints of the pods.
+	// topologySpreadConstraints of the pods, as they are. Unset, the pods spread over zones
+	// (topology.kubernetes.io/zone, maxSkew 1, whenUnsatisfiable ScheduleAnyway). [] sets none.
 	// +listType=atomic
 	// +optional
 	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
