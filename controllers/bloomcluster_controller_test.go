@@ -686,6 +686,16 @@ spec:
 	if r := podOf.Spec.Containers[0].Resources; !equality.Semantic.DeepEqual(r.Requests, limits) {
 		t.Errorf("requests of the admitted pod %v, want its limits %v", r.Requests, limits)
 	}
+	// Per resource: a cpu request of its own leaves the memory request to the limit.
+	podOf = &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "plain-1", Namespace: ns}, Spec: *podOf.Spec.DeepCopy()}
+	podOf.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+	if err := k8s.Create(t.Context(), podOf); err != nil {
+		t.Fatal(err)
+	}
+	want := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: limits[corev1.ResourceMemory]}
+	if r := podOf.Spec.Containers[0].Resources; !equality.Semantic.DeepEqual(r.Requests, want) {
+		t.Errorf("requests of the admitted pod %v, want %v", r.Requests, want)
+	}
 
 	// A StatefulSet of an operator without the defaults gets them, once.
 	modify(t, sts, func(s *appsv1.StatefulSet) {
