@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -19,7 +20,11 @@ import (
 
 // newTestServer is a server over a store of its own, alone (no peers), with small memory limits
 // so that arbitrary capacities fail instead of allocating.
-func newTestServer(t testing.TB) *Server {
+func newTestServer(t testing.TB) *Server { return newTestServerWithPassword(t, "") }
+
+// newTestServerWithPassword is newTestServer whose connections must authenticate with password
+// (none when empty).
+func newTestServerWithPassword(t testing.TB, password string) *Server {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	store := filter.NewStore(filter.Limits{FilterBytes: 1 << 20, TotalBytes: 8 << 20, Filters: 64}, nil)
@@ -29,25 +34,29 @@ func newTestServer(t testing.TB) *Server {
 	cfg.DefaultExpectedInsertions = 1000
 	return New(Options{
 		Config: cfg, Log: log, Store: store, Writes: writes.New(store, node, log),
-		Metrics: metrics.New(metrics.Options{Store: store}),
+		Metrics: metrics.New(metrics.Options{Store: store}), Password: password,
 	})
+}
+
+// dispatchSeeds are argument vectors (split at NUL bytes) of every command, well and badly formed.
+var dispatchSeeds = []string{
+	"PING", "PING\x00hi", "ECHO\x00x", "HELLO\x002", "HELLO\x003", "HELLO\x002\x00SETNAME\x00n",
+	"SELECT\x000", "SELECT\x009", "CLIENT\x00SETNAME\x00me", "CLIENT\x00GETNAME", "COMMAND", "COMMAND\x00COUNT", "QUIT",
+	"BF.RESERVE\x00k\x000.01\x00100", "BF.RESERVE\x00k\x000.01\x00100\x00EXPANSION\x003\x00NONSCALING",
+	"BF.ADD\x00k\x00a", "BF.MADD\x00k\x00a\x00b", "BF.EXISTS\x00k\x00a", "BF.MEXISTS\x00k\x00a\x00z",
+	"BF.INSERT\x00n\x00CAPACITY\x002\x00NONSCALING\x00ITEMS\x00a\x00b\x00c", "BF.INSERT\x00k\x00NOCREATE\x00ITEMS\x00a",
+	"BF.INFO\x00k", "BF.INFO\x00k\x00EXPANSION", "BF.CARD\x00k",
+	"DEL\x00k\x00z", "EXISTS\x00k", "TYPE\x00k", "KEYS\x00*", "SCAN\x000\x00MATCH\x00k*\x00COUNT\x002",
+	"INFO", "INFO\x00keyspace\x00server",
+	"nosuch\x00a\r\nb", "BF.ADD\x00k",
+	"AUTH\x00pw", "AUTH\x00default\x00pw", "AUTH\x00a\x00b\x00c", "HELLO\x002\x00AUTH\x00default\x00pw\x00SETNAME\x00n", "HELLO\x002\x00AUTH",
 }
 
 // FuzzDispatch runs arbitrary argument vectors (the input split at NUL bytes) through the
 // dispatch of one connection: nothing panics, and every command answers exactly one well-formed
 // RESP2 reply.
 func FuzzDispatch(f *testing.F) {
-	for _, seed := range []string{
-		"PING", "PING\x00hi", "ECHO\x00x", "HELLO\x002", "HELLO\x003", "HELLO\x002\x00SETNAME\x00n",
-		"SELECT\x000", "SELECT\x009", "CLIENT\x00SETNAME\x00me", "CLIENT\x00GETNAME", "COMMAND", "COMMAND\x00COUNT", "QUIT",
-		"BF.RESERVE\x00k\x000.01\x00100", "BF.RESERVE\x00k\x000.01\x00100\x00EXPANSION\x003\x00NONSCALING",
-		"BF.ADD\x00k\x00a", "BF.MADD\x00k\x00a\x00b", "BF.EXISTS\x00k\x00a", "BF.MEXISTS\x00k\x00a\x00z",
-		"BF.INSERT\x00n\x00CAPACITY\x002\x00NONSCALING\x00ITEMS\x00a\x00b\x00c", "BF.INSERT\x00k\x00NOCREATE\x00ITEMS\x00a",
-		"BF.INFO\x00k", "BF.INFO\x00k\x00EXPANSION", "BF.CARD\x00k",
-		"DEL\x00k\x00z", "EXISTS\x00k", "TYPE\x00k", "KEYS\x00*", "SCAN\x000\x00MATCH\x00k*\x00COUNT\x002",
-		"nosuch\x00a\r\nb", "BF.ADD\x00k",
-		"AUTH\x00pw", "AUTH\x00default\x00pw", "AUTH\x00a\x00b\x00c", "HELLO\x002\x00AUTH\x00default\x00pw\x00SETNAME\x00n", "HELLO\x002\x00AUTH",
-	} {
+	for _, seed := range dispatchSeeds {
 		f.Add([]byte(seed))
 	}
 	s := newTestServer(f)
@@ -135,4 +144,41 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 			t.Errorf("lookup(%q) = %+v, %v; want bf.add", name, cmd, ok)
 		}
 	}
+}
+
+// FuzzDispatchBeforeAuth runs arbitrary argument vectors through a connection of a server with a
+// password that has not authenticated: every command answers one well-formed reply, and none
+// but AUTH and HELLO with the password changes anything: the filters stay as they were.
+func FuzzDispatchBeforeAuth(f *testing.F) {
+	for _, seed := range dispatchSeeds {
+		f.Add([]byte(seed))
+	}
+	f.Add([]byte("AUTH\x00the-password"))
+	s := newTestServerWithPassword(f, "the-password")
+	if _, _, err := s.opts.Store.Create("k", filter.Options{Capacity: 100, FPP: 0.01}, false); err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		args := bytes.Split(in, []byte{0})
+		if len(args) > 64 {
+			args = args[:64]
+		}
+		before := s.opts.Store.Names()
+		w := redcon.NewWriter(nil)
+		sess := &session{}
+		s.Dispatch(t.Context(), sess, w, args)
+		out := w.Buffer()
+		if n, err := readReply(out); err != nil || n != len(out) {
+			t.Fatalf("%q answered %q: not one well-formed reply (%v)", args, out, err)
+		}
+		if sess.authenticated {
+			return // the password was given: what follows is a client's to do
+		}
+		if after := s.opts.Store.Names(); !slices.Equal(before, after) {
+			t.Fatalf("%q, unauthenticated, changed the filters from %v to %v", args, before, after)
+		}
+		if f, err := s.opts.Store.Get("k"); err != nil || f.Items() != 0 {
+			t.Fatalf("%q, unauthenticated, wrote to a filter (%v)", args, err)
+		}
+	})
 }
