@@ -105,6 +105,9 @@ func deref(s *string) string {
 type claimInfo struct {
 	name      string
 	requested resource.Quantity
+	// bound: the API server takes a new request only of a bound claim. One still pending is
+	// provisioned at the size it asks for, and grown by a pass after it binds.
+	bound bool
 	// class is the claim's StorageClass, resolved to the default one when the claim names none;
 	// "" when it has none.
 	class string
@@ -122,8 +125,8 @@ type volumePlan struct {
 }
 
 // planVolumes decides how to bring the claims and the template, of size template, to want.
-// Nothing shrinks; a claim below want is grown only when every such claim's class allows it, and
-// the StatefulSet is made anew only when every claim is grown (or none needs it).
+// Nothing shrinks; a bound claim below want is grown only when every such claim's class allows
+// it, and the StatefulSet is made anew only when every such claim is grown (or none needs it).
 func planVolumes(want, template resource.Quantity, claims []claimInfo) volumePlan {
 	if want.Cmp(template) < 0 {
 		return volumePlan{refusal: &degradation{ReasonVolumeShrinkRefused, fmt.Sprintf(
@@ -134,7 +137,7 @@ func planVolumes(want, template resource.Quantity, claims []claimInfo) volumePla
 	var plan volumePlan
 	var refused []string
 	for _, c := range claims {
-		if c.requested.Cmp(want) >= 0 {
+		if c.requested.Cmp(want) >= 0 || !c.bound {
 			continue
 		}
 		if !c.expandable {
@@ -268,20 +271,26 @@ func (r *BloomClusterReconciler) growVolumes(ctx context.Context, st *clusterSta
 		return false, nil
 	}
 	want, template := wantedStorage(c), claimRequest(tmpl)
-	if want.Cmp(template) == 0 {
-		return false, nil
-	}
 	pvcs, err := r.dataClaims(ctx, c)
 	if err != nil {
 		return false, err
 	}
+	// A claim to grow: the template's size changed, or a claim was still pending when it did.
+	toGrow := func(pvc *corev1.PersistentVolumeClaim) bool {
+		requested := claimRequest(pvc)
+		return pvc.Status.Phase == corev1.ClaimBound && requested.Cmp(want) < 0
+	}
+	if want.Cmp(template) == 0 && !slices.ContainsFunc(pvcs, func(pvc corev1.PersistentVolumeClaim) bool { return toGrow(&pvc) }) {
+		return false, nil
+	}
 	cs := &classes{r: r.apiReader(), byName: map[string]*storagev1.StorageClass{}, errs: map[string]error{}}
 	infos := make([]claimInfo, len(pvcs))
 	for i := range pvcs {
-		if requested := claimRequest(&pvcs[i]); requested.Cmp(want) < 0 { // a class is read only for a claim to grow
+		if toGrow(&pvcs[i]) { // a class is read only for a claim to grow
 			infos[i] = cs.info(ctx, &pvcs[i])
+			infos[i].bound = true
 		} else {
-			infos[i] = claimInfo{name: pvcs[i].Name, requested: requested}
+			infos[i] = claimInfo{name: pvcs[i].Name, requested: claimRequest(&pvcs[i])}
 		}
 	}
 	plan := planVolumes(want, template, infos)

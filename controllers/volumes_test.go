@@ -25,9 +25,12 @@ func gi(s string) resource.Quantity { return resource.MustParse(s) }
 func TestPlanVolumes(t *testing.T) {
 	t.Parallel()
 	grown := func(name, size string) claimInfo {
-		return claimInfo{name: name, requested: gi(size), class: "fast", expandable: true}
+		return claimInfo{name: name, requested: gi(size), bound: true, class: "fast", expandable: true}
 	}
-	fixed := func(name, size string) claimInfo { return claimInfo{name: name, requested: gi(size), class: "slow"} }
+	fixed := func(name, size string) claimInfo {
+		return claimInfo{name: name, requested: gi(size), bound: true, class: "slow"}
+	}
+	pending := func(name, size string) claimInfo { return claimInfo{name: name, requested: gi(size)} }
 	for _, c := range []struct {
 		name           string
 		want, template string
@@ -48,7 +51,9 @@ func TestPlanVolumes(t *testing.T) {
 		{name: "class without expansion", want: "3Gi", template: "1Gi", claims: []claimInfo{grown("data-c-0", "1Gi"), fixed("data-c-1", "1Gi")},
 			refusal: ReasonVolumeExpansionNotAllowed,
 			message: []string{"spec.storage.size is 3Gi", "1 of 2 volumes", `data-c-1 (1Gi): StorageClass "slow" does not allow volume expansion`}},
-		{name: "no class", want: "3Gi", template: "1Gi", claims: []claimInfo{{name: "data-c-0", requested: gi("1Gi"), why: "it has no StorageClass"}},
+		{name: "a pending claim, grown once bound", want: "3Gi", template: "1Gi", claims: []claimInfo{grown("data-c-0", "1Gi"), pending("data-c-1", "1Gi")},
+			grow: []string{"data-c-0"}, recreate: true},
+		{name: "no class", want: "3Gi", template: "1Gi", claims: []claimInfo{{name: "data-c-0", requested: gi("1Gi"), bound: true, why: "it has no StorageClass"}},
 			refusal: ReasonVolumeExpansionNotAllowed, message: []string{"data-c-0 (1Gi): it has no StorageClass"}},
 		{name: "shrink", want: "1Gi", template: "2Gi", claims: []claimInfo{grown("data-c-0", "2Gi")},
 			refusal: ReasonVolumeShrinkRefused, message: []string{"spec.storage.size is 1Gi but the volumes were created with 2Gi", "cannot shrink"}},
@@ -130,8 +135,8 @@ func createStorageClass(t *testing.T, name string, expandable bool) {
 	t.Cleanup(func() { _ = k8s.Delete(t.Context(), sc) })
 }
 
-// createClaim makes a claim as the StatefulSet controller would from its template, bound with the
-// capacity it asked for, as a provisioner would.
+// createClaim makes a claim as the StatefulSet controller would from its template, pending until a
+// provisioner binds it (setClaimCapacity).
 func createClaim(t *testing.T, ns, name, cluster, size, class string) *corev1.PersistentVolumeClaim {
 	t.Helper()
 	pvc := &corev1.PersistentVolumeClaim{
@@ -146,11 +151,11 @@ func createClaim(t *testing.T, ns, name, cluster, size, class string) *corev1.Pe
 	if err := k8s.Create(t.Context(), pvc); err != nil {
 		t.Fatal(err)
 	}
-	setClaimCapacity(t, ns, name, size)
 	return pvc
 }
 
-// setClaimCapacity plays the storage driver and the kubelet: the claim has grown to size.
+// setClaimCapacity plays the provisioner, the storage driver and the kubelet: the claim is bound,
+// with the capacity size.
 func setClaimCapacity(t *testing.T, ns, name, size string) {
 	t.Helper()
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
@@ -219,6 +224,7 @@ func TestVolumesGrowWhenTheirClassAllowsIt(t *testing.T) {
 	})
 	for i := range 2 {
 		createClaim(t, ns, fmt.Sprintf("data-grow-%d", i), "grow", "1Gi", class)
+		setClaimCapacity(t, ns, fmt.Sprintf("data-grow-%d", i), "1Gi")
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("grow-%d", i), Namespace: ns, Labels: selectorLabels("grow"),
 				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}},
@@ -228,6 +234,8 @@ func TestVolumesGrowWhenTheirClassAllowsIt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The claim of a third pod, not bound yet: the API server takes no new request of it.
+	createClaim(t, ns, "data-grow-2", "grow", "1Gi", class)
 	before := waitFor(t, &appsv1.StatefulSet{}, ns, "grow", exists)
 	waitClusterCondition(t, ns, "grow", ConditionDegraded, "False/AsExpected", "")
 
@@ -255,11 +263,23 @@ func TestVolumesGrowWhenTheirClassAllowsIt(t *testing.T) {
 		})
 	}
 
-	// The driver grows one volume, then the other.
-	waitClusterCondition(t, ns, "grow", ConditionVolumesResizing, "True/"+ReasonVolumesResizing, "2 of 2 volumes")
-	setClaimCapacity(t, ns, "data-grow-0", "3Gi")
-	waitClusterCondition(t, ns, "grow", ConditionVolumesResizing, "True/"+ReasonVolumesResizing, "1 of 2 volumes")
-	setClaimCapacity(t, ns, "data-grow-1", "3Gi")
+	waitClusterCondition(t, ns, "grow", ConditionVolumesResizing, "True/"+ReasonVolumesResizing, "2 of 3 volumes")
+	if pvc := waitFor(t, &corev1.PersistentVolumeClaim{}, ns, "data-grow-2", exists); claimSize(pvc) != "1Gi" {
+		t.Errorf("the pending claim requests %s, want the 1Gi it asked for", claimSize(pvc))
+	}
+	// It binds at its size, and is grown in turn.
+	setClaimCapacity(t, ns, "data-grow-2", "1Gi")
+	waitFor(t, &corev1.PersistentVolumeClaim{}, ns, "data-grow-2", func(pvc *corev1.PersistentVolumeClaim) (bool, string) {
+		return claimSize(pvc) == "3Gi", "requests " + claimSize(pvc)
+	})
+	waitClusterCondition(t, ns, "grow", ConditionVolumesResizing, "True/"+ReasonVolumesResizing, "3 of 3 volumes")
+
+	// The driver grows one volume after the other.
+	for i, left := range []string{"2 of 3", "1 of 3"} {
+		setClaimCapacity(t, ns, fmt.Sprintf("data-grow-%d", i), "3Gi")
+		waitClusterCondition(t, ns, "grow", ConditionVolumesResizing, "True/"+ReasonVolumesResizing, left+" volumes")
+	}
+	setClaimCapacity(t, ns, "data-grow-2", "3Gi")
 	waitClusterCondition(t, ns, "grow", ConditionVolumesResizing, "False/"+ReasonVolumesAtSize, "")
 	waitClusterCondition(t, ns, "grow", ConditionDegraded, "False/AsExpected", "")
 }
@@ -278,6 +298,7 @@ func TestVolumesThatCannotChangeAreLeftAsTheyAre(t *testing.T) {
 	})
 	sts := waitFor(t, &appsv1.StatefulSet{}, ns, "fixed", exists)
 	createClaim(t, ns, "data-fixed-0", "fixed", "2Gi", class)
+	setClaimCapacity(t, ns, "data-fixed-0", "2Gi")
 	waitClusterCondition(t, ns, "fixed", ConditionDegraded, "False/AsExpected", "")
 
 	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Storage.Size = new(gi("5Gi")) })
