@@ -62,7 +62,9 @@ type BloomClusterReconciler struct {
 	OperatorPodLabels map[string]string
 
 	// orphanedTemplates holds, by BloomCluster UID, the pod template of a StatefulSet deleted to
-	// grow its volumes, until it is made anew with it (growVolumes).
+	// grow its volumes, until it is made anew with it (growVolumes). It lives in memory: an
+	// operator restarted in between makes the StatefulSet from the spec alone, which rolls the pods
+	// once if someone had added labels or annotations to their template (`kubectl rollout restart`).
 	orphanedTemplates sync.Map
 }
 
