@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -59,6 +60,12 @@ type BloomClusterReconciler struct {
 	// cluster's own pods are admitted there.
 	OperatorNamespace string
 	OperatorPodLabels map[string]string
+
+	// orphanedTemplates holds, by BloomCluster UID, the pod template of a StatefulSet deleted to
+	// grow its volumes, until it is made anew with it (growVolumes). It lives in memory: an
+	// operator restarted in between makes the StatefulSet from the spec alone, which rolls the pods
+	// once if someone had added labels or annotations to their template (`kubectl rollout restart`).
+	orphanedTemplates sync.Map
 }
 
 // clusterState is what one pass learns, step by step; the status is computed from it at the end.
@@ -93,12 +100,16 @@ type degradation struct{ reason, message string }
 // cache. bloomclusters/finalizers: update is what the OwnerReferencesPermissionEnforcement
 // admission plugin asks of whoever sets blockOwnerDeletion on a child's owner reference.
 // Pods are only listed; ServiceMonitors are never listed or watched (unstructured objects are not
-// cached: every read is a get).
+// cached: every read is a get). A StatefulSet is deleted (orphaning its pods) and the claims its
+// pods mount are patched only to grow the volumes; StorageClasses are read past the cache, and
+// only then (a namespaced install, whose Roles cannot grant them, reports growth as not allowed).
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/status,verbs=patch
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters/finalizers,verbs=update
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=list;watch;patch
+// +kubebuilder:rbac:groups=storage.k8s.io,resources=storageclasses,verbs=get;list
 // +kubebuilder:rbac:groups="",resources=services;configmaps,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;update;delete
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch;create;update;delete
@@ -369,6 +380,8 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&networkingv1.NetworkPolicy{}).
 		Watches(&bloomeryv1alpha1.BloomFilter{}, clusterOfFilter, builder.WithPredicates(filterCountChanged)).
 		Watches(&corev1.Pod{}, podsCluster).
+		// A claim that reaches its new size clears VolumesResizing; claims carry the pods' labels.
+		Watches(&corev1.PersistentVolumeClaim{}, podsCluster).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("bloomcluster").
 		Complete(r)

@@ -423,11 +423,16 @@ func TestBloomClusterSpecChangeUpdatesChildren(t *testing.T) {
 		return *p.Spec.MaxUnavailable == intstr.FromInt32(2), p.Spec.MaxUnavailable.String()
 	})
 
-	// The volume claim template is immutable: the size change is reported, not applied.
-	if size := sts.Spec.VolumeClaimTemplates[0].Spec.Resources.Requests[corev1.ResourceStorage]; size.String() != "1Gi" {
-		t.Errorf("volume claim template size %s, want the original 1Gi", size.String())
+	// The volume claim template is immutable: the StatefulSet is made anew with the new size (it
+	// has no claims to grow yet), and with the pod template it had, user's additions included.
+	playGarbageCollector(t, ns, "beta")
+	recreated := waitFor(t, &appsv1.StatefulSet{}, ns, "beta", func(s *appsv1.StatefulSet) (bool, string) {
+		return s.UID != sts.UID && templateSize(s) == "5Gi", fmt.Sprintf("uid %s, template size %s", s.UID, templateSize(s))
+	})
+	if !equality.Semantic.DeepEqual(recreated.Spec.Template, sts.Spec.Template) {
+		t.Errorf("the pod template changed when the StatefulSet was made anew:\nbefore %+v\nafter  %+v", sts.Spec.Template, recreated.Spec.Template)
 	}
-	waitClusterCondition(t, ns, "beta", ConditionDegraded, "True/"+ReasonStorageChangeNotApplied, "spec.storage.size is 5Gi but the volumes were created with 1Gi")
+	waitClusterCondition(t, ns, "beta", ConditionDegraded, "False/AsExpected", "")
 
 	// A child changed by hand is put back.
 	headless := waitFor(t, &corev1.Service{}, ns, "beta-headless", exists)

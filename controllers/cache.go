@@ -17,7 +17,8 @@ import (
 // every ConfigMap, Service or Pod of the cluster would cost memory, and hold objects the operator
 // has no business with. A child that lost the label is invisible to the reconcilers' reads: ensureChild finds it
 // again when its create collides. ServiceMonitors are not cached at all: they are unstructured,
-// and the client reads those from the API server.
+// and the client reads those from the API server; nor are StorageClasses, read past the cache by
+// name only when volumes grow.
 func CacheByObject() map[client.Object]cache.ByObject {
 	managed := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{labelManagedBy: managerName})}
 	return map[client.Object]cache.ByObject{
@@ -26,6 +27,8 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&appsv1.StatefulSet{}:           managed,
 		&policyv1.PodDisruptionBudget{}: managed,
 		&networkingv1.NetworkPolicy{}:   managed,
+		// The claims a StatefulSet makes for its pods carry its claim template's labels.
+		&corev1.PersistentVolumeClaim{}: managed,
 		&corev1.Pod{}:                   {Label: labels.SelectorFromSet(labels.Set{labelName: appName})},
 		// Only the operator's own Secrets, the internal tokens: it keeps no copy of others.
 		&corev1.Secret{}: {Label: TokenSecretSelector()},

@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -58,16 +61,48 @@ func (r *BloomClusterReconciler) reconcileStatefulSet(ctx context.Context, st *c
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired := buildStatefulSet(st.cluster, image, st.configHash, tokenHash(st.token), st.respPasswordHash)
-	sts, err := ensureChild(ctx, r, st.cluster, desired, &appsv1.StatefulSet{}, mergeStatefulSet)
-	if sts.Name != "" && metav1.IsControlledBy(sts, st.cluster) { // even after a failed update, status reports what exists
+	c := st.cluster
+	desired := buildStatefulSet(c, image, st.configHash, tokenHash(st.token), st.respPasswordHash)
+	var existing appsv1.StatefulSet
+	err = r.Client.Get(ctx, client.ObjectKeyFromObject(desired), &existing)
+	switch {
+	case err == nil && !existing.DeletionTimestamp.IsZero() && metav1.IsControlledBy(&existing, c):
+		// Deleted to grow its volumes (or by someone): the garbage collector orphans its pods,
+		// then the next pass makes it anew.
+		st.statefulSet = &existing
+		return ctrl.Result{RequeueAfter: time.Second}, r.reportResizing(ctx, st)
+	case apierrors.IsNotFound(err):
+		if tmpl, ok := r.orphanedTemplates.Load(c.UID); ok {
+			// Made anew after a growth: the template it had, brought up to date as an update would.
+			template := tmpl.(*corev1.PodTemplateSpec) //nolint:forcetypeassert // only ever stored by growVolumes
+			desired.Spec.Template.Labels = mergeStringMaps(template.Labels, desired.Spec.Template.Labels)
+			desired.Spec.Template.Annotations = mergeStringMaps(template.Annotations, desired.Spec.Template.Annotations)
+		}
+	case err != nil:
+		return ctrl.Result{}, fmt.Errorf("getting StatefulSet %s: %w", desired.Name, err)
+	}
+	sts, err := ensureChild(ctx, r, c, desired, &appsv1.StatefulSet{}, mergeStatefulSet)
+	if sts.Name != "" && metav1.IsControlledBy(sts, c) { // even after a failed update, status reports what exists
 		st.statefulSet = sts
 	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if msg := storageNotApplied(st.cluster, sts); msg != "" {
+	if sts.UID != "" {
+		r.orphanedTemplates.Delete(c.UID)
+	}
+	if msg := storageNotApplied(c, sts); msg != "" {
 		st.notApplied = append(st.notApplied, degradation{ReasonStorageChangeNotApplied, msg})
+	}
+	deleted, err := r.growVolumes(ctx, st, sts)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reportResizing(ctx, st); err != nil {
+		return ctrl.Result{}, err
+	}
+	if deleted {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, nil
 }

@@ -10,6 +10,9 @@ const (
 	ConditionReady       = "Ready"
 	ConditionProgressing = "Progressing"
 	ConditionDegraded    = "Degraded"
+	// VolumesResizing (BloomCluster) is True while a grown volume has not reached its new size;
+	// it appears with the first growth.
+	ConditionVolumesResizing = "VolumesResizing"
 )
 
 // Condition reasons, CamelCase, one place for all of them.
@@ -21,9 +24,18 @@ const (
 	ReasonRollingOut         = "RollingOut"
 	ReasonUpToDate           = "UpToDate"
 	ReasonChildObjectFailure = "ChildObjectFailure"
-	// The spec asks for a storage size or class the StatefulSet's immutable claim template does
-	// not have; existing volumes are not resized.
+	// The spec asks for a storage class the StatefulSet's immutable claim template does not have;
+	// existing volumes keep theirs.
 	ReasonStorageChangeNotApplied = "StorageChangeNotApplied"
+	// spec.storage.size is larger, and a volume to grow has a StorageClass that does not allow
+	// expansion (or none, or one the operator cannot read): the volumes and the StatefulSet are
+	// left as they are.
+	ReasonVolumeExpansionNotAllowed = "VolumeExpansionNotAllowed"
+	// spec.storage.size is smaller than the volumes: they cannot shrink, and are left as they are.
+	ReasonVolumeShrinkRefused = "VolumeShrinkRefused"
+	// VolumesResizing: some volumes have not reached the size they request; all have.
+	ReasonVolumesResizing = "Resizing"
+	ReasonVolumesAtSize   = "AtRequestedSize"
 	// The spec asks for a ServiceMonitor, and the cluster has no ServiceMonitor kind.
 	ReasonServiceMonitorUnavailable = "ServiceMonitorUnavailable"
 	// The limits cannot fit the memory limit or the volume (maxTotalBytes, given or derived, with

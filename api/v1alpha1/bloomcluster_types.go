@@ -248,8 +248,11 @@ const (
 
 // StorageSpec is the volume claim of each pod.
 type StorageSpec struct {
-	// size of each pod's volume. It is fixed when the cluster is created: a later change is
-	// reported in the Degraded condition and not applied to existing volumes.
+	// size of each pod's volume. A larger size grows the existing volumes when their
+	// StorageClass sets allowVolumeExpansion: true (the StatefulSet is made anew, its pods keep
+	// running, and the VolumesResizing condition is True until every volume has grown); otherwise
+	// the cluster is Degraded (VolumeExpansionNotAllowed) and the volumes are left as they are.
+	// Volumes never shrink: a smaller size is refused (Degraded, VolumeShrinkRefused).
 	// +kubebuilder:default="1Gi"
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isGreaterThan(quantity('0'))",message="size must be greater than 0"
 	// +optional
@@ -419,7 +422,7 @@ type BloomClusterStatus struct {
 	// +optional
 	Selector string `json:"selector,omitempty"`
 
-	// conditions are Ready, Progressing and Degraded.
+	// conditions are Ready, Progressing and Degraded, and VolumesResizing once volumes grew.
 	// +listType=map
 	// +listMapKey=type
 	// +optional

@@ -14,6 +14,14 @@
 - apiGroups:
   - ""
   resources:
+  - persistentvolumeclaims
+  verbs:
+  - list
+  - patch
+  - watch
+- apiGroups:
+  - ""
+  resources:
   - pods
   verbs:
   - list
@@ -33,6 +41,7 @@
   - statefulsets
   verbs:
   - create
+  - delete
   - get
   - list
   - update
@@ -105,4 +114,11 @@
   - list
   - update
   - watch
+- apiGroups:
+  - storage.k8s.io
+  resources:
+  - storageclasses
+  verbs:
+  - get
+  - list
 {{- end }}
