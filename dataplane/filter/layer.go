@@ -24,26 +24,17 @@ var offHeapBytes atomic.Int64
 // newLayer makes a layer of the given shape holding a copy of words (nil: all zero). It fails
 // when the system refuses the memory of a large one.
 func newLayer(shape LayerShape, words []uint64) (*bloom.BloomFilter, error) {
-	n := int(shape.SizeBytes() / 8)
-	if shape.SizeBytes() < offHeapMinBytes {
-		own := make([]uint64, n)
-		copy(own, words)
-		return bloom.FromWithM(own, shape.Bits, shape.Hashes), nil
-	}
-	own, unmap, err := allocWords(n)
+	own, release, err := ownWords(int(shape.SizeBytes() / 8))
 	if err != nil {
 		return nil, err
 	}
-	offHeapBytes.Add(int64(n) * 8)
-	release := func() {
-		unmap()
-		offHeapBytes.Add(-int64(n) * 8)
-	}
 	copy(own, words)
 	layer := bloom.FromWithM(own, shape.Bits, shape.Hashes)
-	// The words go back to the system once nothing can reach the layer: a reader that looked
-	// the filter up before it was deleted may still be probing it.
-	runtime.AddCleanup(layer, func(release func()) { release() }, release)
+	if release != nil {
+		// The words go back to the system once nothing can reach the layer: a reader that looked
+		// the filter up before it was deleted may still be probing it.
+		runtime.AddCleanup(layer, func(release func()) { release() }, release)
+	}
 	return layer, nil
 }
 
@@ -52,12 +43,25 @@ func newLayer(shape LayerShape, words []uint64) (*bloom.BloomFilter, error) {
 // garbage, several copies of a large filter could pile up before the collector's goal (twice the
 // live heap) is reached.
 func TransientWords(n int) (words []uint64, release func(), err error) {
+	words, release, err = ownWords(n)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+	}
+	if release == nil {
+		release = func() {}
+	}
+	return words, release, nil
+}
+
+// ownWords returns n zeroed words: in the heap below offHeapMinBytes (release nil), else mapped
+// outside it and counted in offHeapBytes until release unmaps them.
+func ownWords(n int) (words []uint64, release func(), err error) {
 	if uint64(n)*8 < offHeapMinBytes {
-		return make([]uint64, n), func() {}, nil
+		return make([]uint64, n), nil, nil
 	}
 	words, unmap, err := allocWords(n)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", ErrOutOfMemory, err)
+		return nil, nil, err
 	}
 	offHeapBytes.Add(int64(n) * 8)
 	return words, func() {

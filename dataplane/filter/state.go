@@ -50,19 +50,11 @@ func EmptyState(name string, opts Options, created time.Time) (State, error) {
 // State copies the filter's bits under its read lock: checks go on meanwhile, and writers wait
 // only for the copy. StreamState does without the copy.
 func (f *Filter) State() State {
-	st := State{
-		Name:       f.name,
-		Options:    f.opts,
-		Created:    f.created,
-		LastAccess: time.Unix(0, f.lastAccess.Load()),
-		Items:      f.items.Load(),
-	}
+	st, layers := f.head()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	st.NewestItems = f.newestItems
-	st.Layers = make([]LayerState, len(f.layers))
-	for i, layer := range f.layers {
-		st.Layers[i] = LayerState{Bits: layer.Cap(), Hashes: layer.K(), Words: append([]uint64(nil), layer.BitSet().Words()...)}
+	for i, layer := range layers {
+		st.Layers[i].Words = slices.Clone(layer.BitSet().Words())
 	}
 	return st
 }
