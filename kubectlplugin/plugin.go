@@ -133,6 +133,20 @@ func (f *globalFlags) dataPlane(k *kube, c *bloomeryv1alpha1.BloomCluster) *data
 	return &dataPlane{k: k, cluster: c, direct: f.direct, http: &http.Client{Timeout: f.requestTimeout}}
 }
 
+// clusterDataPlane connects to the API server and reaches the data plane of the cluster named
+// name.
+func (f *globalFlags) clusterDataPlane(ctx context.Context, name string) (*dataPlane, error) {
+	k, err := connect(f)
+	if err != nil {
+		return nil, err
+	}
+	c, err := k.getCluster(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	return f.dataPlane(k, c), nil
+}
+
 func statusCommand(f *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "status [CLUSTER]",
@@ -237,15 +251,11 @@ func valuesCommand(f *globalFlags, use, short, example string, run func(cmd *cob
 		Example: example,
 		Args:    argsBetween(3, -1, "CLUSTER FILTER VALUE..."),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := connect(f)
+			dp, err := f.clusterDataPlane(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			c, err := k.getCluster(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return run(cmd, f.dataPlane(k, c), args[1], args[2:])
+			return run(cmd, dp, args[1], args[2:])
 		},
 	}
 }
@@ -306,22 +316,18 @@ func infoCommand(f *globalFlags) *cobra.Command {
 		Example: `  kubectl bloomery info example users -o json`,
 		Args:    argsBetween(2, 2, "CLUSTER FILTER"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			k, err := connect(f)
+			dp, err := f.clusterDataPlane(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			c, err := k.getCluster(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			info, err := f.dataPlane(k, c).info(cmd.Context(), args[1])
+			info, err := dp.info(cmd.Context(), args[1])
 			if err != nil {
 				return err
 			}
 			if f.output != outputTable {
 				return printData(cmd.OutOrStdout(), f.output, info)
 			}
-			return printFilterInfo(cmd.OutOrStdout(), c.Name, info)
+			return printFilterInfo(cmd.OutOrStdout(), dp.cluster.Name, info)
 		},
 	}
 }
