@@ -14,6 +14,42 @@ median() {
 	printf '%s\n' $* | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
 }
 
+# bloomery_binary sets bin: $BLOOMERY_BIN, or bin/bloomery, built with make.
+bloomery_binary() {
+	if [[ -n ${BLOOMERY_BIN:-} ]]; then
+		bin=$BLOOMERY_BIN
+	else
+		make --no-print-directory build >&2
+		bin=bin/bloomery
+	fi
+}
+
+# pin_cores sets server_pin and client_pin, the taskset prefixes that put servers on core 0 and
+# load generators on core 1, so that they do not take CPU from each other; empty on one core.
+pin_cores() {
+	server_pin=()
+	client_pin=()
+	if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
+		server_pin=(taskset -c 0)
+		client_pin=(taskset -c 1)
+	fi
+}
+
+# work_dir NAME makes $work, a temporary directory, and $pids, the processes a script starts:
+# at exit the processes are stopped and the directory removed.
+work_dir() {
+	work=$(mktemp -d -t "bloomery-$1.XXXXXX")
+	pids=()
+	trap 'stop_pids; rm -rf "$work"' EXIT
+}
+
+# stop_pids stops the processes of $pids and waits for them.
+stop_pids() {
+	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+	pids=()
+}
+
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 # free_port prints a port nothing listens on.

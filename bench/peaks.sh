@@ -25,23 +25,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/lib.sh
 command -v curl >/dev/null || die "needs curl"
 [[ -w /proc/self/clear_refs ]] || die "needs /proc/PID/clear_refs to reset the peak RSS"
-if [[ -n ${BLOOMERY_BIN:-} ]]; then
-	bin=$BLOOMERY_BIN
-else
-	make --no-print-directory build >&2
-	bin=bin/bloomery
-fi
+bloomery_binary
 data_mib=${DATA_MIB:-1024}
-server_pin=()
+server_pin=() # the pods run on any core: RSS, not speed, is measured
 
-work=$(mktemp -d -t bloomery-peaks.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
+work_dir peaks
 printf 'logSync: "no"\nmaxTotalBytes: 0\n' >"$work/extra.yaml"
 
 mib() { awk -v k="$1" 'BEGIN {printf "%.0f", k / 1024}'; }

@@ -20,33 +20,12 @@ catchup_mib=${CATCHUP_MIB:-1024}
 
 source bench/lib.sh
 command -v wrk >/dev/null && command -v curl >/dev/null || die "needs wrk and curl (apt-get install wrk curl)"
-if [[ -n ${BLOOMERY_BIN:-} ]]; then
-	bin=$BLOOMERY_BIN
-else
-	make --no-print-directory build >&2
-	bin=bin/bloomery
-fi
-
-server_pin=()
-wrk_pin=()
-if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
-	server_pin=(taskset -c 0)
-	wrk_pin=(taskset -c 1)
-fi
-
-work=$(mktemp -d -t bloomery-replication.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
+bloomery_binary
+pin_cores
+work_dir replication
 
 stop_all() {
-	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	pids=()
+	stop_pids
 	rm -rf "${work:?}"/*
 }
 
@@ -56,7 +35,7 @@ load() {
 	shift 2
 	curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":10000000,"fpp":0.001}' \
 		"http://127.0.0.1:$port_a/v1/bloomfilter/bench" >/dev/null
-	out=$(BENCH_QUERY=$query "${wrk_pin[@]}" wrk --latency -t "$threads" -c "$connections" -d "$duration" -s "bench/$script.lua" "http://127.0.0.1:$port_a" -- "$@")
+	out=$(BENCH_QUERY=$query "${client_pin[@]}" wrk --latency -t "$threads" -c "$connections" -d "$duration" -s "bench/$script.lua" "http://127.0.0.1:$port_a" -- "$@")
 	if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
 		die "wrk saw errors: $out"
 	fi

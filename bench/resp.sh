@@ -21,27 +21,10 @@ connections=${2:-20}
 for tool in redis-server redis-benchmark wrk curl; do
 	command -v "$tool" >/dev/null || die "needs $tool (apt-get install redis-server redis-tools wrk curl)"
 done
-if [[ -n ${BLOOMERY_BIN:-} ]]; then
-	bin=$BLOOMERY_BIN
-else
-	make --no-print-directory build >&2
-	bin=bin/bloomery
-fi
-server_pin=()
-client_pin=()
-if [[ $(nproc) -ge 2 ]] && command -v taskset >/dev/null; then
-	server_pin=(taskset -c 0)
-	client_pin=(taskset -c 1)
-fi
+bloomery_binary
+pin_cores
 
-work=$(mktemp -d -t bloomery-resp.XXXXXX)
-pids=()
-cleanup() {
-	for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-	for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-	rm -rf "$work"
-}
-trap cleanup EXIT
+work_dir resp
 
 redis_port=$(free_port)
 "${server_pin[@]}" redis-server --port "$redis_port" --save '' --appendonly no --dir "$work" >"$work/redis.log" 2>&1 &
