@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/testca"
 )
 
 // kubectlTimeout bounds one kubectl command that is not itself a wait.
@@ -93,4 +95,25 @@ func (n namespace) wait(cond string, objects ...string) {
 	if _, err := n.try(args...); err != nil {
 		n.t.Fatalf("waiting for %s of %s: %v", cond, strings.Join(objects, " "), err)
 	}
+}
+
+// createTLSSecret makes a CA and a certificate for the sample cluster's Service, and the
+// kubernetes.io/tls Secret example-tls holding them as cert-manager writes one.
+func (n namespace) createTLSSecret() (*testca.CA, testca.Issued) {
+	n.t.Helper()
+	ca, err := testca.New("bloomery-e2e-" + n.name)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	issued, err := ca.Issue("example." + n.name + ".svc")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	files, err := ca.WriteFiles(n.t.TempDir(), issued)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	n.run("create", "secret", "generic", "example-tls", "--type=kubernetes.io/tls",
+		"--from-file=tls.crt="+files.Cert, "--from-file=tls.key="+files.Key, "--from-file=ca.crt="+files.CA)
+	return ca, issued
 }

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/bloomery/bloomery/internal/testca"
 )
 
 // TestRESPWithPasswordAndTLS runs the samples with spec.tls and spec.resp.passwordSecret, as
@@ -22,21 +20,8 @@ import (
 func TestRESPWithPasswordAndTLS(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
-	ca, err := testca.New("bloomery-e2e-resp-" + n.name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ca, _ := n.createTLSSecret()
 	service := "example." + n.name + ".svc"
-	issued, err := ca.Issue(service)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := ca.WriteFiles(t.TempDir(), issued)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.run("create", "secret", "generic", "example-tls", "--type=kubernetes.io/tls",
-		"--from-file=tls.crt="+files.Cert, "--from-file=tls.key="+files.Key, "--from-file=ca.crt="+files.CA)
 	const password = "the-e2e-resp-password"
 	n.run("create", "secret", "generic", "example-redis", "--from-literal=password="+password)
 	n.applySamplesPatched(`- op: add

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
-	"github.com/bloomery/bloomery/internal/testca"
 )
 
 // TestClusterServesTLS runs the samples with spec.tls on a CA and a kubernetes.io/tls Secret made
@@ -23,20 +22,7 @@ import (
 func TestClusterServesTLS(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
-	ca, err := testca.New("bloomery-e2e-" + n.name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issued, err := ca.Issue("example." + n.name + ".svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, err := ca.WriteFiles(t.TempDir(), issued)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.run("create", "secret", "generic", "example-tls", "--type=kubernetes.io/tls",
-		"--from-file=tls.crt="+files.Cert, "--from-file=tls.key="+files.Key, "--from-file=ca.crt="+files.CA)
+	ca, issued := n.createTLSSecret()
 	n.applySamplesPatched(`- op: add
   path: /spec/tls
   value:
