@@ -87,7 +87,20 @@ func (d *dataPlane) opsGet(ctx context.Context, pod *corev1.Pod, path string) (a
 		}
 		return d.directCall(ctx, http.MethodGet, pod.Status.PodIP, bloomeryv1alpha1.OpsPort, path, nil, "text/plain")
 	}
-	return d.proxyCall(ctx, http.MethodGet, "pods", pod.Name+":"+opsPortName, path, nil, "text/plain")
+	// The pod proxy takes a port number: unlike the Service proxy it does not resolve names.
+	return d.proxyCall(ctx, http.MethodGet, "pods", pod.Name+":"+strconv.Itoa(int(opsPort(pod))), path, nil, "text/plain")
+}
+
+// opsPort is the number of the pod's port named ops, or the data plane's default.
+func opsPort(pod *corev1.Pod) int32 {
+	for _, c := range pod.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.Name == opsPortName {
+				return p.ContainerPort
+			}
+		}
+	}
+	return bloomeryv1alpha1.OpsPort
 }
 
 // proxyCall sends a request through the API server's proxy to a Service or pod:

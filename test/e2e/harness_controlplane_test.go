@@ -17,9 +17,8 @@ import (
 // kubeControllers are the controllers of kube-controller-manager the product depends on: pods of
 // StatefulSets, the garbage collector that deletes a BloomCluster's children, the PDB's status,
 // claim protection and namespace deletion. No scheduler runs (the node agent binds pods) and no
-// node lifecycle controller (the agent's node never goes stale). Nor does the EndpointSlice
-// controller: the API server refuses the loopback addresses the agent gives pods in endpoints, so
-// the client Service's path is not exercised here (applications' requests go to pod addresses).
+// node lifecycle controller (the agent's node never goes stale). The EndpointSlice controller
+// runs when pods have addresses the API server accepts in EndpointSlices (harness_network_test.go).
 var kubeControllers = []string{
 	"statefulset-controller",
 	"garbage-collector-controller",
@@ -28,6 +27,10 @@ var kubeControllers = []string{
 	"namespace-controller",
 }
 
+// endpointSliceController publishes the ready pods behind each Service, which the service proxy
+// forwards to.
+const endpointSliceController = "endpointslice-controller"
+
 // controlPlane is etcd and kube-apiserver (from envtest, with the CRDs installed) and
 // kube-controller-manager, with an administrator's kubeconfig for everything else.
 type controlPlane struct {
@@ -35,16 +38,25 @@ type controlPlane struct {
 	config         *rest.Config // the administrator's
 	kubeconfigPath string
 	controllers    *process
+	apiServerLog   *os.File
 }
 
-// startControlPlane starts the control plane from the binaries in assets, with the CRDs of crdDirs,
-// logging into workDir.
-func startControlPlane(assets string, crdDirs []string, workDir string) (*controlPlane, error) {
+// startControlPlane starts the control plane from the binaries in assets, with the CRDs of crdDirs
+// and the given controllers, logging into workDir.
+func startControlPlane(assets string, crdDirs, controllers []string, workDir string) (*controlPlane, error) {
 	cp := &controlPlane{env: &envtest.Environment{
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}}
+	apiServer := cp.env.ControlPlane.GetAPIServer()
+	apiServer.Configure().Set("service-cluster-ip-range", serviceNetwork)
+	apiServerLog, err := os.Create(filepath.Join(workDir, "kube-apiserver.log"))
+	if err != nil {
+		return nil, fmt.Errorf("kube-apiserver's log: %w", err)
+	}
+	cp.apiServerLog = apiServerLog
+	apiServer.Out, apiServer.Err = apiServerLog, apiServerLog
 	envtestConfig, err := cp.env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting etcd and kube-apiserver (binaries from %s; `make envtest-assets` builds them): %w", assets, err)
@@ -67,7 +79,7 @@ func startControlPlane(assets string, crdDirs []string, workDir string) (*contro
 	cp.controllers, err = startProcess("kube-controller-manager", filepath.Join(workDir, "kube-controller-manager.log"), nil,
 		filepath.Join(assets, "kube-controller-manager"),
 		"--kubeconfig", cp.kubeconfigPath,
-		"--controllers", strings.Join(kubeControllers, ","),
+		"--controllers", strings.Join(controllers, ","),
 		"--leader-elect=false",
 		// The controllers act as the administrator: no service account tokens exist to act as.
 		"--use-service-account-credentials=false",
@@ -90,6 +102,9 @@ func (cp *controlPlane) stop() error {
 	}
 	if err := cp.env.Stop(); err != nil {
 		errs = append(errs, fmt.Errorf("stopping kube-apiserver and etcd: %w", err))
+	}
+	if cp.apiServerLog != nil {
+		errs = append(errs, cp.apiServerLog.Close())
 	}
 	return errors.Join(errs...)
 }

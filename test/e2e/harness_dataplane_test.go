@@ -51,6 +51,24 @@ func (n namespace) api(pod string) podAPI {
 	return podAPI{t: n.t, pod: pod, base: "http://" + net.JoinHostPort(ip, port)}
 }
 
+// freshConnections sends each request on a new connection, so that the client Service balances
+// each one anew, as it does the requests of many short-lived clients.
+var freshConnections = &http.Client{Timeout: dataPlaneHTTP.Timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+
+// serviceAPI returns the API behind a port of a Service, at the Service's cluster IP, as an
+// application in the cluster calls it. The test skips where no Service can be reached.
+func (n namespace) serviceAPI(service, port string) podAPI {
+	n.t.Helper()
+	if !h.net.servicesReachable() {
+		n.t.Skip("no Service can be reached: " + h.net.noServices)
+	}
+	f := strings.Fields(n.jsonpath("service/"+service, fmt.Sprintf(`{.spec.clusterIP} {.spec.ports[?(@.name==%q)].port}`, port)))
+	if len(f) != 2 {
+		n.t.Fatalf("service %s has no cluster IP or port %s: %q", service, port, f)
+	}
+	return podAPI{t: n.t, pod: "service/" + service, base: "http://" + net.JoinHostPort(f[0], f[1]), http: freshConnections}
+}
+
 // internalAPI returns the internal port of a pod, as the operator and the peers call it: with the
 // token of its cluster, read from the Secret the operator made.
 func (n namespace) internalAPI(pod string) podAPI {

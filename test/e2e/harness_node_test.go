@@ -15,12 +15,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/bloomery/bloomery/test/e2e/agent"
+	"github.com/bloomery/bloomery/test/e2e/serviceproxy"
 )
 
 const (
 	nodeName = "e2e-node"
-	// podNetwork is where pods get their addresses: loopback, so the processes need no privileges.
-	podNetwork = "127.0.1.0/24"
 	// imageEntrypoint is the bloomery image's ENTRYPOINT (see the Dockerfile).
 	imageEntrypoint = "/bloomery"
 )
@@ -31,9 +30,9 @@ type runningAgent struct {
 	stop func() error
 }
 
-// startAgent runs the node agent until stop is called. Pods run binary; everything the agent
-// writes goes under workDir/node.
-func startAgent(config *rest.Config, binary, workDir string) (*runningAgent, error) {
+// startAgent runs the node agent until stop is called. Pods run binary with addresses of pods;
+// everything the agent writes goes under workDir/node.
+func startAgent(config *rest.Config, binary string, pods netip.Prefix, workDir string) (*runningAgent, error) {
 	client, err := kubernetes.NewForConfig(config)
 	if err != nil {
 		return nil, fmt.Errorf("node agent client: %w", err)
@@ -52,7 +51,7 @@ func startAgent(config *rest.Config, binary, workDir string) (*runningAgent, err
 		NodeName:  nodeName,
 		Images:    agent.Images{Executable: binary, Entrypoint: imageEntrypoint},
 		RootDir:   root,
-		Addresses: netip.MustParsePrefix(podNetwork),
+		Addresses: pods,
 		// The data plane listens on all interfaces by default: on the host, each pod must keep
 		// to its own address, or the second pod's port 8080 would be taken.
 		ExtraArgs: func(ip netip.Addr) []string { return []string{"--bind-address", ip.String()} },
@@ -72,6 +71,33 @@ func startAgent(config *rest.Config, binary, workDir string) (*runningAgent, err
 		done <- err
 	}()
 	return &runningAgent{Agent: a, stop: func() error {
+		cancel()
+		err := <-done
+		return errors.Join(err, logFile.Close())
+	}}, nil
+}
+
+// runningProxy is the service proxy running in the test process.
+type runningProxy struct {
+	*serviceproxy.Proxy
+	stop func() error
+}
+
+// startProxy runs the service proxy until stop is called, logging to workDir/service-proxy.log.
+func startProxy(config *rest.Config, workDir string) (*runningProxy, error) {
+	client, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return nil, fmt.Errorf("service proxy client: %w", err)
+	}
+	logFile, err := os.Create(filepath.Join(workDir, "service-proxy.log"))
+	if err != nil {
+		return nil, fmt.Errorf("service proxy log: %w", err)
+	}
+	p := serviceproxy.New(client, slog.New(slog.NewTextHandler(logFile, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	return &runningProxy{Proxy: p, stop: func() error {
 		cancel()
 		err := <-done
 		return errors.Join(err, logFile.Close())

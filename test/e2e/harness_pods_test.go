@@ -15,9 +15,16 @@ import (
 	"github.com/bloomery/bloomery/test/e2e/agent"
 )
 
-// killContainer sends SIGKILL to the process of a pod's container, found from the container ID
-// the node agent reports (process://<pid>), as a user would kill a container on its node.
+// killContainer sends SIGKILL to the process of a pod's container, as a user would kill a
+// container on its node.
 func killContainer(t *testing.T, n namespace, pod string) {
+	t.Helper()
+	signalContainer(t, n, pod, syscall.SIGKILL)
+}
+
+// signalContainer sends sig to the process of a pod's container, found from the container ID the
+// node agent reports (process://<pid>), and returns the process's ID.
+func signalContainer(t *testing.T, n namespace, pod string, sig syscall.Signal) int {
 	t.Helper()
 	id := n.jsonpath("pod/"+pod, "{.status.containerStatuses[0].containerID}")
 	pid, err := strconv.Atoi(strings.TrimPrefix(id, agent.ContainerIDScheme))
@@ -29,10 +36,11 @@ func killContainer(t *testing.T, n namespace, pod string) {
 	if err != nil || !strings.Contains(string(cmdline), "dataplane") {
 		t.Fatalf("process %d of pod %s is not a data plane (%q, %v)", pid, pod, cmdline, err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 %d: %v", pid, err)
+	if err := syscall.Kill(pid, sig); err != nil {
+		t.Fatalf("sending %v to process %d: %v", sig, pid, err)
 	}
-	t.Logf("killed process %d of pod %s", pid, pod)
+	t.Logf("sent %s to process %d of pod %s", sig, pid, pod)
+	return pid
 }
 
 // requireRecovered checks that the pod's data plane holds the filter it had, not one the operator

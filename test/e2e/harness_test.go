@@ -20,8 +20,10 @@ type harness struct {
 	workDir  string // this run's files: binaries, kubeconfig, logs, pod directories
 	binary   string // bloomery, which the operator and every pod run
 	kubectl  kubectl
+	net      network
 	cp       *controlPlane
 	agent    *runningAgent
+	proxy    *runningProxy // nil when Services cannot be reached (net.noServices says why)
 	stopOnce sync.Once
 	stopErr  error
 
@@ -61,7 +63,13 @@ func startHarness() (*harness, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the run directory: %w", err)
 	}
-	hs := &harness{root: root, workDir: workDir}
+	hs := &harness{root: root, workDir: workDir, net: setUpNetwork()}
+	controllers := kubeControllers
+	if hs.net.servicesReachable() {
+		controllers = append(controllers, endpointSliceController)
+	} else {
+		fmt.Fprintln(os.Stderr, "e2e: pods get loopback addresses and no Service can be reached, so the scenarios through a Service skip:", hs.net.noServices)
+	}
 
 	// The build and the control plane's start both take a while; do them at once.
 	type built struct {
@@ -78,7 +86,7 @@ func startHarness() (*harness, error) {
 		// The Prometheus Operator's ServiceMonitor CRD (hack/servicemonitor-crd.sh), so that the
 		// ServiceMonitors the operator makes meet the real schema.
 		filepath.Join(root, "test", "crds"),
-	}, workDir)
+	}, controllers, workDir)
 	b := <-buildDone
 	if err = errors.Join(err, b.err); err != nil {
 		return hs, errors.Join(err, hs.stop())
@@ -86,8 +94,13 @@ func startHarness() (*harness, error) {
 	hs.binary = b.path
 	hs.kubectl = kubectl{path: filepath.Join(assets, "kubectl"), kubeconfig: hs.cp.kubeconfigPath, cacheDir: filepath.Join(workDir, "kubectl-cache")}
 
-	if hs.agent, err = startAgent(hs.cp.config, b.path, workDir); err != nil {
+	if hs.agent, err = startAgent(hs.cp.config, b.path, hs.net.pods, workDir); err != nil {
 		return hs, errors.Join(err, hs.stop())
+	}
+	if hs.net.servicesReachable() {
+		if hs.proxy, err = startProxy(hs.cp.config, workDir); err != nil {
+			return hs, errors.Join(err, hs.stop())
+		}
 	}
 	if err := hs.waitNodeReady(); err != nil {
 		return hs, errors.Join(err, hs.stop())
@@ -157,7 +170,7 @@ func (hs *harness) waitNodeReady() error {
 }
 
 // stop stops the tests' background commands, the cluster-wide operator, then the node agent (which kills every
-// pod's process), then the control plane. It runs once; later calls return the first result.
+// pod's process), the service proxy, then the control plane. It runs once; later calls return the first result.
 func (hs *harness) stop() error {
 	hs.stopOnce.Do(func() {
 		hs.hooksMu.Lock()
@@ -171,6 +184,9 @@ func (hs *harness) stop() error {
 		}
 		if hs.agent != nil {
 			errs = append(errs, hs.agent.stop())
+		}
+		if hs.proxy != nil {
+			errs = append(errs, hs.proxy.stop())
 		}
 		if hs.cp != nil {
 			errs = append(errs, hs.cp.stop())

@@ -26,10 +26,12 @@ const writerInterval = 10 * time.Millisecond
 // writer is an application streaming check-and-sets of new values (prefix-0, prefix-1, ...) to a
 // filter, one request at a time, each to the next of its targets. It remembers which values were
 // acknowledged (200) and when: those are the values the cluster must never lose. A value whose
-// request failed may or may not have been applied; the writer does not retry it.
+// request failed may or may not have been applied. A writer started with retries retries it as
+// the README's "Retrying" tells applications to (retrying); others do not.
 type writer struct {
 	filter, prefix string
 	targets        func() []podAPI
+	retry          bool
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -39,6 +41,7 @@ type writer struct {
 	acked    []ackedValue
 	perPod   map[string]int
 	failures []string // one line per failed request
+	retried  []string // one line per retried attempt
 }
 
 type ackedValue struct {
@@ -49,7 +52,13 @@ type ackedValue struct {
 // startWriter starts a writer until the test ends or halt is called. targets is asked before every
 // request.
 func startWriter(t *testing.T, filter, prefix string, targets func() []podAPI) *writer {
-	w := &writer{filter: filter, prefix: prefix, targets: targets, stop: make(chan struct{}), done: make(chan struct{}), perPod: map[string]int{}}
+	return startWriterRetrying(t, filter, prefix, targets, false)
+}
+
+// startWriterRetrying starts a writer that retries failed requests when retry is set.
+func startWriterRetrying(t *testing.T, filter, prefix string, targets func() []podAPI, retry bool) *writer {
+	w := &writer{filter: filter, prefix: prefix, targets: targets, retry: retry,
+		stop: make(chan struct{}), done: make(chan struct{}), perPod: map[string]int{}}
 	go w.run()
 	t.Cleanup(func() {
 		w.halt()
@@ -81,9 +90,14 @@ func (w *writer) run() {
 		}
 		p := targets[i%len(targets)]
 		value := w.prefix + "-" + strconv.Itoa(i)
-		status, body, err := p.call(http.MethodPost, "/v1/bloomfilter/"+w.filter+"/check-and-set", map[string]any{"value": value})
+		attempts := 1
+		if w.retry {
+			attempts = clientAttempts
+		}
+		status, body, retried, err := retrying(p, attempts, http.MethodPost, "/v1/bloomfilter/"+w.filter+"/check-and-set", map[string]any{"value": value})
 		now := time.Now()
 		w.mu.Lock()
+		w.retried = append(w.retried, retried...)
 		switch {
 		case err != nil:
 			w.failures = append(w.failures, fmt.Sprintf("%s %s via %s: %v", now.Format("15:04:05.000"), value, p.pod, err))
@@ -139,19 +153,174 @@ func (w *writer) summary() string {
 	}
 	slices.Sort(pods)
 	s := fmt.Sprintf("%d values acknowledged (%s), %d requests failed", len(w.acked), strings.Join(pods, ", "), len(w.failures))
-	for _, f := range w.failures[:min(len(w.failures), 10)] {
-		s += "\n  " + f
-	}
-	if len(w.failures) > 10 {
-		s += fmt.Sprintf("\n  ... and %d more", len(w.failures)-10)
+	s += listSome(w.failures)
+	if w.retry {
+		s += fmt.Sprintf("; %d attempts retried", len(w.retried)) + listSome(w.retried)
 	}
 	return s
 }
 
+// failed returns the requests that failed (after their retries, for a writer that retries).
+func (w *writer) failed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.failures)
+}
+
+// listSome lists up to ten lines, one per line, and how many more there are.
+func listSome(lines []string) string {
+	var s string
+	for _, l := range lines[:min(len(lines), 10)] {
+		s += "\n  " + l
+	}
+	if len(lines) > 10 {
+		s += fmt.Sprintf("\n  ... and %d more", len(lines)-10)
+	}
+	return s
+}
+
+// clientAttempts is how many times an application following the README's "Retrying" sends a
+// request before it gives up.
+const clientAttempts = 5
+
+// retrying sends a request up to attempts times, as the README's "Retrying" advises: again after
+// a connection error or a 503 (codes 7 and 9), after a pause that grows with each attempt. It
+// returns the last answer, and one line per attempt that was retried.
+func retrying(p podAPI, attempts int, method, path string, body any) (int, []byte, []string, error) {
+	var retried []string
+	for attempt := 1; ; attempt++ {
+		status, data, err := p.call(method, path, body)
+		if attempt == attempts || (err == nil && status != http.StatusServiceUnavailable) {
+			return status, data, retried, err
+		}
+		why := fmt.Sprintf("%d %s", status, strings.TrimSpace(string(data)))
+		if err != nil {
+			why = err.Error()
+		}
+		retried = append(retried, fmt.Sprintf("%s %s %s attempt %d: %s", time.Now().Format("15:04:05.000"), method, path, attempt, why))
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
+}
+
+// reader is an application checking, through its target, values a writer had acknowledged, one
+// request at a time at consistency quorum, retrying as the README's "Retrying" advises. Every
+// such check must answer true.
+type reader struct {
+	stopOnce sync.Once
+	stop     chan struct{}
+	done     chan struct{}
+
+	mu       sync.Mutex
+	checks   int
+	failures []string // errors after the retries, and answers other than true
+	retried  []string
+}
+
+// startReader checks w's acknowledged values through target until the test ends or halt is called.
+func startReader(t *testing.T, filter string, target podAPI, w *writer) *reader {
+	r := &reader{stop: make(chan struct{}), done: make(chan struct{})}
+	go r.run(filter, target, w)
+	t.Cleanup(func() {
+		r.halt()
+		if t.Failed() {
+			t.Logf("reader: %s", r.summary())
+		}
+	})
+	return r
+}
+
+func (r *reader) run(filter string, target podAPI, w *writer) {
+	defer close(r.done)
+	tick := time.NewTicker(writerInterval)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-r.stop:
+			return
+		case <-tick.C:
+		}
+		acked := w.values()
+		if len(acked) == 0 {
+			continue
+		}
+		value := acked[(i*7919)%len(acked)] // spread over old and new values
+		status, body, retried, err := retrying(target, clientAttempts, http.MethodPost,
+			"/v1/bloomfilter/"+filter+"/check?consistency=quorum", map[string]any{"value": value})
+		r.mu.Lock()
+		r.checks++
+		r.retried = append(r.retried, retried...)
+		switch {
+		case err != nil:
+			r.failures = append(r.failures, fmt.Sprintf("%s check %s: %v", time.Now().Format("15:04:05.000"), value, err))
+		case status != http.StatusOK || strings.TrimSpace(string(body)) != "true":
+			r.failures = append(r.failures, fmt.Sprintf("%s check %s: %d %s", time.Now().Format("15:04:05.000"), value, status, strings.TrimSpace(string(body))))
+		}
+		r.mu.Unlock()
+	}
+}
+
+func (r *reader) halt() {
+	r.stopOnce.Do(func() { close(r.stop) })
+	<-r.done
+}
+
+func (r *reader) failed() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.failures)
+}
+
+func (r *reader) summary() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprintf("%d checks, %d failed", r.checks, len(r.failures)) + listSome(r.failures) +
+		fmt.Sprintf("; %d attempts retried", len(r.retried)) + listSome(r.retried)
+}
+
+// clientTraffic is an application of the cluster writing to and reading from a filter through
+// the client Service, retrying as the README's "Retrying" advises. Where no Service can be reached
+// (harness_network_test.go) it is a writer to the pods the Service would send to (serviceTargets),
+// which does not retry, and no reader.
+type clientTraffic struct {
+	w *writer
+	r *reader // nil without a Service
+}
+
+// startClientTraffic starts the writer (values prefix-0, prefix-1, ...) and the reader.
+func (n namespace) startClientTraffic(t *testing.T, filter, prefix string) clientTraffic {
+	if !h.net.servicesReachable() {
+		return clientTraffic{w: startWriter(t, filter, prefix, n.serviceTargets(dataPlaneSelector))}
+	}
+	svc := n.serviceAPI("example", "http")
+	pooled := svc
+	pooled.http = dataPlaneHTTP // keeps its connections, as most applications do
+	w := startWriterRetrying(t, filter, prefix, fixedTargets(pooled), true)
+	return clientTraffic{w: w, r: startReader(t, filter, svc, w)}
+}
+
+// halt stops the traffic and reports it; through a Service, every request must have succeeded
+// within its retries.
+func (c clientTraffic) halt(t *testing.T) {
+	t.Helper()
+	c.w.halt()
+	t.Logf("writer: %s", c.w.summary())
+	if c.r == nil {
+		return
+	}
+	c.r.halt()
+	t.Logf("reader: %s", c.r.summary())
+	if failed := c.w.failed(); len(failed) > 0 {
+		t.Errorf("%d writes through the client Service failed after %d attempts, such as %s", len(failed), clientAttempts, failed[0])
+	}
+	if failed := c.r.failed(); len(failed) > 0 {
+		t.Errorf("%d checks through the client Service of acknowledged values failed or answered false, such as %s", len(failed), failed[0])
+	}
+}
+
 // serviceTargets follows the pods the client Service sends to, as kube-proxy would for an
 // application calling the Service: Ready pods that are not being deleted (the endpoint slice
-// controller's "ready"). The harness has no kube-proxy, and its pods' loopback addresses are not
-// valid in EndpointSlices, so the writer reads the pods themselves.
+// controller's "ready"). It stands for the Service where pods have loopback addresses, which are
+// not valid in EndpointSlices.
 func (n namespace) serviceTargets(selector string) func() []podAPI {
 	n.t.Helper()
 	client, err := kubernetes.NewForConfig(h.cp.config)

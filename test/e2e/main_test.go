@@ -4,7 +4,8 @@
 // without Docker (docs/architecture.md, "Tests"): etcd, kube-apiserver and kube-controller-manager from the cached
 // binaries of hack/envtest-assets.sh, `bloomery operator` as a process, and a node agent
 // (./agent) that runs each data-plane pod as a local `bloomery dataplane` process on its own
-// loopback address. The operator runs as installed: as a ServiceAccount with the RBAC of
+// address, and, run as root, a service proxy (./serviceproxy) in place of kube-proxy
+// (harness_network_test.go). The operator runs as installed: as a ServiceAccount with the RBAC of
 // config/rbac, leader election on, its metrics over HTTPS for authorized callers only. Every test
 // has a namespace of its own and runs in parallel with the others, but TestNamespacedOperator,
 // which runs first and alone.

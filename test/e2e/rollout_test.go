@@ -63,7 +63,8 @@ func TestSettingChangeRollsThePod(t *testing.T) {
 // fewer healthy pods than it requires. Each pod catches up before it is Ready, so no acknowledged
 // value is lost: at the end every pod holds all of them.
 //
-// The writer sends to the pods the client Service would send to (serviceTargets).
+// The application writes and reads through the client Service (startClientTraffic), and no
+// request fails beyond the retries the README advises.
 func TestSettingChangeRollsThePodsOneAtATime(t *testing.T) {
 	t.Parallel()
 	n := newNamespace(t)
@@ -74,7 +75,8 @@ func TestSettingChangeRollsThePodsOneAtATime(t *testing.T) {
 	podStates := n.watchPods()
 	budget := n.watch("poddisruptionbudget/example", `{.status.currentHealthy} {.status.desiredHealthy}{"\n"}`)
 
-	w := startWriter(t, "users", "while-rolling", n.serviceTargets(dataPlaneSelector))
+	traffic := n.startClientTraffic(t, "users", "while-rolling")
+	w := traffic.w
 	w.waitAcked(t, 50)
 	patched := time.Now()
 	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"persistence":{"logSync":"Always"}}}`)
@@ -90,8 +92,7 @@ func TestSettingChangeRollsThePodsOneAtATime(t *testing.T) {
 	n.run("rollout", "status", "statefulset/example", "--timeout="+waitTimeout.String())
 	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
 	t.Logf("the three pods rolled in %v", time.Since(patched).Round(time.Millisecond))
-	w.halt()
-	t.Logf("writer: %s", w.summary())
+	traffic.halt(t)
 
 	worst, timeline := mostNotReady(podStates.seen(), pods)
 	t.Logf("pods as kubectl get pods --watch showed them (pods not Ready at that moment: event):\n%s", strings.Join(timeline, "\n"))

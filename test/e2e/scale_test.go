@@ -13,7 +13,7 @@ import (
 
 // TestScaleOutAndIn scales the sample BloomCluster from 3 pods to 5 and back to 3 with kubectl
 // scale (the CRD's scale subresource), while an
-// application streams check-and-sets through the client Service (serviceTargets): through the new
+// application writes and reads through the client Service (startClientTraffic): through the new
 // pods too once they are ready, and no longer through the removed ones. The new pods catch up before
 // their /readyz answers 200 and then hold every value acknowledged before the scale-out; the
 // membership epoch grows at each change, the remaining pods' memberships drop the removed pods,
@@ -30,7 +30,8 @@ func TestScaleOutAndIn(t *testing.T) {
 		initial = append(initial, api.addValues("users", "before-scale-out-"+api.pod, 100)...)
 	}
 	podEvents := n.watchPods()
-	w := startWriter(t, "users", "while-scaling", n.serviceTargets(dataPlaneSelector))
+	traffic := n.startClientTraffic(t, "users", "while-scaling")
+	w := traffic.w
 	w.waitAcked(t, 50)
 
 	scaled := time.Now()
@@ -84,8 +85,7 @@ func TestScaleOutAndIn(t *testing.T) {
 		}
 	}
 
-	w.halt()
-	t.Logf("writer: %s", w.summary())
+	traffic.halt(t)
 	requireEverywhere(t, "users", slices.Concat(initial, throughRemoved, w.values()), stay)
 }
 

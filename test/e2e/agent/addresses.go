@@ -12,7 +12,7 @@ import (
 	"sync"
 )
 
-// addressPool hands out the loopback addresses pods run on, one per pod incarnation (pod UID),
+// addressPool hands out the addresses pods run on, one per pod incarnation (pod UID),
 // as a cluster's network gives a recreated pod a new IP: the operator must follow the pod to its
 // new address rather than remember the old one. A container restart keeps its pod's address, as
 // on a real node. Addresses go round the prefix before one is reused, so a client that still
@@ -25,12 +25,20 @@ type addressPool struct {
 	inUse map[netip.Addr]string // address → the pod key holding it
 }
 
+// newAddressPool takes a network of this host's own addresses: pods' processes run on the host
+// and listen on their pod's address.
 func newAddressPool(prefix netip.Prefix) (*addressPool, error) {
 	prefix = prefix.Masked()
-	if !prefix.Addr().Is4() || !prefix.Addr().IsLoopback() || prefix.Bits() > 30 {
-		return nil, fmt.Errorf("address prefix %s: want an IPv4 loopback network of at least 4 addresses", prefix)
+	if !prefix.Addr().Is4() || prefix.Bits() > 30 {
+		return nil, fmt.Errorf("address prefix %s: want an IPv4 network of at least 4 addresses", prefix)
 	}
-	return &addressPool{prefix: prefix, next: prefix.Addr().Next(), inUse: map[netip.Addr]string{}}, nil
+	first := prefix.Addr().Next()
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", net.JoinHostPort(first.String(), "0"))
+	if err != nil {
+		return nil, fmt.Errorf("address prefix %s is not this host's (its address %s cannot be listened on): %w", prefix, first, err)
+	}
+	_ = l.Close() // only probing
+	return &addressPool{prefix: prefix, next: first, inUse: map[netip.Addr]string{}}, nil
 }
 
 // allocate returns a free address for owner. It skips addresses on which one of ports is taken by
@@ -47,7 +55,7 @@ func (p *addressPool) allocate(owner string, ports []int32) (netip.Addr, error) 
 		p.inUse[addr] = owner
 		return addr, nil
 	}
-	return netip.Addr{}, errors.New("no free loopback address left in " + p.prefix.String())
+	return netip.Addr{}, errors.New("no free address left in " + p.prefix.String())
 }
 
 // release returns addr to the pool once its pod's processes have exited.

@@ -50,8 +50,9 @@ func TestAddressPoolSkipsAddressesWhosePortIsTaken(t *testing.T) {
 	}
 }
 
-func TestAddressPoolWantsLoopback(t *testing.T) {
-	if _, err := newAddressPool(netip.MustParsePrefix("10.0.0.0/24")); err == nil {
-		t.Error("a non-loopback network was accepted")
+func TestAddressPoolWantsTheHostsAddresses(t *testing.T) {
+	// TEST-NET-3 (RFC 5737): documentation addresses, never this host's.
+	if _, err := newAddressPool(netip.MustParsePrefix("203.0.113.0/24")); err == nil {
+		t.Error("a network of addresses that are not this host's was accepted")
 	}
 }

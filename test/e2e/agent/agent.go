@@ -43,7 +43,8 @@ type Config struct {
 	Images   Images
 	// RootDir holds every pod's directories, the claims' directories and the logs.
 	RootDir string
-	// Addresses is the loopback network pods get their addresses from, such as 127.0.1.0/24.
+	// Addresses is the network pods get their addresses from, such as 127.0.1.0/24: addresses
+	// of this host, which the pods' processes listen on.
 	Addresses netip.Prefix
 	// ExtraArgs are appended to every container's arguments, given the pod's address: a process
 	// on the host must be told to listen on its pod's address only.
