@@ -120,6 +120,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		for a.processNext(ctx) {
 		}
 	})
+	loop.Go(func() {
+		if err := a.runProvisioner(ctx); err != nil {
+			a.cfg.Logger.Error("Volume provisioner stopped", "err", err)
+		}
+	})
 	<-ctx.Done()
 	a.queue.ShutDown()
 	loop.Wait()

@@ -24,8 +24,9 @@ import (
 // Persistent volume claims get a directory per claim (namespace, name and UID) that outlives the
 // pod, which is what lets a restarted or recreated pod find its data. The claim's UID is part of
 // the path so that a claim deleted and created again starts empty, as a new volume would. Claims
-// stay Pending: no provisioner binds them, and neither the StatefulSet controller nor the
-// operator looks at their phase, so the agent only needs the claim to exist.
+// of the agent's StorageClasses are bound and grown (provisioner.go); others stay Pending, which
+// neither the StatefulSet controller nor the operator minds, so the agent only needs the claim to
+// exist.
 //
 // ConfigMap, Secret and downward API volumes are written once, when the pod starts: the
 // kubelet's later refresh of changed keys is not reproduced (the operator rolls pods when their
