@@ -492,6 +492,69 @@ func TestRESPPipelinedExists(t *testing.T) {
 	}
 }
 
+// A pipelined run of BF.MADDs and BF.ADDs to one filter is one batch, as a run of BF.ADDs is: each
+// command answers in its place and form (an array, or one integer), an item repeated across
+// commands answers 0 the second time, a BF.ADD of the wrong arity in the middle answers its own
+// error, and the run takes far fewer log records than commands under logSync always. A run of
+// BF.MEXISTS and BF.EXISTS then answers each item.
+func TestRESPPipelinedMixedRuns(t *testing.T) {
+	t.Parallel()
+	ts := runServer(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	const rounds = 500
+	pipe := rdb.Pipeline()
+	var madds []*redis.BoolSliceCmd
+	var adds []*redis.BoolCmd
+	for i := range rounds {
+		madds = append(madds, pipe.BFMAdd(ctx, "mixed", fmt.Sprintf("m-%d", i), fmt.Sprintf("m-%d", i+1), fmt.Sprintf("a-%d", i)))
+		adds = append(adds, pipe.BFAdd(ctx, "mixed", fmt.Sprintf("a-%d", i)))
+	}
+	wrong := pipe.Do(ctx, "BF.ADD", "mixed", "x", "y")
+	last := pipe.BFMAdd(ctx, "mixed", "m-0", "new")
+	if _, err := pipe.Exec(ctx); err != nil && !strings.Contains(err.Error(), "wrong number of arguments") {
+		t.Fatal(err)
+	}
+	for i, cmd := range madds {
+		// m-i was added by the MADD before (as its second item), except for the first.
+		want := []bool{i == 0, true, true}
+		if got, err := cmd.Result(); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("pipelined BF.MADD %d = %v, %v; want %v", i, got, err, want)
+		}
+	}
+	for i, cmd := range adds {
+		expect(t, fmt.Sprintf("pipelined BF.ADD a-%d after the BF.MADD that added it", i), false)(cmd.Result())
+	}
+	wantRedisError(t, "BF.ADD of three arguments in the run", wrong.Err(), "ERR wrong number of arguments for 'bf.add' command")
+	if got, err := last.Result(); err != nil || fmt.Sprint(got) != "[false true]" {
+		t.Errorf("the BF.MADD after it = %v, %v; want [false true]", got, err)
+	}
+	records := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_log_appended_records_total")
+	t.Logf("%d pipelined BF.MADDs and BF.ADDs took %v log records", 2*rounds+1, records)
+	if records > rounds/5 {
+		t.Errorf("%d pipelined BF.MADDs and BF.ADDs took %v log records, want at most one for ten", 2*rounds+1, records)
+	}
+
+	check := rdb.Pipeline()
+	mexists := check.BFMExists(ctx, "mixed", "m-3", "nothing", "a-4")
+	exists := check.BFExists(ctx, "mixed", "new")
+	absent := check.BFExists(ctx, "mixed", "absent")
+	if _, err := check.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := mexists.Result(); err != nil || fmt.Sprint(got) != "[true false true]" {
+		t.Errorf("pipelined BF.MEXISTS = %v, %v; want [true false true]", got, err)
+	}
+	expect(t, "pipelined BF.EXISTS new", true)(exists.Result())
+	expect(t, "pipelined BF.EXISTS absent", false)(absent.Result())
+	fs := scrape(t, &http.Client{}, ts.ops, "")
+	for command, want := range map[string]float64{"bf.madd": rounds + 1, "bf.add": rounds + 1, "bf.mexists": 1, "bf.exists": 2} {
+		if n := value(t, fs, "bloomery_resp_commands_total", "command", command); n != want {
+			t.Errorf(`bloomery_resp_commands_total{command=%q} = %v, want %v`, command, n, want)
+		}
+	}
+}
+
 // INFO answers the server, clients and keyspace sections in Redis's format, which go-redis
 // parses; a section Bloomery does not keep answers nothing.
 func TestRESPInfo(t *testing.T) {

@@ -128,6 +128,9 @@ func (s *Service) replicate(ctx context.Context, level wire.Consistency, op repl
 	return err
 }
 
+// Replicating reports whether this pod has peers, to which its writes go.
+func (s *Service) Replicating() bool { return s.node.Replicating() }
+
 // Request is a client's request as it arrived, to forward to a filter's home unchanged.
 type Request struct {
 	Method, URI, ContentType string
