@@ -1,9 +1,14 @@
 package run_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -517,18 +522,15 @@ func TestRESPPipelinedMixedRuns(t *testing.T) {
 	}
 	for i, cmd := range madds {
 		// m-i was added by the MADD before (as its second item), except for the first.
-		want := []bool{i == 0, true, true}
-		if got, err := cmd.Result(); err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
-			t.Fatalf("pipelined BF.MADD %d = %v, %v; want %v", i, got, err, want)
-		}
+		got, err := cmd.Result()
+		wantBools(t, fmt.Sprintf("pipelined BF.MADD %d", i), got, err, i == 0, true, true)
 	}
 	for i, cmd := range adds {
 		expect(t, fmt.Sprintf("pipelined BF.ADD a-%d after the BF.MADD that added it", i), false)(cmd.Result())
 	}
 	wantRedisError(t, "BF.ADD of three arguments in the run", wrong.Err(), "ERR wrong number of arguments for 'bf.add' command")
-	if got, err := last.Result(); err != nil || fmt.Sprint(got) != "[false true]" {
-		t.Errorf("the BF.MADD after it = %v, %v; want [false true]", got, err)
-	}
+	got, err := last.Result()
+	wantBools(t, "the BF.MADD after it", got, err, false, true)
 	records := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_log_appended_records_total")
 	t.Logf("%d pipelined BF.MADDs and BF.ADDs took %v log records", 2*rounds+1, records)
 	if records > rounds/5 {
@@ -542,9 +544,8 @@ func TestRESPPipelinedMixedRuns(t *testing.T) {
 	if _, err := check.Exec(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := mexists.Result(); err != nil || fmt.Sprint(got) != "[true false true]" {
-		t.Errorf("pipelined BF.MEXISTS = %v, %v; want [true false true]", got, err)
-	}
+	got, err = mexists.Result()
+	wantBools(t, "pipelined BF.MEXISTS", got, err, true, false, true)
 	expect(t, "pipelined BF.EXISTS new", true)(exists.Result())
 	expect(t, "pipelined BF.EXISTS absent", false)(absent.Result())
 	fs := scrape(t, &http.Client{}, ts.ops, "")
@@ -552,6 +553,58 @@ func TestRESPPipelinedMixedRuns(t *testing.T) {
 		if n := value(t, fs, "bloomery_resp_commands_total", "command", command); n != want {
 			t.Errorf(`bloomery_resp_commands_total{command=%q} = %v, want %v`, command, n, want)
 		}
+	}
+}
+
+// A client that sends commands and never reads their replies is no longer read once the replies it
+// leaves unread fill the connection's buffers: the server holds the replies of one read of
+// commands, not of everything sent, so its heap does not grow with what the client sends. Not
+// parallel, so that the heap it measures is this test's.
+func TestRESPClientThatDoesNotReadIsNotBuffered(t *testing.T) {
+	ts := runServer(t, nil)
+	if err := redisClient(t, ts).BFMAdd(t.Context(), "unread", "a", "b").Err(); err != nil {
+		t.Fatal(err)
+	}
+	// BF.MEXISTS of 1,000 one-byte items: 7 KB sent for 4 KB of reply.
+	var cmd bytes.Buffer
+	fmt.Fprintf(&cmd, "*1002\r\n$10\r\nBF.MEXISTS\r\n$6\r\nunread\r\n")
+	for range 1000 {
+		cmd.WriteString("$1\r\nx\r\n")
+	}
+	chunk := bytes.Repeat(cmd.Bytes(), 16)
+	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", ts.resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = conn.Close() }()
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const limit = 1 << 30
+	written := 0
+	for written < limit {
+		if err := conn.SetWriteDeadline(time.Now().Add(time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		n, err := conn.Write(chunk)
+		written += n
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("writing commands after %d bytes: %v", written, err)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grown := int64(after.HeapInuse) - int64(before.HeapInuse)
+	t.Logf("the server stopped reading after %.1f MB of commands whose replies went unread; the heap grew %.1f MB",
+		float64(written)/1e6, float64(grown)/1e6)
+	if written >= limit {
+		t.Fatalf("the server read %d bytes of commands from a client that reads no reply", written)
+	}
+	if grown > 32<<20 {
+		t.Errorf("the heap grew %d bytes while a client left its replies unread, want at most 32 MiB", grown)
 	}
 }
 
