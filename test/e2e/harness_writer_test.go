@@ -76,17 +76,10 @@ func fixedTargets(pods ...podAPI) func() []podAPI {
 
 func (w *writer) run() {
 	defer close(w.done)
-	tick := time.NewTicker(writerInterval)
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-w.stop:
-			return
-		case <-tick.C:
-		}
+	paced(w.stop, func(i int) {
 		targets := w.targets()
 		if len(targets) == 0 {
-			continue
+			return
 		}
 		p := targets[i%len(targets)]
 		value := w.prefix + "-" + strconv.Itoa(i)
@@ -108,6 +101,20 @@ func (w *writer) run() {
 			w.perPod[p.pod]++
 		}
 		w.mu.Unlock()
+	})
+}
+
+// paced calls step(0), step(1), ... once every writerInterval until stop is closed.
+func paced(stop <-chan struct{}, step func(i int)) {
+	tick := time.NewTicker(writerInterval)
+	defer tick.Stop()
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		step(i)
 	}
 }
 
@@ -231,17 +238,10 @@ func startReader(t *testing.T, filter string, target podAPI, w *writer) *reader 
 
 func (r *reader) run(filter string, target podAPI, w *writer) {
 	defer close(r.done)
-	tick := time.NewTicker(writerInterval)
-	defer tick.Stop()
-	for i := 0; ; i++ {
-		select {
-		case <-r.stop:
-			return
-		case <-tick.C:
-		}
+	paced(r.stop, func(i int) {
 		acked := w.values()
 		if len(acked) == 0 {
-			continue
+			return
 		}
 		value := acked[(i*7919)%len(acked)] // spread over old and new values
 		status, body, retried, err := retrying(target, clientAttempts, http.MethodPost,
@@ -256,7 +256,7 @@ func (r *reader) run(filter string, target podAPI, w *writer) {
 			r.failures = append(r.failures, fmt.Sprintf("%s check %s: %d %s", time.Now().Format("15:04:05.000"), value, status, strings.TrimSpace(string(body))))
 		}
 		r.mu.Unlock()
-	}
+	})
 }
 
 func (r *reader) halt() {
