@@ -16,12 +16,13 @@ import (
 // EndpointSlices and proxies to, which loopback addresses are not: where the suite may change the
 // host's routes, it makes routedPods and serviceNetwork local addresses of the loopback interface
 // (`ip route replace local NETWORK dev lo`, which lets a process listen on any address of the
-// network) and leaves them in place for later runs. Elsewhere pods get loopback addresses, and
-// the scenarios through a Service skip, saying why.
+// network) and leaves them in place for later runs. Both are in 198.18.0.0/15, which RFC 2544
+// sets aside for benchmarking networks: no real host a test machine talks to is there. Elsewhere
+// pods get loopback addresses, and the scenarios through a Service skip, saying why.
 const (
-	routedPods     = "10.244.0.0/24"
+	routedPods     = "198.18.0.0/24"
 	loopbackPods   = "127.0.1.0/24"
-	serviceNetwork = "10.0.0.0/24" // the API server's service-cluster-ip-range
+	serviceNetwork = "198.19.0.0/24" // the API server's service-cluster-ip-range
 )
 
 // network is what the host gives the suite.
@@ -34,7 +35,7 @@ type network struct {
 // setUpNetwork makes the routed networks local when the process may, or falls back to loopback.
 func setUpNetwork() network {
 	if os.Geteuid() != 0 {
-		return loopbackNetwork("the suite is not running as root, and making 10.244.0.0/24 and 10.0.0.0/24 local addresses (ip route) needs it")
+		return loopbackNetwork(fmt.Sprintf("the suite is not running as root, and making %s and %s local addresses (ip route) needs it", routedPods, serviceNetwork))
 	}
 	for _, prefix := range []string{routedPods, serviceNetwork} {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
