@@ -219,9 +219,9 @@ func endpointConfig(namespace, name string, i int, spec serviceMonitorSpec, ep e
 		RelabelConfig{Action: "keep", SourceLabels: []string{endpointMeta + "port_name"}, Regex: ep.Port},
 		// The pod behind the address, or a node for a Service of nodes.
 		RelabelConfig{SourceLabels: []string{endpointMeta + "address_target_kind", endpointMeta + "address_target_name"},
-			Separator: ptr(";"), Regex: "Node;(.*)", Replacement: ptr("${1}"), TargetLabel: "node"},
+			Separator: new(";"), Regex: "Node;(.*)", Replacement: new("${1}"), TargetLabel: "node"},
 		RelabelConfig{SourceLabels: []string{endpointMeta + "address_target_kind", endpointMeta + "address_target_name"},
-			Separator: ptr(";"), Regex: "Pod;(.*)", Replacement: ptr("${1}"), TargetLabel: "pod"},
+			Separator: new(";"), Regex: "Pod;(.*)", Replacement: new("${1}"), TargetLabel: "pod"},
 		RelabelConfig{SourceLabels: []string{"__meta_kubernetes_namespace"}, TargetLabel: "namespace"},
 		RelabelConfig{SourceLabels: []string{"__meta_kubernetes_service_name"}, TargetLabel: "service"},
 		RelabelConfig{SourceLabels: []string{"__meta_kubernetes_pod_name"}, TargetLabel: "pod"},
@@ -233,19 +233,19 @@ func endpointConfig(namespace, name string, i int, spec serviceMonitorSpec, ep e
 	}
 	for _, l := range spec.TargetLabels {
 		relabel = append(relabel, RelabelConfig{SourceLabels: []string{"__meta_kubernetes_service_label_" + sanitize(l)},
-			TargetLabel: sanitize(l), Regex: "(.+)", Replacement: ptr("${1}")})
+			TargetLabel: sanitize(l), Regex: "(.+)", Replacement: new("${1}")})
 	}
 	for _, l := range spec.PodTargetLabels {
 		relabel = append(relabel, RelabelConfig{SourceLabels: []string{"__meta_kubernetes_pod_label_" + sanitize(l)},
-			TargetLabel: sanitize(l), Regex: "(.+)", Replacement: ptr("${1}")})
+			TargetLabel: sanitize(l), Regex: "(.+)", Replacement: new("${1}")})
 	}
 	// The job is the Service's name, unless jobLabel names a label of the Service that it has.
-	relabel = append(relabel, RelabelConfig{SourceLabels: []string{"__meta_kubernetes_service_name"}, TargetLabel: "job", Replacement: ptr("${1}")})
+	relabel = append(relabel, RelabelConfig{SourceLabels: []string{"__meta_kubernetes_service_name"}, TargetLabel: "job", Replacement: new("${1}")})
 	if spec.JobLabel != "" {
 		relabel = append(relabel, RelabelConfig{SourceLabels: []string{"__meta_kubernetes_service_label_" + sanitize(spec.JobLabel)},
-			TargetLabel: "job", Regex: "(.+)", Replacement: ptr("${1}")})
+			TargetLabel: "job", Regex: "(.+)", Replacement: new("${1}")})
 	}
-	relabel = append(relabel, RelabelConfig{TargetLabel: "endpoint", Replacement: ptr(ep.Port)})
+	relabel = append(relabel, RelabelConfig{TargetLabel: "endpoint", Replacement: new(ep.Port)})
 	own, err := relabelings(ep.Relabelings)
 	if err != nil {
 		return ScrapeConfig{}, fmt.Errorf("ServiceMonitor %s/%s endpoint %d relabelings: %w", namespace, name, i, err)
@@ -323,8 +323,6 @@ var invalidLabelChar = regexp.MustCompile(`[^a-zA-Z0-9_]`)
 
 // sanitize makes a Kubernetes label's name a Prometheus label name, as service discovery does.
 func sanitize(name string) string { return invalidLabelChar.ReplaceAllString(name, "_") }
-
-func ptr(s string) *string { return &s }
 
 // Config is a prometheus.yml: rule files and scrape configurations, as the Prometheus Operator's
 // generated one has them, with the global intervals a test chooses.
