@@ -56,10 +56,12 @@ func (n namespace) alertRuleGroups() []ruleGroup {
 		n.t.Fatal(err)
 	}
 	var prometheusRule struct {
-		APIVersion string                       `json:"apiVersion"`
-		Kind       string                       `json:"kind"`
-		Metadata   map[string]any               `json:"metadata"`
-		Spec       struct{ Groups []ruleGroup } `json:"spec"`
+		APIVersion string         `json:"apiVersion"`
+		Kind       string         `json:"kind"`
+		Metadata   map[string]any `json:"metadata"`
+		Spec       struct {
+			Groups []ruleGroup `json:"groups"`
+		} `json:"spec"`
 	}
 	if err := yaml.UnmarshalStrict(data, &prometheusRule); err != nil {
 		n.t.Fatalf("config/prometheus/alerts.yaml: %v", err)
@@ -78,10 +80,9 @@ type runningPrometheus struct {
 }
 
 // startPrometheus runs Prometheus on the scrape configurations and rule groups until the test
-// ends, discovering targets as the ServiceAccount prometheus of the namespace (made here, with
-// prometheusDiscoveryRules in the namespace), and returns once it is ready. Scrape
-// configurations that discover through kubeconfigFile must be given the one it returns first:
-// call n.prometheusKubeconfig() before.
+// ends, and returns once it is ready. Its files (prometheus.yml, rules.yaml, the TSDB) are in the
+// run directory's prometheus-<namespace>, its log beside them. The scrape configurations discover
+// their targets with the kubeconfig of n.prometheusKubeconfig.
 func (n namespace) startPrometheus(scrapeConfigs []promconfig.ScrapeConfig, groups []ruleGroup) *runningPrometheus {
 	n.t.Helper()
 	binary, err := promconfig.Tool("prometheus")

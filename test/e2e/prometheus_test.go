@@ -163,7 +163,7 @@ spec:
 				for _, want := range group.Rules {
 					got, ok := rules[group.Name][want.Alert]
 					if !ok {
-						t.Fatalf("rule %s of group %s is not loaded; /api/v1/rules:\n%s", want.Alert, group.Name, detail)
+						return false, fmt.Sprintf("rule %s of group %s is not loaded; /api/v1/rules:\n%s", want.Alert, group.Name, detail)
 					}
 					switch got.Health {
 					case promv1.RuleHealthGood:
