@@ -64,11 +64,12 @@ test: test-deps vet controller-gen helm-lint helm-test kustomize prometheus-tool
 
 # The end-to-end suite (test/e2e, build tag e2e): etcd, kube-apiserver and kube-controller-manager
 # from the same cached binaries, `bloomery operator` and a node agent that runs each data-plane pod
-# as a local process. About a minute and a half once the binaries are cached.
+# as a local process, and the cached prometheus (PROMETHEUS_TOOLS_DIR). About a minute and a half
+# once the binaries are cached.
 .PHONY: test-e2e
-test-e2e: ## Run the end-to-end tests on a real control plane without Docker (test/e2e).
+test-e2e: prometheus-tools ## Run the end-to-end tests on a real control plane without Docker (test/e2e).
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
-	KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
+	KUBEBUILDER_ASSETS="$$assets" PROMETHEUS_TOOLS_DIR="$(PROMETHEUS_TOOLS_DIR)" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
 
 # The Prometheus Operator's ServiceMonitor CRD that the end-to-end suite installs (test/crds), and its
 # PrometheusRule CRD that the chart's tests validate the alerts with,

@@ -38,7 +38,7 @@ func (r *BloomClusterReconciler) reconcileServiceMonitor(ctx context.Context, st
 		}
 		return ctrl.Result{}, nil
 	}
-	desired := buildServiceMonitor(st.cluster)
+	desired := BuildServiceMonitor(st.cluster)
 	if !wanted {
 		return ctrl.Result{}, deleteChild(ctx, r, st.cluster, desired)
 	}
@@ -63,10 +63,12 @@ func (r *BloomClusterReconciler) kindExists(gvk schema.GroupVersionKind) (bool, 
 	return false, fmt.Errorf("discovering %s: %w", gvk.Kind, err)
 }
 
-// buildServiceMonitor makes the Prometheus Operator scrape /metrics of every pod on its ops port,
+// BuildServiceMonitor makes the Prometheus Operator scrape /metrics of every pod on its ops port,
 // through the headless Service. The spec holds only JSON types (map[string]any, []any, string), as
-// unstructured objects must.
-func buildServiceMonitor(c *bloomeryv1alpha1.BloomCluster) *unstructured.Unstructured {
+// unstructured objects must. It is exported for the end-to-end suite's translation of a
+// ServiceMonitor into Prometheus's scrape configuration (test/e2e/promconfig), which is tested
+// against what the operator renders.
+func BuildServiceMonitor(c *bloomeryv1alpha1.BloomCluster) *unstructured.Unstructured {
 	sm := c.Spec.Monitoring.ServiceMonitor
 	labels := maps.Clone(sm.Labels)
 	if labels == nil {

@@ -8,7 +8,8 @@
 // (harness_network_test.go). The operator runs as installed: as a ServiceAccount with the RBAC of
 // config/rbac, leader election on, its metrics over HTTPS for authorized callers only. Every test
 // has a namespace of its own and runs in parallel with the others, but TestNamespacedOperator,
-// which runs first and alone.
+// which runs first and alone. TestPrometheus also runs the prometheus that `make prometheus-tools`
+// caches (PROMETHEUS_TOOLS_DIR).
 //
 //	make test-e2e
 //
