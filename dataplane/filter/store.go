@@ -104,6 +104,9 @@ type Journal interface {
 	Accessed(name string, at time.Time)
 	// Purged is told of a filter removed because it expired.
 	Purged(name string)
+	// ExpiryChanged is called before the override e of the incarnation of name at generation
+	// takes effect; an error aborts the change.
+	ExpiryChanged(name string, generation int64, e Expiry) error
 }
 
 // Store holds the filters of one data plane by name. Lookups take no lock shared by all filters.

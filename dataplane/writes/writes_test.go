@@ -44,6 +44,10 @@ func (j *journal) Added(name string, keys []string) error {
 }
 func (j *journal) Accessed(string, time.Time) {}
 func (j *journal) Purged(string)              {}
+func (j *journal) ExpiryChanged(name string, _ int64, e filter.Expiry) error {
+	j.record("expiry " + e.Mode.String() + " " + name)
+	return nil
+}
 
 func (j *journal) record(op string) {
 	j.mu.Lock()
