@@ -337,6 +337,9 @@ func (s *Store) Retired() (checked, set uint64) {
 // UsedBytes is the memory the budget counts: all filters' bit arrays and a FilterOverhead each.
 func (s *Store) UsedBytes() uint64 { return s.memory.used.Load() }
 
+// Now is the time of the store's clock, by which filters expire.
+func (s *Store) Now() time.Time { return s.clock() }
+
 // Limits are the store's memory limits.
 func (s *Store) Limits() Limits { return s.memory.limits }
 

@@ -219,6 +219,44 @@ func TestApplyFollowsGenerations(t *testing.T) {
 	}
 }
 
+// A change of expiry applies to the incarnation it names, the newest stamp winning whatever the
+// order the changes arrive in; one for an incarnation this pod lacks is not applied.
+func TestApplyExpiryTakesTheNewest(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	n := NewNode(Options{Store: store})
+	opts := filter.Options{Capacity: 1000, FPP: 0.01}
+	gen := time.Now().UnixNano()
+	deadline := time.Unix(0, gen).Add(time.Hour)
+	newer := &filter.Expiry{Mode: filter.ExpiryAt, At: deadline, Stamp: gen + 2, Origin: "a"}
+	older := &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + 1, Origin: "b"}
+	applied, err := n.Apply([]Op{
+		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: older}, // before the create: missed
+		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: newer},
+		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: older},     // arrives late, loses
+		{Kind: OpExpire, Name: "f", Generation: gen + 5, Expiry: older}, // an incarnation not held
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, true, true, false}; fmt.Sprint(applied) != fmt.Sprint(want) {
+		t.Errorf("applied = %v, want %v", applied, want)
+	}
+	if f, _ := store.Get("f"); f == nil || !f.ExpiryOverride().Equal(*newer) {
+		t.Errorf("f's override = %+v, want the newest, %+v", f.ExpiryOverride(), *newer)
+	}
+	for name, op := range map[string]Op{
+		"no expiry":       {Kind: OpExpire, Name: "f", Generation: gen},
+		"no mode":         {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Stamp: gen}},
+		"stamp 0":         {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever}},
+		"stamp far ahead": {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + int64(time.Hour)}},
+	} {
+		if _, err := n.Apply([]Op{op}); !errors.Is(err, ErrBadOp) {
+			t.Errorf("%s: %v, want ErrBadOp", name, err)
+		}
+	}
+}
+
 func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "pod-1"})
 	err := n.SetMembership(wire.Membership{Epoch: 1, Self: "pod-0", Members: members("pod-0", "pod-1")})
