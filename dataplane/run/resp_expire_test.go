@@ -1,0 +1,187 @@
+package run_test
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// doInt runs a command and expects an integer reply.
+func doInt(t *testing.T, rdb *redis.Client, want int64, args ...any) {
+	t.Helper()
+	got, err := rdb.Do(context.Background(), args...).Int64()
+	if err != nil || got != want {
+		t.Errorf("%v = %d, %v; want %d", args, got, err, want)
+	}
+}
+
+// doError runs a command and expects an error reply of exactly want.
+func doError(t *testing.T, rdb *redis.Client, want string, args ...any) {
+	t.Helper()
+	err := rdb.Do(context.Background(), args...).Err()
+	if err == nil || err.Error() != want {
+		t.Errorf("%v = %v; want the error %q", args, err, want)
+	}
+}
+
+// EXPIRE, PEXPIRE, TTL, PTTL and PERSIST answer as Redis 7 does, on the test's clock, and the
+// HTTP API shows the same expiry.
+func TestRESPExpiry(t *testing.T) {
+	t.Parallel()
+	tm := newFakeTime()
+	ts := runServerAt(t, tm, nil) // filters expire 24 h after their creation by default
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	for _, name := range []string{"f", "g"} {
+		if err := rdb.BFReserve(ctx, name, 0.01, 100).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	doInt(t, rdb, 86400, "TTL", "f")
+	doInt(t, rdb, 86400_000, "PTTL", "f")
+	doInt(t, rdb, -2, "TTL", "missing")
+	doInt(t, rdb, -2, "PTTL", "missing")
+	doInt(t, rdb, 0, "EXPIRE", "missing", 10)
+	doInt(t, rdb, 0, "PERSIST", "missing")
+
+	// go-redis's own methods.
+	expect(t, "EXPIRE f 100", true)(rdb.Expire(ctx, "f", 100*time.Second).Result())
+	expect(t, "TTL f", 100*time.Second)(rdb.TTL(ctx, "f").Result())
+	expect(t, "PEXPIRE f 100500", true)(rdb.PExpire(ctx, "f", 100500*time.Millisecond).Result())
+	expect(t, "PTTL f", 100500*time.Millisecond)(rdb.PTTL(ctx, "f").Result())
+	deadline := tm.clock.Now().Add(100500 * time.Millisecond)
+	if got := get(t, ts, "f"); got.Expiration != deadline.UTC().Format(wire.TimeFormat) {
+		t.Errorf("GET f after PEXPIRE: expiration %q, want %v", got.Expiration, deadline)
+	}
+
+	// TTL rounds to the nearest second, half up, as Redis does.
+	tm.clock.Advance(1000 * time.Millisecond) // 99.5 s left
+	doInt(t, rdb, 100, "TTL", "f")
+	doInt(t, rdb, 99500, "PTTL", "f")
+	tm.clock.Advance(time.Millisecond) // 99.499 s left
+	doInt(t, rdb, 99, "TTL", "f")
+
+	expect(t, "PERSIST f", true)(rdb.Persist(ctx, "f").Result())
+	expect(t, "TTL f after PERSIST", time.Duration(-1))(rdb.TTL(ctx, "f").Result())
+	doInt(t, rdb, -1, "PTTL", "f")
+	expect(t, "PERSIST f again", false)(rdb.Persist(ctx, "f").Result())
+	if got := get(t, ts, "f"); got.Expiration != "" {
+		t.Errorf("GET f after PERSIST: expiration %q, want none", got.Expiration)
+	}
+
+	// NX, XX, GT, LT, in any case; a filter without expiry counts as an infinite TTL.
+	doInt(t, rdb, 0, "EXPIRE", "f", 50, "XX")
+	doInt(t, rdb, 0, "EXPIRE", "f", 50, "GT")
+	doInt(t, rdb, 1, "EXPIRE", "f", 50, "nx")
+	doInt(t, rdb, 0, "EXPIRE", "f", 60, "NX")
+	doInt(t, rdb, 1, "EXPIRE", "f", 70, "xx")
+	doInt(t, rdb, 0, "EXPIRE", "f", 60, "GT")
+	doInt(t, rdb, 0, "EXPIRE", "f", 70, "GT") // not greater
+	doInt(t, rdb, 1, "EXPIRE", "f", 80, "GT", "XX")
+	doInt(t, rdb, 0, "EXPIRE", "f", 90, "LT")
+	doInt(t, rdb, 1, "PEXPIRE", "f", 40000, "Lt")
+	doInt(t, rdb, 40, "TTL", "f")
+	expect(t, "PERSIST g", true)(rdb.Persist(ctx, "g").Result())
+	doInt(t, rdb, 1, "EXPIRE", "g", 30, "LT")
+	doInt(t, rdb, 30, "TTL", "g")
+	expect(t, "EXPIRE NX of go-redis", false)(rdb.ExpireNX(ctx, "g", time.Minute).Result())
+	expect(t, "EXPIRE GT of go-redis", true)(rdb.ExpireGT(ctx, "g", time.Minute).Result())
+
+	// Errors, in Redis's order: options, then the integer, then its range, then the key.
+	doError(t, rdb, "ERR NX and XX, GT or LT options at the same time are not compatible", "EXPIRE", "f", 10, "NX", "XX")
+	doError(t, rdb, "ERR NX and XX, GT or LT options at the same time are not compatible", "EXPIRE", "f", 10, "gt", "nx")
+	doError(t, rdb, "ERR NX and XX, GT or LT options at the same time are not compatible", "PEXPIRE", "f", 10, "NX", "LT")
+	doError(t, rdb, "ERR GT and LT options at the same time are not compatible", "EXPIRE", "f", 10, "GT", "LT")
+	doError(t, rdb, "ERR Unsupported option FOO", "EXPIRE", "f", 10, "FOO")
+	doError(t, rdb, "ERR Unsupported option bar", "EXPIRE", "missing", "abc", "bar")
+	doError(t, rdb, "ERR value is not an integer or out of range", "EXPIRE", "f", "abc")
+	doError(t, rdb, "ERR value is not an integer or out of range", "PEXPIRE", "missing", "1.5")
+	doError(t, rdb, "ERR value is not an integer or out of range", "EXPIRE", "f", "99999999999999999999")
+	doError(t, rdb, "ERR invalid expire time in 'expire' command", "EXPIRE", "f", "9223372036854776")
+	doError(t, rdb, "ERR invalid expire time in 'expire' command", "EXPIRE", "missing", "-9223372036854776")
+	doError(t, rdb, "ERR invalid expire time in 'expire' command", "EXPIRE", "f", "9223372036854775")
+	doError(t, rdb, "ERR invalid expire time in 'pexpire' command", "PEXPIRE", "f", "9223372036854775807")
+	doError(t, rdb, "ERR invalid expire time in 'pexpire' command", "PEXPIRE", "f", "9000000000000000") // Redis takes it: past the year 2262
+	doError(t, rdb, "ERR wrong number of arguments for 'expire' command", "EXPIRE", "f")
+	doError(t, rdb, "ERR wrong number of arguments for 'ttl' command", "TTL", "f", "g")
+	doError(t, rdb, "ERR wrong number of arguments for 'pttl' command", "PTTL")
+	doError(t, rdb, "ERR wrong number of arguments for 'persist' command", "PERSIST")
+	doInt(t, rdb, 40, "TTL", "f") // no error changed anything
+
+	// A time in the past deletes the filter, as Redis deletes the key, and says 1.
+	doInt(t, rdb, 1, "EXPIRE", "g", -1)
+	doInt(t, rdb, -2, "TTL", "g")
+	doInt(t, rdb, 0, "EXISTS", "g")
+	if _, err := ts.client.Get(ctx, "g"); !client.IsNotFound(err) {
+		t.Errorf("GET of a filter given a time in the past: %v, want not found", err)
+	}
+	if err := rdb.BFAdd(ctx, "zero", "x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	doInt(t, rdb, 1, "PEXPIRE", "zero", 0)
+	doInt(t, rdb, 0, "EXISTS", "zero")
+}
+
+// A filter whose time to live runs out is gone at once, for every command and for the HTTP API,
+// and the purge removes it; one made to live forever outlives its create options.
+func TestRESPExpiryRunsOut(t *testing.T) {
+	t.Parallel()
+	const purgeInterval = 10 * time.Second
+	tm := newFakeTime()
+	ts := runServerAt(t, tm, func(cfg *config.Config) {
+		cfg.PurgeInterval = purgeInterval
+		cfg.DefaultValidAfterCreate = 20 * time.Second
+	})
+	ctx := t.Context()
+	rdb := redisClient(t, ts)
+	for _, name := range []string{"short", "kept"} {
+		if err := rdb.BFAdd(ctx, name, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	create(t, ts, "sliding", client.CreateOptions{ExpectedInsertions: new(uint64(100)), FPP: new(0.01), ValidPeriodAfterAccess: new(int64(30))})
+	doInt(t, rdb, 1, "EXPIRE", "short", 5)
+	doInt(t, rdb, 1, "PERSIST", "kept")
+
+	// Sliding expiry: TTL is what is left since the last access, until EXPIRE replaces it.
+	tm.clock.Advance(time.Second)
+	doInt(t, rdb, 29, "TTL", "sliding")
+	expect(t, "BF.EXISTS sliding", false)(rdb.BFExists(ctx, "sliding", "x").Result()) // an access
+	doInt(t, rdb, 30, "TTL", "sliding")
+	doInt(t, rdb, 1, "EXPIRE", "sliding", 3)
+	tm.clock.Advance(time.Second)
+	expect(t, "BF.EXISTS sliding", false)(rdb.BFExists(ctx, "sliding", "x").Result())
+	doInt(t, rdb, 2, "TTL", "sliding")
+
+	tm.clock.Advance(3 * time.Second) // short's 5 s are over, and sliding's 3
+	for _, name := range []string{"short", "sliding"} {
+		doInt(t, rdb, -2, "TTL", name)
+		doInt(t, rdb, 0, "EXISTS", name)
+		doInt(t, rdb, 0, "BF.CARD", name)
+		expect(t, "TYPE "+name, "none")(rdb.Type(ctx, name).Result())
+		if _, err := ts.client.Get(ctx, name); !client.IsNotFound(err) {
+			t.Errorf("GET %s after its TTL ran out: %v, want not found", name, err)
+		}
+	}
+	tm.clock.Advance(time.Minute) // kept's create options would have expired it
+	tm.ticker.Tick(t, purgeInterval)
+	if keys, err := rdb.Keys(ctx, "*").Result(); err != nil || !slices.Equal(keys, []string{"kept"}) {
+		t.Errorf("KEYS * after the purge = %v, %v; want [kept]", keys, err)
+	}
+	if f, err := ts.client.Get(ctx, "kept"); err != nil || f.Expiration != "" {
+		t.Errorf("GET kept = %+v, %v; want a filter that never expires", f, err)
+	}
+	resp := ts.send(t, http.MethodGet, "/v1/bloomfilter/short", "")
+	if resp.status != http.StatusNotFound {
+		t.Errorf("GET short after the purge: %d, want 404", resp.status)
+	}
+}
