@@ -39,15 +39,15 @@ func (m ExpiryMode) String() string {
 
 // Expiry is a filter's expiry override.
 type Expiry struct {
-	Mode ExpiryMode
+	Mode ExpiryMode `json:"mode"`
 	// At is the deadline of ExpiryAt, the zero time otherwise.
-	At time.Time
+	At time.Time `json:"at,omitzero"`
 	// Stamp orders the changes of one filter's expiry: Unix nanoseconds of the clock of the pod
 	// that made the change, raised past the stamp it replaced so that a pod's later change always
 	// wins over what it had seen.
-	Stamp int64
+	Stamp int64 `json:"stamp"`
 	// Origin names the pod that made the change; it breaks ties between equal stamps.
-	Origin string
+	Origin string `json:"origin"`
 }
 
 // Newer reports whether e wins over o: a later stamp, or the same stamp from a later origin.

@@ -2,8 +2,10 @@ package run_test
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -184,4 +188,173 @@ func TestRESPExpiryRunsOut(t *testing.T) {
 	if resp.status != http.StatusNotFound {
 		t.Errorf("GET short after the purge: %d, want 404", resp.status)
 	}
+}
+
+// A change of expiry is kept by the log and by the final snapshot of a graceful stop.
+func TestRESPExpirySurvivesARestart(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tm := newFakeTime()
+	start := func() (*testServer, func() error) {
+		ts, stop := startRun(t, newServerAt(t, tm, func(cfg *config.Config) { cfg.DataDir = dir }))
+		waitUntilReady(t, ts)
+		return ts, stop
+	}
+	ts, stop := start()
+	rdb := redisClient(t, ts)
+	for _, name := range []string{"deadline", "forever"} {
+		if err := rdb.BFAdd(t.Context(), name, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doInt(t, rdb, 1, "EXPIRE", "deadline", 100)
+	doInt(t, rdb, 1, "PERSIST", "forever")
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	ts, stop = start()
+	defer func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	rdb = redisClient(t, ts)
+	tm.clock.Advance(25 * time.Hour) // past the default expiry after create
+	doInt(t, rdb, -2, "TTL", "deadline")
+	doInt(t, rdb, -1, "TTL", "forever")
+}
+
+// threePods runs three data planes that know each other, with anti-entropy at that interval (0:
+// none).
+func threePods(t *testing.T, antiEntropy time.Duration) []*testServer {
+	t.Helper()
+	pods := make([]*testServer, 3)
+	var members []wire.Member
+	for i := range pods {
+		pods[i] = runServer(t, func(cfg *config.Config) { cfg.AntiEntropyInterval = antiEntropy })
+		members = append(members, wire.Member{Name: string(rune('a' + i)), URL: pods[i].internal.url})
+	}
+	for i, ts := range pods {
+		if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: members[i].Name, Members: members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return pods
+}
+
+// expirations are the filter's expiration on every pod, as GET answers it ("" for never,
+// "missing" when the pod lacks it).
+func expirations(t *testing.T, pods []*testServer, name string) []string {
+	t.Helper()
+	out := make([]string, len(pods))
+	for i, ts := range pods {
+		f, err := ts.client.Get(t.Context(), name)
+		switch {
+		case client.IsNotFound(err):
+			out[i] = "missing"
+		case err != nil:
+			t.Fatalf("GET %s on pod %d: %v", name, i, err)
+		default:
+			out[i] = f.Expiration
+		}
+	}
+	return out
+}
+
+func allEqual(s []string) bool {
+	return !slices.Contains(s, "missing") && slices.Equal(s, []string{s[0], s[0], s[0]})
+}
+
+// reserveEverywhere makes the filter through pod 0 and waits until every pod holds it.
+func reserveEverywhere(t *testing.T, pods []*testServer, name string) []*redis.Client {
+	t.Helper()
+	rdbs := make([]*redis.Client, len(pods))
+	for i, ts := range pods {
+		rdbs[i] = redisClient(t, ts)
+	}
+	if err := rdbs[0].BFReserve(t.Context(), name, 0.01, 100).Err(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, 10*time.Millisecond, "the filter on every pod", func() bool {
+		return allEqual(expirations(t, pods, name))
+	})
+	return rdbs
+}
+
+// On three pods, without anti-entropy, a change of expiry made on one is seen by TTL on the
+// others, and changes made concurrently on two pods, which each applies in its own order, end
+// the same on all three.
+func TestRESPExpiryReplicates(t *testing.T) {
+	t.Parallel()
+	pods := threePods(t, 0)
+	ctx := t.Context()
+	rdbs := reserveEverywhere(t, pods, "f")
+
+	doInt(t, rdbs[0], 1, "EXPIRE", "f", 1000)
+	eventually(t, 10*time.Second, 10*time.Millisecond, "TTL 1000 on every pod", func() bool {
+		for _, rdb := range rdbs {
+			if ttl, err := rdb.Do(ctx, "TTL", "f").Int64(); err != nil || ttl < 990 || ttl > 1000 {
+				return false
+			}
+		}
+		return true
+	})
+	doInt(t, rdbs[1], 1, "PERSIST", "f")
+	eventually(t, 10*time.Second, 10*time.Millisecond, "PERSIST on every pod", func() bool {
+		for _, rdb := range rdbs {
+			if ttl, err := rdb.Do(ctx, "TTL", "f").Int64(); err != nil || ttl != -1 {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Concurrent changes through two pods: each applies its own first and the other's after,
+	// and the newer stamp wins on both.
+	for round := range 5 {
+		done := make(chan error, 2)
+		for i, seconds := range []int{2000 + round, 3000 + round} {
+			go func() { done <- rdbs[i+1].Do(ctx, "EXPIRE", "f", seconds).Err() }()
+		}
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, 10*time.Second, 10*time.Millisecond, "one expiry on every pod", func() bool {
+			return allEqual(expirations(t, pods, "f"))
+		})
+	}
+}
+
+// A change of expiry that only one pod received (a peer's write the others missed) reaches them
+// through anti-entropy, which compares the overrides in the inventories.
+func TestExpiryConvergesByAntiEntropy(t *testing.T) {
+	t.Parallel()
+	pods := threePods(t, time.Second)
+	ctx := t.Context()
+	reserveEverywhere(t, pods, "f")
+	inv, err := pods[2].internal.client.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var generation int64
+	for _, d := range inv.Filters {
+		if d.Name == "f" {
+			generation = d.Generation
+		}
+	}
+	op := replication.Op{Kind: replication.OpExpire, Name: "f", Generation: generation,
+		Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: time.Now().UnixNano(), Origin: "elsewhere"}}
+	body, err := json.Marshal(wire.ApplyRequest[replication.Op]{Ops: []replication.Op{op}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := pods[2].internal.send(t, http.MethodPost, wire.ApplyPath, string(body)); r.status != http.StatusOK || !strings.Contains(string(r.body), "true") {
+		t.Fatalf("apply on pod c: %d %s", r.status, r.body)
+	}
+	eventually(t, 20*time.Second, 50*time.Millisecond, "anti-entropy to bring pod c's change to a and b", func() bool {
+		got := expirations(t, pods, "f")
+		return allEqual(got) && got[0] == ""
+	})
 }
