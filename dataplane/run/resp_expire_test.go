@@ -358,3 +358,51 @@ func TestExpiryConvergesByAntiEntropy(t *testing.T) {
 		return allEqual(got) && got[0] == ""
 	})
 }
+
+// PUT and DELETE of a filter's expiration change its expiry over HTTP, as EXPIRE and PERSIST do
+// over RESP: one set of filters, one expiry.
+func TestRESTExpiration(t *testing.T) {
+	t.Parallel()
+	tm := newFakeTime()
+	ts := runServerAt(t, tm, nil)
+	rdb := redisClient(t, ts)
+	create(t, ts, "f", client.CreateOptions{})
+	path := wire.FilterOpPath("f", wire.OpExpiration)
+
+	deadline := tm.clock.Now().Add(90 * time.Second).UTC().Format(wire.TimeFormat)
+	r := ts.send(t, http.MethodPut, path, `{"expiration": "`+deadline+`"}`)
+	var f wire.Filter
+	if err := json.Unmarshal(r.body, &f); r.status != http.StatusOK || err != nil || f.Expiration != deadline {
+		t.Fatalf("PUT expiration = %d %s; want 200 and the filter expiring at %s", r.status, r.body, deadline)
+	}
+	doInt(t, rdb, 90, "TTL", "f")
+	if got := get(t, ts, "f"); got.Expiration != deadline {
+		t.Errorf("GET after PUT expiration: %q, want %q", got.Expiration, deadline)
+	}
+
+	for body, want := range map[string]string{
+		`{"expiration": "` + tm.clock.Now().UTC().Format(wire.TimeFormat) + `"}`: "is not in the future",
+		`{"expiration": "tomorrow"}`:             "is not an RFC 3339 time",
+		`{"expiration": "2300-01-01T00:00:00Z"}`: "the last time a filter can expire at",
+		`{"expiration": 90}`:                     "expect string type",
+		`{"expiry": "2030-01-01T00:00:00Z"}`:     "unknown parameter",
+		`{}`:                                     "expiration",
+	} {
+		if msg := ts.send(t, http.MethodPut, path, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+			t.Errorf("PUT expiration %s: %q, want it to contain %q", body, msg, want)
+		}
+	}
+	if r := ts.send(t, http.MethodPut, wire.FilterOpPath("missing", wire.OpExpiration), `{"expiration": "`+deadline+`"}`); r.status != http.StatusNotFound {
+		t.Errorf("PUT expiration of a missing filter: %d, want 404", r.status)
+	}
+	doInt(t, rdb, 90, "TTL", "f") // no refusal changed anything
+
+	r = ts.send(t, http.MethodDelete, path, "")
+	f = wire.Filter{}
+	if err := json.Unmarshal(r.body, &f); r.status != http.StatusOK || err != nil || f.Expiration != "" {
+		t.Fatalf("DELETE expiration = %d %s; want 200 and a filter without expiration", r.status, r.body)
+	}
+	doInt(t, rdb, -1, "TTL", "f")
+	tm.clock.Advance(48 * time.Hour) // past the default expiry after create
+	get(t, ts, "f")
+}
