@@ -105,8 +105,8 @@ func expireIn(unit time.Duration, name string) func(context.Context, *Server, *c
 		if when > maxDeadlineMillis {
 			return invalid
 		}
-		f, err := s.opts.Store.Get(c.arg(1))
-		if err != nil {
+		f, ok := s.liveFilter(c.arg(1))
+		if !ok {
 			c.w.WriteInt64(0)
 			return nil
 		}
@@ -125,8 +125,8 @@ func expireIn(unit time.Duration, name string) func(context.Context, *Server, *c
 // key, -1 for a filter that never expires, else what is left, never below 0.
 func ttlIn(unit time.Duration) func(context.Context, *Server, *call) error {
 	return func(_ context.Context, s *Server, c *call) error {
-		f, err := s.opts.Store.Get(c.arg(1))
-		if err != nil {
+		f, ok := s.liveFilter(c.arg(1))
+		if !ok {
 			c.w.WriteInt64(-2)
 			return nil
 		}
@@ -147,8 +147,8 @@ func ttlIn(unit time.Duration) func(context.Context, *Server, *call) error {
 // persist makes a filter that expires live until it is deleted: 1, or 0 for a missing key or a
 // filter that never expired anyway.
 func persist(ctx context.Context, s *Server, c *call) error {
-	f, err := s.opts.Store.Get(c.arg(1))
-	if err != nil {
+	f, ok := s.liveFilter(c.arg(1))
+	if !ok {
 		c.w.WriteInt64(0)
 		return nil
 	}

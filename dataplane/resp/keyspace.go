@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
 // keyspaceCommands see the filters as Redis keys of RedisBloom's type.
@@ -67,8 +69,14 @@ func keyType(_ context.Context, s *Server, c *call) error {
 // live reports whether a filter of that name is there and has not expired: as in Redis, a key
 // past its time to live no longer exists, even before the purge removes it.
 func (s *Server) live(name string) bool {
-	_, err := s.opts.Store.Get(name)
-	return err == nil
+	_, ok := s.liveFilter(name)
+	return ok
+}
+
+// liveFilter is the filter of that name if it is there and has not expired.
+func (s *Server) liveFilter(name string) (*filter.Filter, bool) {
+	f, err := s.opts.Store.Get(name)
+	return f, err == nil
 }
 
 func keys(_ context.Context, s *Server, c *call) error {
