@@ -73,9 +73,15 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 			break
 		}
 		expiry, err := engineExpiry(d.Expiry)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s's expiry of %q: %w", peer.Name, d.Name, err))
-			continue
+		if err == nil && expiry.Mode != filter.ExpiryByOptions {
+			// A stamp far ahead would win over every later change, as a generation would.
+			if err = checkGeneration(expiry.Stamp, time.Now()); err != nil {
+				err = fmt.Errorf("stamp: %w", err)
+			}
+		}
+		if err != nil { // the bits are still repaired, by the filter's own expiry
+			errs = append(errs, fmt.Errorf("refusing %s's expiry of %q: %w", peer.Name, d.Name, err))
+			expiry = filter.Expiry{}
 		}
 		if local, ok := store.Lookup(d.Name); ok && sameDigest(local.Digest(), d) {
 			if n.convergeExpiry(local, d.Generation, expiry, &errs) {
@@ -126,14 +132,11 @@ func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, 
 	return nil
 }
 
-// convergeExpiry takes a peer's expiry override of the incarnation at generation when it is newer
-// than local's (journaled, as a replicated change is), and reports whether it did.
+// convergeExpiry takes a peer's expiry override (checked by Repair) of the incarnation at
+// generation when it is newer than local's, journaled as a replicated change is, and reports
+// whether it did.
 func (n *Node) convergeExpiry(local *filter.Filter, generation int64, peer filter.Expiry, errs *[]error) bool {
 	if peer.Mode == filter.ExpiryByOptions || local.Generation() != generation {
-		return false
-	}
-	if err := checkGeneration(peer.Stamp, time.Now()); err != nil {
-		*errs = append(*errs, fmt.Errorf("refusing the expiry of %q: stamp: %w", local.Name(), err))
 		return false
 	}
 	changed, err := local.MergeExpiry(peer)
