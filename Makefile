@@ -52,7 +52,7 @@ generate: controller-gen ## Generate the DeepCopy methods of the API types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
 .PHONY: test-deps
-test-deps: ## Install the Debian packages the tests need (Chromium) with apt, when missing.
+test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis) with apt, when missing.
 	hack/test-deps.sh
 
 .PHONY: test

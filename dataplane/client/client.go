@@ -202,6 +202,25 @@ func (c *Client) Delete(ctx context.Context, name string) error {
 	return err
 }
 
+// SetExpiration makes the filter expire at, whatever its options said, and answers it.
+func (c *Client) SetExpiration(ctx context.Context, name string, at time.Time) (wire.Filter, error) {
+	var f wire.Filter
+	req := wire.ExpirationRequest{Expiration: at.UTC().Format(time.RFC3339Nano)}
+	if _, err := c.do(ctx, http.MethodPut, wire.FilterOpPath(name, wire.OpExpiration), req, &f); err != nil {
+		return wire.Filter{}, err
+	}
+	return f, nil
+}
+
+// RemoveExpiration makes the filter never expire, and answers it.
+func (c *Client) RemoveExpiration(ctx context.Context, name string) (wire.Filter, error) {
+	var f wire.Filter
+	if _, err := c.do(ctx, http.MethodDelete, wire.FilterOpPath(name, wire.OpExpiration), nil, &f); err != nil {
+		return wire.Filter{}, err
+	}
+	return f, nil
+}
+
 type valueBody struct {
 	Value string `json:"value"`
 }

@@ -27,6 +27,10 @@ type Filter struct {
 	// journaledAccess is the last access told to the journal, which hears of accesses at most
 	// once a second per filter.
 	journaledAccess atomic.Int64
+	// override, when set, decides expiry in place of the options (see expiry.go); an atomic, so
+	// that the request path reads it without a lock. expiryMu orders the changes of it.
+	override atomic.Pointer[Expiry]
+	expiryMu sync.Mutex
 	// items approximates the number of distinct keys added: a key counts when no layer held it.
 	items atomic.Uint64
 	// sizeBytes is what the budget holds for the filter: its bit arrays and, once it has a layer,
@@ -328,7 +332,7 @@ func (f *Filter) contains(locs []uint64) bool {
 // touch extends sliding expiry. Writing the shared timestamp at most once a millisecond keeps
 // concurrent readers of a hot filter from fighting over its cache line.
 func (f *Filter) touch() {
-	if f.opts.ValidAfterAccess == 0 {
+	if f.opts.ValidAfterAccess == 0 || f.override.Load() != nil { // an override ends sliding expiry
 		return
 	}
 	now := f.store.clock().UnixNano()
@@ -354,7 +358,7 @@ func (f *Filter) SetLastAccess(at time.Time) {
 
 // Expiry is when the filter expires; the zero time means never.
 func (f *Filter) Expiry() time.Time {
-	return expiry(f.opts, f.created, time.Unix(0, f.lastAccess.Load()))
+	return deadline(f.override.Load(), f.opts, f.created, time.Unix(0, f.lastAccess.Load()))
 }
 
 func expiry(opts Options, created, lastAccess time.Time) time.Time {
@@ -369,6 +373,9 @@ func expiry(opts Options, created, lastAccess time.Time) time.Time {
 
 // canExpire spares the clock read on the request path for filters that live forever.
 func (f *Filter) canExpire() bool {
+	if o := f.override.Load(); o != nil {
+		return o.Mode == ExpiryAt
+	}
 	return f.opts.ValidAfterAccess > 0 || f.opts.ValidAfterCreate > 0
 }
 

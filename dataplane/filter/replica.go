@@ -149,7 +149,8 @@ type MergeResult struct {
 
 // Merge ORs a replica's state of a filter into the store. Layers of the same index have the
 // same shape by construction, so the OR is exact however the replicas grew. A state of a newer
-// incarnation replaces the local one; an older, tombstoned or expired one is ignored.
+// incarnation replaces the local one, with the state's expiry override; an older, tombstoned or
+// expired one is ignored. The override of an incarnation held here is left to MergeExpiry.
 //
 // Bits merged in are not journaled key by key: the caller makes them durable with a snapshot.
 func (s *Store) Merge(st State) (MergeResult, error) {
@@ -173,6 +174,8 @@ func (s *Store) Merge(st State) (MergeResult, error) {
 		if err != nil {
 			return MergeResult{}, err
 		}
+		// The override comes with the bits: neither is journaled, the caller's snapshot keeps both.
+		fresh.override.Store(st.override())
 		if err := s.install(fresh); err != nil {
 			return MergeResult{}, err
 		}
@@ -280,6 +283,11 @@ func (st State) validate() error {
 	}
 	if err := st.Options.Validate(); err != nil {
 		return err
+	}
+	if o := st.override(); o != nil {
+		if err := o.Validate(); err != nil {
+			return err
+		}
 	}
 	if len(st.Layers) == 0 || len(st.Layers) > MaxLayers || (!st.Options.Scalable && len(st.Layers) != 1) {
 		return fmt.Errorf("%w: filter %q has %d layers", ErrInvalidOptions, st.Name, len(st.Layers))

@@ -18,6 +18,8 @@ type State struct {
 	// original would have.
 	NewestItems uint64
 	Layers      []LayerState
+	// Expiry is the filter's expiry override; Mode ExpiryByOptions when it has none.
+	Expiry Expiry
 }
 
 // LayerState is one layer's shape and bits. Nil Words are a layer of zeros, which a restore maps
@@ -33,8 +35,16 @@ func (l LayerState) WordCount() int { return int((l.Bits + 63) / 64) }
 
 // ExpiredAt reports whether the filter of this state has expired at now.
 func (st State) ExpiredAt(now time.Time) bool {
-	e := expiry(st.Options, st.Created, st.LastAccess)
+	e := deadline(st.override(), st.Options, st.Created, st.LastAccess)
 	return !e.IsZero() && !now.Before(e)
+}
+
+// override is the state's Expiry as the filter holds it: nil when there is none.
+func (st State) override() *Expiry {
+	if st.Expiry.Mode == ExpiryByOptions {
+		return nil
+	}
+	return &st.Expiry
 }
 
 // EmptyState is the state of a filter just created: one layer, no bits set.
@@ -116,6 +126,7 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 		return err
 	}
 	f := &Filter{name: st.Name, opts: st.Options, created: st.Created, store: s}
+	f.override.Store(st.override())
 	f.lastAccess.Store(st.LastAccess.UnixNano())
 	f.journaledAccess.Store(st.LastAccess.UnixNano())
 	for i := range st.Layers {
@@ -172,7 +183,7 @@ func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(wor
 // head is the filter's state without its bits (every Words nil), and in layers the layers it
 // describes, taken together under the read lock.
 func (f *Filter) head() (State, []*bloom.BloomFilter) {
-	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Items: f.items.Load()}
+	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Items: f.items.Load(), Expiry: f.ExpiryOverride()}
 	f.mu.RLock()
 	st.NewestItems = f.newestItems
 	layers := slices.Clone(f.layers)

@@ -104,6 +104,9 @@ type Journal interface {
 	Accessed(name string, at time.Time)
 	// Purged is told of a filter removed because it expired.
 	Purged(name string)
+	// ExpiryChanged is called before the override e of the incarnation of name at generation
+	// takes effect; an error aborts the change.
+	ExpiryChanged(name string, generation int64, e Expiry) error
 }
 
 // Store holds the filters of one data plane by name. Lookups take no lock shared by all filters.
@@ -333,6 +336,9 @@ func (s *Store) Retired() (checked, set uint64) {
 
 // UsedBytes is the memory the budget counts: all filters' bit arrays and a FilterOverhead each.
 func (s *Store) UsedBytes() uint64 { return s.memory.used.Load() }
+
+// Now is the time of the store's clock, by which filters expire.
+func (s *Store) Now() time.Time { return s.clock() }
 
 // Limits are the store's memory limits.
 func (s *Store) Limits() Limits { return s.memory.limits }

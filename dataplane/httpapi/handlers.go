@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"strings"
@@ -362,6 +363,65 @@ func (s *Server) multiSet(c echo.Context) error {
 		return writeError(err, false)
 	}
 	return c.NoContent(http.StatusOK)
+}
+
+// lastDeadline is the last expiry a filter can hold: the engine, its log and its peers count time
+// in int64 nanoseconds.
+var lastDeadline = time.Unix(0, math.MaxInt64)
+
+// setExpiration sets the filter's expiry to the deadline of {"expiration": "<RFC 3339>"}, in place
+// of whatever its options said, and answers the filter. It is a write like the others, replicated
+// and journaled, served by this pod (see filter.Expiry for how concurrent changes converge).
+func (s *Server) setExpiration(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	b, err := s.readBody(c, s.Config.MaxHTTPRequestLength)
+	if err != nil {
+		return err
+	}
+	if err := b.only("expiration"); err != nil {
+		return err
+	}
+	text, err := b.string("expiration")
+	if err != nil {
+		return err
+	}
+	at, err := time.Parse(time.RFC3339Nano, text)
+	switch {
+	case err != nil:
+		return invalidParameter("expiration", fmt.Sprintf("%q is not an RFC 3339 time such as 2030-01-02T15:04:05Z", text))
+	case !at.After(s.Store.Now()):
+		return invalidParameter("expiration", fmt.Sprintf("%s is not in the future; DELETE the filter to remove it now", text))
+	case at.After(lastDeadline):
+		return invalidParameter("expiration", fmt.Sprintf("%s is after %s, the last time a filter can expire at", text, lastDeadline.UTC().Format(wire.TimeFormat)))
+	}
+	return s.changeExpiry(c, level, func(time.Time) (filter.Expiry, bool) {
+		return filter.Expiry{Mode: filter.ExpiryAt, At: at}, true
+	})
+}
+
+// removeExpiration makes the filter never expire, and answers it.
+func (s *Server) removeExpiration(c echo.Context) error {
+	level, err := s.writeLevel(c)
+	if err != nil {
+		return err
+	}
+	return s.changeExpiry(c, level, func(current time.Time) (filter.Expiry, bool) {
+		return filter.Expiry{Mode: filter.ExpiryNever}, !current.IsZero()
+	})
+}
+
+func (s *Server) changeExpiry(c echo.Context, level wire.Consistency, change filter.ExpiryChange) error {
+	f, err := s.lookup(c)
+	if err != nil {
+		return err
+	}
+	if _, err := s.Writes.ChangeExpiry(c.Request().Context(), level, f, change); err != nil {
+		return writeError(err, false)
+	}
+	return c.JSON(http.StatusOK, s.describe(f.Info()))
 }
 
 func (s *Server) ping(c echo.Context) error {

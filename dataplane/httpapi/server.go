@@ -175,6 +175,8 @@ func (s *Server) filterRoutes(e *echo.Echo, at func(string) string) {
 	e.POST(at(wire.FilterOpRoute(wire.OpMultiSet)), ready(s.multiSet))
 	e.GET(at(wire.FilterOpRoute(wire.OpDump)), ready(s.dump))
 	e.POST(at(wire.FilterOpRoute(wire.OpMerge)), ready(s.merge))
+	e.PUT(at(wire.FilterOpRoute(wire.OpExpiration)), ready(s.setExpiration))
+	e.DELETE(at(wire.FilterOpRoute(wire.OpExpiration)), ready(s.removeExpiration))
 }
 
 // requestIDs numbers requests within the process: unique enough to find a request's log lines,

@@ -22,6 +22,10 @@ const (
 	// kindTombstone is a delete with its generation, in the log, and a kept tombstone in
 	// snapshots. kindDelete (name only) is still read from older files.
 	kindTombstone = 7
+	// kindExpiry is a change of a filter's expiry (Redis's EXPIRE, PERSIST) in the log; in a
+	// snapshot it comes right before the record of the filter it belongs to, so that a reader
+	// judges the filter's expiry by it. Files without it read as before: no override.
+	kindExpiry = 8
 )
 
 // snapshotHeader opens every snapshot: the first log segment the snapshot does not cover.
@@ -37,8 +41,10 @@ type change struct {
 	options filter.Options // kindCreate
 	at      time.Time      // kindCreate: created; kindAccess: accessed; kindTombstone: deleted
 	keys    []string       // kindAdd
-	// generation is kindTombstone's: incarnations created up to it are deleted.
+	// generation is kindTombstone's: incarnations created up to it are deleted; and kindExpiry's:
+	// the incarnation whose expiry changed.
 	generation int64
+	expiry     filter.Expiry // kindExpiry
 }
 
 // encoder appends little-endian fields to a byte slice.
@@ -100,6 +106,24 @@ func encodeTombstone(t filter.Tombstone) []byte {
 	e.str(t.Name)
 	e.i64(t.Generation)
 	e.time(t.DeletedAt)
+	return e.buf
+}
+
+// encodeExpiry encodes a filter's expiry override: name, generation, mode (1 byte: 1 a deadline,
+// 2 never), the deadline (time; 0 for never), the stamp (int64) and the origin (string).
+func encodeExpiry(name string, generation int64, x filter.Expiry) []byte {
+	e := encoder{}
+	e.u8(kindExpiry)
+	e.str(name)
+	e.i64(generation)
+	e.u8(byte(x.Mode))
+	if x.Mode == filter.ExpiryAt {
+		e.time(x.At)
+	} else {
+		e.i64(0)
+	}
+	e.i64(x.Stamp)
+	e.str(x.Origin)
 	return e.buf
 }
 
@@ -243,6 +267,22 @@ func (d *decoder) tombstone() filter.Tombstone {
 	return filter.Tombstone{Name: d.str(), Generation: d.i64(), DeletedAt: d.time()}
 }
 
+// expiry decodes a kindExpiry record after its kind byte and name: generation and override, which
+// must be one a change could have made.
+func (d *decoder) expiry() (generation int64, x filter.Expiry) {
+	generation, x.Mode = d.i64(), filter.ExpiryMode(d.u8())
+	if at := d.i64(); x.Mode == filter.ExpiryAt {
+		x.At = time.Unix(0, at)
+	}
+	x.Stamp, x.Origin = d.i64(), d.str()
+	if d.err == nil {
+		if err := x.Validate(); err != nil {
+			d.fail("%v", err)
+		}
+	}
+	return generation, x
+}
+
 func (d *decoder) header() snapshotHeader {
 	return snapshotHeader{Taken: d.time(), FirstSegment: d.u64()}
 }
@@ -347,6 +387,8 @@ func (d *decoder) change() change {
 		c.keys = d.keys()
 	case kindAccess:
 		c.at = d.time()
+	case kindExpiry:
+		c.generation, c.expiry = d.expiry()
 	default:
 		d.fail("unknown log record kind %d", c.kind)
 	}

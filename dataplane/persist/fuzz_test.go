@@ -18,6 +18,7 @@ func FuzzSnapshot(f *testing.F) {
 	var seed bytes.Buffer
 	seed.Write(appendRecord(nil, encodeHeader(snapshotHeader{Taken: time.Unix(2, 0), FirstSegment: 3})))
 	st.Layers[0].Words = make([]uint64, st.Layers[0].WordCount())
+	seed.Write(appendRecord(nil, encodeExpiry("seed", st.Created.UnixNano(), filter.Expiry{Mode: filter.ExpiryNever, Stamp: 9, Origin: "a"})))
 	seed.Write(appendRecord(nil, append(encodeFilterHead(st), wordBytes(st.Layers[0].Words)...)))
 	f.Add(seed.Bytes())
 	f.Add(seed.Bytes()[:20])
@@ -36,6 +37,7 @@ func FuzzLog(f *testing.F) {
 	seed = appendRecord(seed, encodeCreate("f", filter.Options{Capacity: 10, FPP: 0.1}, time.Unix(1, 0)))
 	seed = appendRecord(seed, appendAdd(nil, "f", []string{"a", "", "日本"}))
 	seed = appendRecord(seed, encodeAccess("f", time.Unix(5, 0)))
+	seed = appendRecord(seed, encodeExpiry("f", 1e9, filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(60, 0), Stamp: 6, Origin: "pod-0"}))
 	seed = appendRecord(seed, encodeDelete("f"))
 	seed = appendRecord(seed, encodeTombstone(filter.Tombstone{Name: "f", Generation: 7, DeletedAt: time.Unix(8, 0)}))
 	f.Add(seed)

@@ -149,9 +149,16 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	start := time.Now()
 	var rep RecoveryReport
 	now := p.opts.Clock()
-	// A filter with sliding expiry may be revived by an access in the log; it is purged after
-	// the replay if not. Expiry after create is final.
-	live := func(st filter.State) bool { return st.Options.ValidAfterAccess > 0 || !st.ExpiredAt(now) }
+	// A filter with sliding expiry may be revived by an access in the log, and any filter by a
+	// change of its expiry there (PERSIST, or EXPIRE to a later deadline); it is purged after the
+	// replay if not. Otherwise expiry is final, and an expired filter is not worth its memory.
+	revivable, err := p.expiryChangesInLog()
+	if err != nil {
+		return rep, err
+	}
+	live := func(st filter.State) bool {
+		return st.Options.ValidAfterAccess > 0 || revivable[st.Name] || !st.ExpiredAt(now)
+	}
 
 	// Filters are restored as they are read, straight into their own memory. snapshot.tmp's
 	// come second and replace snapshot.db's of the same name.
@@ -310,6 +317,53 @@ func (p *Persister) replaySegment(store *filter.Store, seq uint64, newest bool, 
 	}
 }
 
+// expiryChangesInLog names the filters whose expiry a record of the log changes. It reads every
+// segment there is, the kinds and names of their records only, and stops quietly at a damaged
+// record, which the replay reports: a name too many costs only the memory of an expired filter
+// until the purge after the replay.
+func (p *Persister) expiryChangesInLog() (map[string]bool, error) {
+	segments, err := listSegments(p.opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]bool{}
+	for _, seq := range segments {
+		if err := scanExpiryChanges(filepath.Join(p.opts.Dir, segmentName(seq)), names); err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
+}
+
+func scanExpiryChanges(path string, names map[string]bool) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = f.Close() }()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size(), zerosEnd: true}
+	for {
+		b, err := rr.next()
+		if err != nil {
+			return nil // the end, or damage that the replay reports
+		}
+		d := decoder{r: b, left: b.length}
+		if d.u8() == kindExpiry {
+			if name := d.str(); d.err == nil {
+				names[name] = true
+			}
+		}
+		// The rest of the body is skipped, unchecked: the replay checks every record.
+		if _, err := io.Copy(io.Discard, b); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+			return err
+		}
+	}
+}
+
 // segmentEnds handles a record of the segment at path that cannot be read, at offset start.
 func (p *Persister) segmentEnds(path string, start int64, newest bool, damage error, rep *RecoveryReport) error {
 	rep.CorruptRecords++
@@ -365,6 +419,10 @@ func apply(store *filter.Store, c change) error {
 	case kindAccess:
 		if f, ok := store.Lookup(c.name); ok {
 			f.SetLastAccess(c.at)
+		}
+	case kindExpiry:
+		if f, ok := store.Lookup(c.name); ok && f.Generation() == c.generation {
+			f.RestoreExpiry(c.expiry)
 		}
 	}
 	return nil
@@ -545,6 +603,11 @@ func (p *Persister) Added(name string, keys []string) error {
 // expiry after a restart, so they are not reported to the reader.
 func (p *Persister) Accessed(name string, at time.Time) {
 	_, _ = p.append(encodeAccess(name, at))
+}
+
+// ExpiryChanged records a filter's new expiry override.
+func (p *Persister) ExpiryChanged(name string, generation int64, e filter.Expiry) error {
+	return p.record(encodeExpiry(name, generation, e), 1)
 }
 
 // Purged counts an expired filter's removal as an update; expiry itself needs no record.

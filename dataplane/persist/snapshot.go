@@ -48,6 +48,11 @@ func (s *snapshotWriter) writeHeader(h snapshotHeader) error {
 // written. A large one streams a chunk at a time, so that the snapshot never holds a second copy
 // of it: its frame is written last, in place, once the checksum of what was written is known.
 func (s *snapshotWriter) writeFilter(f *filter.Filter) error {
+	if e := f.ExpiryOverride(); e.Mode != filter.ExpiryByOptions {
+		if err := s.write(appendRecord(nil, encodeExpiry(f.Name(), f.Generation(), e))); err != nil {
+			return err
+		}
+	}
 	if f.SizeBytes() <= streamChunkWords*8 {
 		return writeFilterRecord(s.write, f.State())
 	}
@@ -183,6 +188,13 @@ func readSnapshot(path string, keep func(filter.State) bool, restore restoreFunc
 func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool, restore restoreFunc) (snapshotContents, error) {
 	var out snapshotContents
 	rr := &recordReader{r: r, remaining: size}
+	// An expiry record goes with the filter record after it, if that is of its incarnation.
+	type pendingExpiry struct {
+		name       string
+		generation int64
+		expiry     filter.Expiry
+	}
+	var pending *pendingExpiry
 	for {
 		b, err := rr.next()
 		if errors.Is(err, io.EOF) {
@@ -204,6 +216,10 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool, resto
 			h = d.header()
 		case kindFilter:
 			head := d.filterHead()
+			if pending != nil && pending.name == head.Name && pending.generation == head.Created.UnixNano() {
+				head.Expiry = pending.expiry
+			}
+			pending = nil
 			if kept = d.err == nil && keep(head); kept {
 				restoreErr = restore(head, func(layers [][]uint64) error {
 					d.words(layers)
@@ -215,6 +231,10 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool, resto
 			}
 		case kindTombstone:
 			t = d.tombstone()
+		case kindExpiry:
+			name := d.str()
+			generation, expiry := d.expiry()
+			pending = &pendingExpiry{name, generation, expiry}
 		default:
 			d.fail("unknown snapshot record kind %d", kind)
 		}
@@ -225,6 +245,7 @@ func decodeSnapshot(r io.Reader, size int64, keep func(filter.State) bool, resto
 		switch {
 		case d.err != nil:
 			out.skipped++
+			pending = nil
 		case restoreErr != nil:
 			return out, restoreErr
 		case kind == kindSnapshotHeader && out.header == nil && out.records == 1:

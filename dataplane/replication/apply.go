@@ -33,6 +33,10 @@ func (n *Node) Apply(ops []Op) ([]bool, error) {
 			_, err := n.opts.Store.DeleteReplica(op.Name, op.Generation)
 			applied[i] = n.logFailure(op, err)
 			i++
+		case OpExpire:
+			held, err := n.opts.Store.ExpireReplica(op.Name, op.Generation, *op.Expiry)
+			applied[i] = n.logFailure(op, err) && held
+			i++
 		case OpAdd:
 			j := i + 1
 			for j < len(ops) && ops[j].Kind == OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation {
@@ -108,7 +112,7 @@ func checkOp(op Op) error {
 	if op.Generation <= 0 {
 		return fmt.Errorf("%w: generation must be > 0, got %d", ErrBadOp, op.Generation)
 	}
-	if op.Kind != OpAdd {
+	if op.Kind == OpCreate || op.Kind == OpDelete {
 		if err := checkGeneration(op.Generation, time.Now()); err != nil {
 			return fmt.Errorf("%w: %s of %q: %w", ErrBadOp, op.Kind, op.Name, err)
 		}
@@ -120,6 +124,17 @@ func checkOp(op Op) error {
 		}
 		if err := op.Options.Validate(); err != nil {
 			return fmt.Errorf("%w: %w", ErrBadOp, err)
+		}
+	case OpExpire:
+		if op.Expiry == nil {
+			return fmt.Errorf("%w: expire of %q without an expiry", ErrBadOp, op.Name)
+		}
+		if err := op.Expiry.Validate(); err != nil {
+			return fmt.Errorf("%w: expire of %q: %w", ErrBadOp, op.Name, err)
+		}
+		// A stamp far ahead would win over every later change, as a generation would.
+		if err := checkGeneration(op.Expiry.Stamp, time.Now()); err != nil {
+			return fmt.Errorf("%w: expire of %q: stamp: %w", ErrBadOp, op.Name, err)
 		}
 	case OpDelete, OpAdd:
 	default:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -219,6 +220,44 @@ func TestApplyFollowsGenerations(t *testing.T) {
 	}
 }
 
+// A change of expiry applies to the incarnation it names, the newest stamp winning whatever the
+// order the changes arrive in; one for an incarnation this pod lacks is not applied.
+func TestApplyExpiryTakesTheNewest(t *testing.T) {
+	store := filter.NewStore(filter.Limits{}, nil)
+	n := NewNode(Options{Store: store})
+	opts := filter.Options{Capacity: 1000, FPP: 0.01}
+	gen := time.Now().UnixNano()
+	deadline := time.Unix(0, gen).Add(time.Hour)
+	newer := &filter.Expiry{Mode: filter.ExpiryAt, At: deadline, Stamp: gen + 2, Origin: "a"}
+	older := &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + 1, Origin: "b"}
+	applied, err := n.Apply([]Op{
+		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: older}, // before the create: missed
+		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: newer},
+		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: older},     // arrives late, loses
+		{Kind: OpExpire, Name: "f", Generation: gen + 5, Expiry: older}, // an incarnation not held
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{false, true, true, true, false}; fmt.Sprint(applied) != fmt.Sprint(want) {
+		t.Errorf("applied = %v, want %v", applied, want)
+	}
+	if f, _ := store.Get("f"); f == nil || !f.ExpiryOverride().Equal(*newer) {
+		t.Errorf("f's override = %+v, want the newest, %+v", f.ExpiryOverride(), *newer)
+	}
+	for name, op := range map[string]Op{
+		"no expiry":       {Kind: OpExpire, Name: "f", Generation: gen},
+		"no mode":         {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Stamp: gen}},
+		"stamp 0":         {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever}},
+		"stamp far ahead": {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + int64(time.Hour)}},
+	} {
+		if _, err := n.Apply([]Op{op}); !errors.Is(err, ErrBadOp) {
+			t.Errorf("%s: %v, want ErrBadOp", name, err)
+		}
+	}
+}
+
 func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "pod-1"})
 	err := n.SetMembership(wire.Membership{Epoch: 1, Self: "pod-0", Members: members("pod-0", "pod-1")})
@@ -298,5 +337,43 @@ func TestBatchesStayWithinTheirBudget(t *testing.T) {
 		if size > budget {
 			t.Errorf("a batch of %d bytes, over the budget of %d", size, budget)
 		}
+	}
+}
+
+// Repair takes a peer's newer override of an incarnation it holds with the same bits, refuses
+// one stamped far ahead of its clock, and keeps its own when the peer's is older.
+func TestRepairConvergesExpiry(t *testing.T) {
+	opts := filter.Options{Capacity: 100, FPP: 0.01}
+	gen := time.Now().UnixNano()
+	now := time.Now()
+	var inv wire.Inventory
+	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
+		_ = json.NewEncoder(w).Encode(inv)
+	})
+	store := filter.NewStore(filter.Limits{}, nil)
+	n := NewNode(Options{Store: store, Timeout: time.Second, Log: slog.New(slog.DiscardHandler)})
+	if _, err := store.CreateReplica("f", opts, time.Unix(0, gen)); err != nil {
+		t.Fatal(err)
+	}
+	f, _ := store.Lookup("f")
+	digest := func(e *wire.ExpiryOverride) wire.Inventory {
+		d := f.Digest()
+		return wire.Inventory{Filters: []wire.Digest{{Name: "f", Generation: d.Generation, Layers: d.Layers, Expiry: e}}}
+	}
+	newer := &wire.ExpiryOverride{Mode: "at", At: now.Add(time.Hour).UTC(), Stamp: now.UnixNano(), Origin: "b"}
+	inv = digest(newer)
+	if rep, err := n.Repair(t.Context(), peer, 0); err != nil || rep.Differences != 1 {
+		t.Fatalf("Repair = %+v, %v; want one difference", rep, err)
+	}
+	if got := f.ExpiryOverride(); got.Mode != filter.ExpiryAt || !got.At.Equal(newer.At) || got.Stamp != newer.Stamp {
+		t.Errorf("override after repair %+v, want the peer's %+v", got, newer)
+	}
+	inv = digest(&wire.ExpiryOverride{Mode: "never", Stamp: now.UnixNano() - 1, Origin: "c"})
+	if rep, err := n.Repair(t.Context(), peer, 0); err != nil || rep.Differences != 0 || f.ExpiryOverride().Mode != filter.ExpiryAt {
+		t.Errorf("an older override: %+v, %v, override %+v; want it ignored", rep, err, f.ExpiryOverride())
+	}
+	inv = digest(&wire.ExpiryOverride{Mode: "never", Stamp: now.Add(time.Hour).UnixNano(), Origin: "c"})
+	if _, err := n.Repair(t.Context(), peer, 0); err == nil || f.ExpiryOverride().Mode != filter.ExpiryAt {
+		t.Errorf("an override stamped an hour ahead: %v, override %+v; want it refused", err, f.ExpiryOverride())
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
@@ -15,10 +16,15 @@ import (
 //
 //	magic        4 bytes, "BOP1" (the format's version is its last byte)
 //	count        uvarint: the number of ops
-//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add), name (uvarint length and
-//	             bytes), generation (int64, little endian), then for a create the options
-//	             (filter.Options.AppendBinary, as in snapshots), and for an add the keys (uvarint
-//	             count, then each key as uvarint length and bytes)
+//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add, 4 expire), name (uvarint
+//	             length and bytes), generation (int64, little endian), then for a create the
+//	             options (filter.Options.AppendBinary, as in snapshots), for an add the keys
+//	             (uvarint count, then each key as uvarint length and bytes), and for an expire the
+//	             override: mode (1 byte: 1 a deadline, 2 never), deadline (int64 Unix ns, 0 for
+//	             never), stamp (int64) and origin (uvarint length and bytes)
+//
+// A pod of a version without kind 4 refuses a batch that holds one as malformed; anti-entropy
+// brings it the change once it is upgraded.
 
 var opsMagic = [4]byte{'B', 'O', 'P', '1'}
 
@@ -26,6 +32,7 @@ const (
 	wireCreate = 1
 	wireDelete = 2
 	wireAdd    = 3
+	wireExpire = 4
 )
 
 // ErrMalformedOps refuses a batch that does not decode.
@@ -41,6 +48,8 @@ func AppendOps(dst []byte, ops []Op) []byte {
 			dst = append(dst, wireCreate)
 		case OpDelete:
 			dst = append(dst, wireDelete)
+		case OpExpire:
+			dst = append(dst, wireExpire)
 		default:
 			dst = append(dst, wireAdd)
 		}
@@ -58,6 +67,19 @@ func AppendOps(dst []byte, ops []Op) []byte {
 			for k := range op.EachKey {
 				dst = appendString(dst, k)
 			}
+		case OpExpire:
+			var e filter.Expiry
+			if op.Expiry != nil {
+				e = *op.Expiry
+			}
+			dst = append(dst, byte(e.Mode))
+			var at int64
+			if e.Mode == filter.ExpiryAt {
+				at = e.At.UnixNano()
+			}
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(at))
+			dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Stamp))
+			dst = appendString(dst, e.Origin)
 		}
 	}
 	return dst
@@ -224,6 +246,15 @@ func (d *opsDecoder) op(i uint64) Op {
 	case wireAdd:
 		op.Kind = OpAdd
 		op.packed = d.keys(i)
+	case wireExpire:
+		op.Kind = OpExpire
+		e := &filter.Expiry{Mode: filter.ExpiryMode(d.byte("expiry mode"))}
+		if at := int64(d.u64("deadline")); e.Mode == filter.ExpiryAt {
+			e.At = time.Unix(0, at)
+		}
+		e.Stamp = int64(d.u64("stamp"))
+		e.Origin = d.string("origin")
+		op.Expiry = e
 	default:
 		d.fail("op %d: unknown kind %d", i, kind)
 	}

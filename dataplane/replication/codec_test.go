@@ -19,6 +19,9 @@ func sampleOps() []Op {
 		{Kind: OpCreate, Name: "f", Generation: 1_700_000_000_000_000_000, Options: &opts},
 		{Kind: OpAdd, Name: "f", Generation: 1_700_000_000_000_000_000, Keys: []string{"a", "", "日本", "\x00<>&\"\\"}},
 		{Kind: OpDelete, Name: "g.h-i_j", Generation: 42},
+		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000,
+			Expiry: &filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(0, 1_800_000_000_000_000_000), Stamp: 1_700_000_000_000_000_001, Origin: "pod-b"}},
+		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: 7, Origin: ""}},
 	}
 }
 

@@ -118,6 +118,15 @@ func ApplyBodyLimit(maxBatchBytes int64) int64 { return 8 * maxBatchBytes }
 // Stats are the node's counters.
 func (n *Node) Stats() *Stats { return &n.stats }
 
+// Self is this pod's name in its membership, or its PodName before it has one: the origin of
+// the changes of expiry it makes.
+func (n *Node) Self() string {
+	if self := n.members.Get().Self; self != "" {
+		return self
+	}
+	return n.opts.PodName
+}
+
 // Membership answers what the pod was last told.
 func (n *Node) Membership() wire.Membership { return n.members.Get() }
 

@@ -11,6 +11,9 @@ const (
 	OpCreate = "create"
 	OpDelete = "delete"
 	OpAdd    = "add"
+	// OpExpire changes the expiry of the op's incarnation to Expiry, if that is newer than the
+	// one it holds (filter.Expiry.Newer).
+	OpExpire = "expire"
 )
 
 // Op is one write, as a pod forwards it to its peers (wire.ApplyRequest). Generation names the
@@ -22,6 +25,7 @@ type Op struct {
 	Generation int64           `json:"generation"`
 	Options    *filter.Options `json:"options,omitempty"` // create
 	Keys       []string        `json:"keys,omitempty"`    // add
+	Expiry     *filter.Expiry  `json:"expiry,omitempty"`  // expire
 	// packed is an add's keys as a binary batch carries them (each a uvarint length, then its
 	// bytes), which DecodeOps keeps in one string rather than as Keys: a string header for each
 	// of millions of empty keys would take sixteen times the batch. Keys reads either form.

@@ -26,7 +26,7 @@ func (n *Node) Inventory() wire.Inventory {
 	n.opts.Store.Range(func(f *filter.Filter) bool {
 		if !f.Expired(now) {
 			d := f.Digest()
-			inv.Filters = append(inv.Filters, wire.Digest{Name: d.Name, Generation: d.Generation, Layers: d.Layers})
+			inv.Filters = append(inv.Filters, wire.Digest{Name: d.Name, Generation: d.Generation, Layers: d.Layers, Expiry: wireExpiry(f.ExpiryOverride())})
 		}
 		return true
 	})
@@ -72,11 +72,25 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 			errs = append(errs, ctx.Err())
 			break
 		}
+		expiry, err := engineExpiry(d.Expiry)
+		if err == nil && expiry.Mode != filter.ExpiryByOptions {
+			// A stamp far ahead would win over every later change, as a generation would.
+			if err = checkGeneration(expiry.Stamp, time.Now()); err != nil {
+				err = fmt.Errorf("stamp: %w", err)
+			}
+		}
+		if err != nil { // the bits are still repaired, by the filter's own expiry
+			errs = append(errs, fmt.Errorf("refusing %s's expiry of %q: %w", peer.Name, d.Name, err))
+			expiry = filter.Expiry{}
+		}
 		if local, ok := store.Lookup(d.Name); ok && sameDigest(local.Digest(), d) {
+			if n.convergeExpiry(local, d.Generation, expiry, &errs) {
+				rep.Differences++
+			}
 			continue
 		}
 		rep.Differences++
-		if err := n.repairFilter(ctx, peer, d.Name, rate, &rep); err != nil {
+		if err := n.repairFilter(ctx, peer, d.Name, expiry, rate, &rep); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -84,8 +98,9 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 	return rep, errors.Join(errs...)
 }
 
-// repairFilter pulls one filter's dump from peer and merges it.
-func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, rate int64, rep *RepairReport) error {
+// repairFilter pulls one filter's dump from peer and merges it. A dump holds no expiry override:
+// the peer's comes from its inventory, and goes with the bits.
+func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, expiry filter.Expiry, rate int64, rep *RepairReport) error {
 	start := time.Now()
 	st, release, err := n.pullDump(ctx, peer, name)
 	if err != nil {
@@ -93,9 +108,17 @@ func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, 
 	}
 	defer release()
 	rep.Pulled += stateBytes(st)
+	st.Expiry = expiry
 	res, err := n.opts.Store.Merge(st)
 	if err != nil {
 		return fmt.Errorf("merging %s's dump of %q: %w", peer.Name, name, err)
+	}
+	if local, ok := n.opts.Store.Lookup(name); ok && !res.Installed {
+		var errs []error
+		n.convergeExpiry(local, st.Created.UnixNano(), expiry, &errs)
+		if len(errs) > 0 {
+			return errs[0]
+		}
 	}
 	if res.LayersChanged > 0 || res.Installed {
 		rep.Merged++
@@ -107,6 +130,49 @@ func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, 
 		return pace(ctx, st, rate, time.Since(start))
 	}
 	return nil
+}
+
+// convergeExpiry takes a peer's expiry override (checked by Repair) of the incarnation at
+// generation when it is newer than local's, journaled as a replicated change is, and reports
+// whether it did.
+func (n *Node) convergeExpiry(local *filter.Filter, generation int64, peer filter.Expiry, errs *[]error) bool {
+	if peer.Mode == filter.ExpiryByOptions || local.Generation() != generation {
+		return false
+	}
+	changed, err := local.MergeExpiry(peer)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("taking the expiry of %q: %w", local.Name(), err))
+	}
+	return changed
+}
+
+// wireExpiry is an override as the inventory carries it; nil for none.
+func wireExpiry(e filter.Expiry) *wire.ExpiryOverride {
+	if e.Mode == filter.ExpiryByOptions {
+		return nil
+	}
+	w := &wire.ExpiryOverride{Mode: e.Mode.String(), Stamp: e.Stamp, Origin: e.Origin}
+	if e.Mode == filter.ExpiryAt {
+		w.At = e.At.UTC()
+	}
+	return w
+}
+
+// engineExpiry reads an inventory's override back; nil is none.
+func engineExpiry(w *wire.ExpiryOverride) (filter.Expiry, error) {
+	if w == nil {
+		return filter.Expiry{}, nil
+	}
+	e := filter.Expiry{Stamp: w.Stamp, Origin: w.Origin}
+	switch w.Mode {
+	case filter.ExpiryAt.String():
+		e.Mode, e.At = filter.ExpiryAt, w.At
+	case filter.ExpiryNever.String():
+		e.Mode = filter.ExpiryNever
+	default:
+		return e, fmt.Errorf("unknown expiry mode %q", w.Mode)
+	}
+	return e, e.Validate()
 }
 
 func sameDigest(a filter.Digest, b wire.Digest) bool {

@@ -80,7 +80,7 @@ const maxNameLength = 16
 
 func init() {
 	commands = map[string]command{}
-	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, connectionCommands, serverCommands} {
+	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, expireCommands, connectionCommands, serverCommands} {
 		maps.Copy(commands, table)
 	}
 	commandNames = slices.Sorted(maps.Keys(commands))

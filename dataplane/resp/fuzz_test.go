@@ -48,6 +48,9 @@ var dispatchSeeds = []string{
 	"BF.INFO\x00k", "BF.INFO\x00k\x00EXPANSION", "BF.CARD\x00k",
 	"DEL\x00k\x00z", "EXISTS\x00k", "TYPE\x00k", "KEYS\x00*", "SCAN\x000\x00MATCH\x00k*\x00COUNT\x002",
 	"INFO", "INFO\x00keyspace\x00server",
+	"EXPIRE\x00k\x00100", "EXPIRE\x00k\x00100\x00NX", "EXPIRE\x00k\x00100\x00gt\x00XX", "EXPIRE\x00k\x00-1",
+	"EXPIRE\x00k\x009223372036854775807", "EXPIRE\x00k\x00x\x00LT", "EXPIRE\x00k\x001\x00NX\x00LT", "EXPIRE\x00k\x001\x00GT\x00LT\x00zz",
+	"PEXPIRE\x00k\x001500\x00LT", "PEXPIRE\x00k\x00-9223372036854775808", "TTL\x00k", "PTTL\x00k", "PERSIST\x00k", "TTL\x00k\x00k",
 	"nosuch\x00a\r\nb", "BF.ADD\x00k",
 	"AUTH\x00pw", "AUTH\x00default\x00pw", "AUTH\x00a\x00b\x00c", "HELLO\x002\x00AUTH\x00default\x00pw\x00SETNAME\x00n", "HELLO\x002\x00AUTH",
 }

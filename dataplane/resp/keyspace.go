@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
 // keyspaceCommands see the filters as Redis keys of RedisBloom's type.
@@ -27,7 +29,7 @@ const bloomType = "MBbloom--"
 func del(ctx context.Context, s *Server, c *call) error {
 	var deleted int64
 	for _, key := range c.args[1:] {
-		if _, ok := s.opts.Store.Lookup(string(key)); ok {
+		if s.live(string(key)) {
 			deleted++
 		}
 	}
@@ -47,7 +49,7 @@ func del(ctx context.Context, s *Server, c *call) error {
 func exists(_ context.Context, s *Server, c *call) error {
 	var n int64
 	for _, key := range c.args[1:] {
-		if _, ok := s.opts.Store.Lookup(string(key)); ok {
+		if s.live(string(key)) {
 			n++
 		}
 	}
@@ -56,12 +58,25 @@ func exists(_ context.Context, s *Server, c *call) error {
 }
 
 func keyType(_ context.Context, s *Server, c *call) error {
-	if _, ok := s.opts.Store.Lookup(c.arg(1)); ok {
+	if s.live(c.arg(1)) {
 		c.w.WriteString(bloomType)
 	} else {
 		c.w.WriteString("none")
 	}
 	return nil
+}
+
+// live reports whether a filter of that name is there and has not expired: as in Redis, a key
+// past its time to live no longer exists, even before the purge removes it.
+func (s *Server) live(name string) bool {
+	_, ok := s.liveFilter(name)
+	return ok
+}
+
+// liveFilter is the filter of that name if it is there and has not expired.
+func (s *Server) liveFilter(name string) (*filter.Filter, bool) {
+	f, err := s.opts.Store.Get(name)
+	return f, err == nil
 }
 
 func keys(_ context.Context, s *Server, c *call) error {

@@ -58,3 +58,10 @@ type Filter struct {
 // TimeFormat is how created and expiration are written: UTC, RFC 3339 with milliseconds, as
 // filter-service writes them.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// ExpirationRequest is the body of PUT FilterOpPath(name, OpExpiration): the deadline, in
+// TimeFormat or any RFC 3339 time, from which the filter is expired whatever its create options
+// say.
+type ExpirationRequest struct {
+	Expiration string `json:"expiration"`
+}

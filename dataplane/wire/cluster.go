@@ -89,6 +89,19 @@ type Digest struct {
 	Generation int64 `json:"generation"`
 	// Layers are the CRC-32C (Castagnoli) of each layer's bits.
 	Layers []uint32 `json:"layers"`
+	// Expiry is the filter's expiry override, absent while its create options decide. A pod
+	// takes a peer's when it is newer than its own, so that anti-entropy converges it too.
+	Expiry *ExpiryOverride `json:"expiry,omitempty"`
+}
+
+// ExpiryOverride is a filter's expiry as a client set it (Redis's EXPIRE, PERSIST): Mode "at"
+// expires it at At, "never" keeps it. Of two overrides the greater Stamp (Unix nanoseconds of
+// the pod that made the change), then the greater Origin (that pod's name), wins.
+type ExpiryOverride struct {
+	Mode   string    `json:"mode"`
+	At     time.Time `json:"at,omitzero"`
+	Stamp  int64     `json:"stamp"`
+	Origin string    `json:"origin"`
 }
 
 // Tombstone is a deleted filter, kept so that a pod that missed the delete learns of it.

@@ -43,6 +43,9 @@ const (
 	// OpDump answers the filter's state in the snapshot's record format; OpMerge ORs one in.
 	OpDump  FilterOp = "dump"
 	OpMerge FilterOp = "merge"
+	// OpExpiration changes the filter's expiry: PUT an ExpirationRequest sets a deadline,
+	// DELETE makes the filter never expire (Redis's EXPIRE and PERSIST).
+	OpExpiration FilterOp = "expiration"
 )
 
 // FilterPath is the path of the filter name: create (PUT), describe (GET) and delete (DELETE).

@@ -71,6 +71,33 @@ func (s *Service) Delete(ctx context.Context, level wire.Consistency, name strin
 	return s.replicate(ctx, level, replication.Op{Kind: replication.OpDelete, Name: name, Generation: generation})
 }
 
+// ChangeExpiry changes f's expiry as change decides (Redis's EXPIRE, PEXPIRE, PERSIST and their
+// conditions), journals the change and replicates it, stamped by this pod (filter.Expiry). It
+// reports whether it changed anything. A deadline that is already past deletes the filter instead,
+// as Redis deletes a key given a time in the past; the delete is replicated as any other.
+// The change is served by the pod that receives it, as a delete is: the stamps order concurrent
+// changes made on different pods the same way on every pod.
+func (s *Service) ChangeExpiry(ctx context.Context, level wire.Consistency, f *filter.Filter, change filter.ExpiryChange) (bool, error) {
+	past := false
+	e, changed, err := f.ChangeExpiry(s.node.Self(), func(current time.Time) (filter.Expiry, bool) {
+		next, ok := change(current)
+		if ok && next.Mode == filter.ExpiryAt && !next.At.After(s.store.Now()) {
+			past = true
+			return filter.Expiry{}, false
+		}
+		return next, ok
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case past:
+		return true, s.Delete(ctx, level, f.Name())
+	case !changed:
+		return false, nil
+	}
+	return true, s.replicate(ctx, level, replication.Op{Kind: replication.OpExpire, Name: f.Name(), Generation: f.Generation(), Expiry: &e})
+}
+
 // CheckAndSet adds key to f and reports whether it may have been present before.
 func (s *Service) CheckAndSet(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) (bool, error) {
 	present, err := f.CheckAndSet(key)

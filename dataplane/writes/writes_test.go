@@ -44,6 +44,10 @@ func (j *journal) Added(name string, keys []string) error {
 }
 func (j *journal) Accessed(string, time.Time) {}
 func (j *journal) Purged(string)              {}
+func (j *journal) ExpiryChanged(name string, _ int64, e filter.Expiry) error {
+	j.record("expiry " + e.Mode.String() + " " + name)
+	return nil
+}
 
 func (j *journal) record(op string) {
 	j.mu.Lock()
@@ -249,5 +253,41 @@ func TestUnacknowledgedWrite(t *testing.T) {
 	var notHome *writes.NotHomeError
 	if err := p.writes.AcceptForwarded(); !errors.As(err, &notHome) {
 		t.Errorf("a forwarded request before catching up: %v, want NotHomeError", err)
+	}
+}
+
+// A change of expiry is journaled and reaches the peer; one to a deadline already past deletes
+// the filter on both, and a change declined does nothing.
+func TestChangeOfExpiryIsAWrite(t *testing.T) {
+	url, b := peer(t)
+	p := newPod(t, filter.Limits{}, false)
+	p.joinPeer(t, url)
+	ctx := t.Context()
+	f, _, err := p.writes.Create(ctx, wire.ConsistencyAll, "f", small, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	at := func(at time.Time) filter.ExpiryChange {
+		return func(time.Time) (filter.Expiry, bool) { return filter.Expiry{Mode: filter.ExpiryAt, At: at}, true }
+	}
+	if changed, err := p.writes.ChangeExpiry(ctx, wire.ConsistencyAll, f, at(deadline)); !changed || err != nil {
+		t.Fatalf("ChangeExpiry = %v, %v", changed, err)
+	}
+	if got, err := b.Get(ctx, "f"); err != nil || got.Expiration != deadline.UTC().Format(wire.TimeFormat) {
+		t.Errorf("the peer's filter: %+v, %v; want expiration %v", got, err, deadline)
+	}
+	declined := func(time.Time) (filter.Expiry, bool) { return filter.Expiry{}, false }
+	if changed, err := p.writes.ChangeExpiry(ctx, wire.ConsistencyAll, f, declined); changed || err != nil {
+		t.Errorf("a declined change = %v, %v", changed, err)
+	}
+	if changed, err := p.writes.ChangeExpiry(ctx, wire.ConsistencyAll, f, at(time.Now().Add(-time.Second))); !changed || err != nil {
+		t.Errorf("a deadline in the past = %v, %v; want true, the filter deleted", changed, err)
+	}
+	if _, err := b.Get(ctx, "f"); !client.IsNotFound(err) {
+		t.Errorf("the peer after a deadline in the past: %v, want not found", err)
+	}
+	if want := []string{"create f", "expiry at f", "delete f"}; !slices.Equal(p.journal.ops, want) {
+		t.Errorf("journaled %v, want %v", p.journal.ops, want)
 	}
 }

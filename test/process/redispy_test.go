@@ -1,0 +1,82 @@
+package process
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// redisPyExample is the redis-py example that docs/resp.md shows, kept as a file so that this
+// test runs exactly what a reader copies.
+const redisPyExample = "../../docs/examples/redis_py_example.py"
+
+// redisPyOutput is what the example prints against a fresh data plane.
+const redisPyOutput = `reserve: True
+add: 1
+madd: [0, 1]
+exists: 1
+mexists: [1, 0]
+items: 2
+expire: True
+ttl: 3600
+expire gt: False
+pexpire lt: True
+pttl <= 90000: True
+persist: True
+ttl: -1
+ttl of a missing key: -2
+error: NX and XX, GT or LT options at the same time are not compatible
+expire in the past: True
+exists: 0`
+
+// pythonWithRedis is a Python that imports redis-py (Debian's python3-redis, which `make test`
+// installs): Debian's own python3 first, which another one earlier on the PATH (pyenv's, a
+// virtualenv's) would not see. Under CI its absence fails the test rather than skipping it.
+func pythonWithRedis(t *testing.T) string {
+	t.Helper()
+	candidates := []string{"/usr/bin/python3"}
+	if path, err := exec.LookPath("python3"); err == nil {
+		candidates = append(candidates, path)
+	}
+	for _, python := range candidates {
+		if exec.CommandContext(t.Context(), python, "-c", "import redis").Run() == nil {
+			return python
+		}
+	}
+	if os.Getenv("CI") != "" {
+		t.Fatalf("no python3 imports redis (apt-get install python3-redis); tried %v", candidates)
+	}
+	t.Skipf("no python3 imports redis (apt-get install python3-redis); tried %v", candidates)
+	return ""
+}
+
+// The docs' redis-py example runs against a real data plane and prints what its comments say.
+func TestRedisPyExample(t *testing.T) {
+	python := pythonWithRedis(t)
+	_, port := startWithRESP(t, t.TempDir())
+	cmd := exec.CommandContext(t.Context(), python, redisPyExample)
+	cmd.Env = append(os.Environ(), "BLOOMERY_HOST=127.0.0.1", "BLOOMERY_RESP_PORT="+port)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", redisPyExample, err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != redisPyOutput {
+		t.Errorf("%s printed\n%s\nwant\n%s", redisPyExample, got, redisPyOutput)
+	}
+}
+
+// docs/resp.md shows the example file as it is, in a python block of its own.
+func TestRespDocShowsTheRedisPyExample(t *testing.T) {
+	script, err := os.ReadFile(redisPyExample)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../../docs/resp.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if block := "```python\n" + string(script) + "```\n"; !strings.Contains(string(doc), block) {
+		t.Errorf("docs/resp.md does not show %s verbatim in a python block: update the one from the other", redisPyExample)
+	}
+}
