@@ -152,7 +152,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if len(lost) > 0 {
 		t.Fatalf("after SIGKILL and a restart, %d of %d acknowledged values are missing, such as %q", len(lost), len(acked), lost[0])
 	}
-	if !strings.Contains(restarted.logs(), `"corruptFiles":0,`) {
+	if !restarted.logged(`"corruptFiles":0,`) {
 		t.Errorf("the restart found damage:\n%s", restarted.logs())
 	}
 }
@@ -223,7 +223,7 @@ func TestStartRefusesAVolumeWithoutRoomForASnapshot(t *testing.T) {
 
 	allow := writeFile(t, "allow.yaml", "allowStartWithLowDiskSpace: true\n")
 	started := startDataPlane(t, dir, "-c", allow)
-	if !strings.Contains(started.logs(), "Low disk space: starting anyway") || !strings.Contains(started.logs(), "free space or grow the volume") {
+	if !started.logged("Low disk space: starting anyway", "free space or grow the volume") {
 		t.Errorf("no warning about the low disk space:\n%s", started.logs())
 	}
 	if _, err := started.client.Get(t.Context(), "big"); err != nil {

@@ -39,7 +39,7 @@ func rss(t *testing.T, pid int) int64 {
 func TestDefaultMemoryLimitRefusesAHugeCreate(t *testing.T) {
 	dp := launchDataPlaneWithEnv(t, []string{"GOMEMLIMIT=256MiB"}, t.TempDir(), "--log-sync", "always")
 	dp.waitReady(t)
-	if !strings.Contains(dp.logs(), `"msg":"Memory limit for the filters","maxTotalBytes":"102.4 MiB","from":"40% of 256.0 MiB (GOMEMLIMIT), as maxTotalBytes is not set"`) {
+	if !dp.logged(`"msg":"Memory limit for the filters","maxTotalBytes":"102.4 MiB","from":"40% of 256.0 MiB (GOMEMLIMIT), as maxTotalBytes is not set"`) {
 		t.Errorf("the start log does not say the limit and where it comes from:\n%s", dp.logs())
 	}
 	before := rss(t, dp.cmd.Process.Pid)

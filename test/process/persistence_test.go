@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -175,6 +176,20 @@ func (dp *dataPlane) logs() string {
 	dp.mu.Lock()
 	defer dp.mu.Unlock()
 	return dp.stderr.String()
+}
+
+// logged reports whether the process has logged each of lines, waiting a while for them: what it
+// writes reaches logs through a pipe, a little after it happened.
+func (dp *dataPlane) logged(lines ...string) bool {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		logs := dp.logs()
+		if !slices.ContainsFunc(lines, func(l string) bool { return !strings.Contains(logs, l) }) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
 }
 
 // stop sends sig and waits for the process to exit.

@@ -161,7 +161,7 @@ func TestTLSRenewalWithoutRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.pods[1].eventuallyHolds(t, "renewed", valuesOf("after-renewal", 50))
-	if !strings.Contains(p.dp.logs(), "TLS certificate renewed") {
+	if !p.dp.logged("TLS certificate renewed") {
 		t.Errorf("the pod did not log the renewal:\n%s", p.dp.logs())
 	}
 }
