@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The RESP port against Redis itself, side by side in one run (docs/performance.md).
 #
-#   bench/resp.sh [REQUESTS] [CONNECTIONS]      (defaults: 200000 requests, 20 connections)
+#   bench/resp.sh [REQUESTS] [CONNECTIONS] [ROUNDS]   (defaults: 200000 requests, 20 connections, 3 rounds)
 #
 # redis-benchmark (Debian's redis-tools) sends, with CONNECTIONS connections:
 #   - GET to a Debian redis-server: the cost of one RESP round trip in a server users trust;
 #   - BF.ADD and BF.EXISTS of random items to a Bloomery data plane in memory, on a filter of
 #     1e8 items at 0.001 (made with BF.RESERVE), and BF.MADD of 100 items;
-# each unpipelined and with 16 commands pipelined (-P 16), in turn, then prints each rate and its
-# ratio to GET's with the same pipelining. With two or more cores the servers run on core 0 and
+# each unpipelined and with 16 commands pipelined (-P 16), in turn, ROUNDS times over, then prints
+# each command's median rate and the median of its ratios to GET's of the same round and
+# pipelining: one round alone swings by a fifth on a shared machine. With two or more cores the servers run on core 0 and
 # redis-benchmark on core 1. Bloomery's REST check-and-set (wrk, bench/check-and-set.lua, the
 # same connections) is measured too, for the ratio of BF.ADD to it.
 #
@@ -18,6 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source bench/lib.sh
 requests=${1:-200000}
 connections=${2:-20}
+rounds=${3:-3}
 for tool in redis-server redis-benchmark wrk curl; do
 	command -v "$tool" >/dev/null || die "needs $tool (apt-get install redis-server redis-tools wrk curl)"
 done
@@ -53,27 +55,49 @@ rate() {
 madd=(BF.MADD bench)
 for i in $(seq 100); do madd+=("__rand_int__-$i"); done
 
-declare -A result
-for p in 1 16; do
-	log "pipeline $p"
-	result["GET $p"]=$(rate "$redis_port" "$p" GET key:__rand_int__)
-	result["BF.ADD $p"]=$(rate "$resp_port" "$p" BF.ADD bench __rand_int__)
-	result["BF.EXISTS $p"]=$(rate "$resp_port" "$p" BF.EXISTS bench __rand_int__)
-	result["BF.MADD $p"]=$(rate "$resp_port" "$p" "${madd[@]}")
+# median: the median of the numbers given.
+median() {
+	printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+}
+
+declare -A rates ratios
+for round in $(seq "$rounds"); do
+	for p in 1 16; do
+		log "round $round of $rounds, pipeline $p"
+		get=$(rate "$redis_port" "$p" GET key:__rand_int__)
+		rates["GET $p"]+=" $get"
+		for c in BF.ADD BF.EXISTS BF.MADD; do
+			if [[ $c == BF.MADD ]]; then
+				r=$(rate "$resp_port" "$p" "${madd[@]}")
+			else
+				r=$(rate "$resp_port" "$p" "$c" bench __rand_int__)
+			fi
+			rates["$c $p"]+=" $r"
+			ratios["$c $p"]+=" $(awk -v a="$r" -v b="$get" 'BEGIN {printf "%.3f", a / b}')"
+		done
+	done
 done
 log "REST check-and-set"
 rest=$(BENCH_FILTER=rest "${client_pin[@]}" wrk -t 1 -c "$connections" -d 10s -s bench/check-and-set.lua "http://127.0.0.1:$http_port" |
 	awk '/^Requests\/sec:/ {print $2}')
 
-printf '\n%-10s %-9s %14s %12s %12s\n' command pipeline 'requests/s' 'items/s' 'ratio to GET'
+printf '\n%-10s %-9s %14s %12s %12s   %s\n' command pipeline 'requests/s' 'items/s' 'ratio to GET' "ratios of the $rounds rounds"
 for p in 1 16; do
-	get=${result["GET $p"]}
 	for c in GET BF.ADD BF.EXISTS BF.MADD; do
-		r=${result["$c $p"]}
+		# shellcheck disable=SC2086 # the lists are numbers, split on purpose
+		r=$(median ${rates["$c $p"]})
 		items=$r
 		[[ $c == BF.MADD ]] && items=$(awk -v r="$r" 'BEGIN {printf "%.0f", r * 100}')
-		printf '%-10s %-9s %14s %12s %12s\n' "$c" "$p" "$r" "$items" "$(awk -v a="$r" -v b="$get" 'BEGIN {printf "%.2f", a / b}')"
+		ratio=1.00 each=""
+		if [[ $c != GET ]]; then
+			# shellcheck disable=SC2086
+			ratio=$(printf '%.2f' "$(median ${ratios["$c $p"]})")
+			each=${ratios["$c $p"]}
+		fi
+		printf '%-10s %-9s %14.0f %12.0f %12s  %s\n' "$c" "$p" "$r" "$items" "$ratio" "$each"
 	done
 done
+# shellcheck disable=SC2086
+add16=$(median ${rates["BF.ADD 16"]})
 printf '\nREST check-and-set (wrk, 1 thread, %d connections): %s requests/s; BF.ADD -P 16 is %s times it\n' \
-	"$connections" "$rest" "$(awk -v a="${result["BF.ADD 16"]}" -v b="$rest" 'BEGIN {printf "%.1f", a / b}')"
+	"$connections" "$rest" "$(awk -v a="$add16" -v b="$rest" 'BEGIN {printf "%.1f", a / b}')"

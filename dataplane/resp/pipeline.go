@@ -20,9 +20,11 @@ import (
 // maxRun bounds the items of one batch of pipelined commands.
 const maxRun = 4096
 
-// runnable is what a command may be in a batched run: an add or a check, of one item or many.
+// runnable is what a command is in a batched run: an add or a check, of one item or many, and
+// the command itself, for its metrics.
 type runnable struct {
 	add, multi bool
+	cmd        command
 }
 
 // runnables are the commands a run batches, by name.
@@ -44,6 +46,7 @@ func asRunnable(cmd redcon.Command) (runnable, bool) {
 	if !known || !ok || !r.multi && len(cmd.Args) != 3 {
 		return runnable{}, false
 	}
+	r.cmd = c
 	return r, true
 }
 
@@ -87,15 +90,16 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		return 0
 	}
 	key := cmds[0].Args[1]
-	n, items := 0, 0
-	for n < len(cmds) {
-		r, ok := asRunnable(cmds[n])
-		if !ok || r.add != first.add || !bytes.Equal(cmds[n].Args[1], key) || items+len(cmds[n].Args)-2 > maxRun {
+	run, items := make([]runnable, 0, min(len(cmds), 64)), 0
+	for _, cmd := range cmds {
+		r, ok := asRunnable(cmd)
+		if !ok || r.add != first.add || !bytes.Equal(cmd.Args[1], key) || items+len(cmd.Args)-2 > maxRun {
 			break
 		}
-		items += len(cmds[n].Args) - 2
-		n++
+		items += len(cmd.Args) - 2
+		run = append(run, r)
 	}
+	n := len(run)
 	if n < 2 || !s.batchable(sess, cmds[0]) {
 		return 0
 	}
@@ -109,9 +113,8 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	answers, err := s.runBatch(first.add, string(key), flat)
 	// Each command took the batch's time.
 	elapsed := time.Since(start)
-	for _, cmd := range cmds[:n] {
-		r, _ := asRunnable(cmd)
-		m := len(cmd.Args) - 2
+	for i, r := range run {
+		m := len(cmds[i].Args) - 2
 		switch {
 		case err != nil:
 			w.WriteError(oneLine(replyText(err)))
@@ -126,7 +129,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		if err == nil {
 			answers = answers[m:]
 		}
-		s.series(lookup(cmd.Args[0])).Answered(err != nil, elapsed)
+		s.series(r.cmd, true).Answered(err != nil, elapsed)
 	}
 	return n
 }
