@@ -33,3 +33,28 @@ func BenchmarkDispatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPipelinedRun is a run of 16 pipelined commands to one filter answered as one batch,
+// without the network: what 16 pipelined commands cost Bloomery beyond their reading and writing.
+func BenchmarkPipelinedRun(b *testing.B) {
+	s := newTestServer(b)
+	w := redcon.NewWriter(nil)
+	sess := &session{authenticated: true}
+	s.Dispatch(b.Context(), sess, w, [][]byte{[]byte("BF.RESERVE"), []byte("f"), []byte("0.001"), []byte("1000000")})
+	const run = 16
+	for _, name := range []string{"BF.ADD", "BF.EXISTS"} {
+		b.Run(name, func(b *testing.B) {
+			b.ReportAllocs()
+			cmds := make([]redcon.Command, run)
+			for i := 0; b.Loop(); i++ {
+				for j := range cmds {
+					cmds[j].Args = [][]byte{[]byte(name), []byte("f"), []byte("v-" + strconv.Itoa(i*run+j))}
+				}
+				w.SetBuffer(w.Buffer()[:0])
+				if n := s.batched(sess, w, cmds); n != run {
+					b.Fatalf("batched %d of %d commands", n, run)
+				}
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"time"
+	"unsafe"
 
 	"github.com/tidwall/redcon"
 )
@@ -91,9 +92,16 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	}
 	key := cmds[0].Args[1]
 	run, items := make([]runnable, 0, min(len(cmds), 64)), 0
+	r, name := first, cmds[0].Args[0]
 	for _, cmd := range cmds {
-		r, ok := asRunnable(cmd)
-		if !ok || r.add != first.add || !bytes.Equal(cmd.Args[1], key) || items+len(cmd.Args)-2 > maxRun {
+		// A pipeline spells its commands alike: one spelled as the one before is that command.
+		if !bytes.Equal(cmd.Args[0], name) || len(cmd.Args) < 3 || !r.multi && len(cmd.Args) != 3 {
+			if r, ok = asRunnable(cmd); !ok {
+				break
+			}
+			name = cmd.Args[0]
+		}
+		if r.add != first.add || !bytes.Equal(cmd.Args[1], key) || items+len(cmd.Args)-2 > maxRun {
 			break
 		}
 		items += len(cmd.Args) - 2
@@ -104,13 +112,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		return 0
 	}
 	start := time.Now()
-	flat := make([]string, 0, items)
-	for _, cmd := range cmds[:n] {
-		for _, item := range cmd.Args[2:] {
-			flat = append(flat, string(item))
-		}
-	}
-	answers, err := s.runBatch(first.add, string(key), flat)
+	answers, err := s.runBatch(first.add, string(key), itemStrings(cmds[:n], items, first.add))
 	// Each command took the batch's time.
 	elapsed := time.Since(start)
 	for i, r := range run {
@@ -132,6 +134,35 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		s.series(r.cmd, true).Answered(err != nil, elapsed)
 	}
 	return n
+}
+
+// itemStrings gathers the items of cmds, the arguments after the key, as strings. Checks keep no
+// item, so their strings view the arguments where redcon read them, valid until the commands are
+// answered; an add's items may be kept (by the log, by the queues to the peers), so they are
+// copied, all into one allocation.
+func itemStrings(cmds []redcon.Command, items int, copied bool) []string {
+	out := make([]string, 0, items)
+	var buf []byte
+	if copied {
+		size := 0
+		for _, cmd := range cmds {
+			for _, item := range cmd.Args[2:] {
+				size += len(item)
+			}
+		}
+		buf = make([]byte, 0, size)
+	}
+	for _, cmd := range cmds {
+		for _, item := range cmd.Args[2:] {
+			if copied {
+				start := len(buf)
+				buf = append(buf, item...)
+				item = buf[start:len(buf):len(buf)]
+			}
+			out = append(out, unsafe.String(unsafe.SliceData(item), len(item)))
+		}
+	}
+	return out
 }
 
 // runBatch adds, or checks, items in the filter key, and answers 1 or 0 for each as the commands
