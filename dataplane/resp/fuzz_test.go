@@ -185,3 +185,91 @@ func FuzzDispatchBeforeAuth(f *testing.F) {
 		}
 	})
 }
+
+// pipelineCommands are the commands FuzzPipeline sends, picked by a byte: those a run batches,
+// and those that change what the runs find. None answers with a time (TTL, INFO), which two
+// servers would answer apart.
+var pipelineCommands = []string{"BF.ADD", "BF.MADD", "BF.EXISTS", "BF.MEXISTS", "BF.INSERT", "BF.RESERVE", "BF.CARD", "DEL", "bf.add", "Bf.Exists"}
+
+// FuzzPipeline sends arbitrary pipelines (commands split at 0x01, their arguments at NUL bytes,
+// the first byte of each picking its name) to two servers fed the same inputs in the same order:
+// one answers each pipeline as a client's pipeline is answered, with runs batched; the other
+// answers its commands one at a time. Every command answers one well-formed reply, and the two
+// servers answer alike, byte for byte, so a batch answers what its commands would have one by one.
+func FuzzPipeline(f *testing.F) {
+	for _, seed := range []string{
+		"\x00k\x00a\x01\x00k\x00b\x01\x00k\x00a\x01\x02k\x00a\x01\x02k\x00z",
+		"\x01k\x00a\x00b\x01\x00k\x00c\x01\x01k\x00a\x01\x03k\x00a\x00c\x00q\x01\x02k\x00b",
+		"\x05n\x000.01\x003\x00NONSCALING\x01\x00n\x00a\x01\x00n\x00b\x01\x00n\x00c\x01\x00n\x00d\x01\x06n",
+		"\x00k\x00a\x01\x00k\x00a\x00extra\x01\x00k\x00b\x01\x07k\x01\x00k\x00b\x01\x08k\x00c\x01\x09k\x00c",
+		"\x04k\x00ITEMS\x00a\x01\x00k\x00a\x01\x00j\x00a\x01\x00j\x00b\x01\x01j\x00c\x00a",
+	} {
+		f.Add([]byte(seed))
+	}
+	batched, single := newTestServer(f), newTestServer(f)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var cmds []redcon.Command
+		for part := range bytes.SplitSeq(in, []byte{1}) {
+			if len(part) == 0 || len(cmds) == 64 {
+				continue
+			}
+			args := bytes.Split(part[1:], []byte{0})
+			name := []byte(pipelineCommands[int(part[0])%len(pipelineCommands)])
+			cmds = append(cmds, redcon.Command{Args: append([][]byte{name}, args[:min(len(args), 32)]...)})
+		}
+		sess := &session{authenticated: true}
+		piped := redcon.NewWriter(nil)
+		batched.answer(sess, piped, cmds)
+		oneByOne := redcon.NewWriter(nil)
+		for _, cmd := range cmds {
+			single.Dispatch(t.Context(), sess, oneByOne, cmd.Args)
+		}
+		if got, want := piped.Buffer(), oneByOne.Buffer(); !bytes.Equal(got, want) {
+			t.Fatalf("pipeline %q answered\n%q\none by one\n%q", cmds, got, want)
+		}
+		out := piped.Buffer()
+		for i := range cmds {
+			n, err := readReply(out)
+			if err != nil {
+				t.Fatalf("command %d of %q: %v (%q)", i, cmds, err, out)
+			}
+			out = out[n:]
+		}
+		if len(out) > 0 {
+			t.Fatalf("%q answered more than one reply per command: %q left", cmds, out)
+		}
+	})
+}
+
+// A run of adds that the filter's memory limit stops part-way answers what its commands would
+// have one by one: those before the limit their answers, the one it stops and those after the
+// error of the limit (ERR ... memory).
+func TestPipelineStoppedByALimitAnswersAsOneByOne(t *testing.T) {
+	var cmds []redcon.Command
+	// The first layer holds 100,000 items in about 420 KB; a second would pass the test
+	// server's 1 MiB per filter.
+	cmds = append(cmds, redcon.Command{Args: [][]byte{[]byte("BF.RESERVE"), []byte("f"), []byte("0.0000001"), []byte("100000")}})
+	for c := range 60 {
+		args := [][]byte{[]byte("BF.MADD"), []byte("f")}
+		for i := range 2000 {
+			args = append(args, []byte(fmt.Sprintf("v-%d-%d", c, i)))
+		}
+		cmds = append(cmds, redcon.Command{Args: args}, redcon.Command{Args: [][]byte{[]byte("BF.ADD"), []byte("f"), []byte(fmt.Sprintf("one-%d", c))}})
+	}
+	sess := &session{authenticated: true}
+	piped := redcon.NewWriter(nil)
+	newTestServer(t).answer(sess, piped, cmds)
+	single, oneByOne := newTestServer(t), redcon.NewWriter(nil)
+	for _, cmd := range cmds {
+		single.Dispatch(t.Context(), sess, oneByOne, cmd.Args)
+	}
+	errors := bytes.Count(oneByOne.Buffer(), []byte("\r\n-ERR"))
+	if errors == 0 || errors == len(cmds)-1 {
+		t.Fatalf("one by one, %d of %d commands answered an error: the limit was not reached part-way", errors, len(cmds))
+	}
+	if !bytes.Equal(piped.Buffer(), oneByOne.Buffer()) {
+		t.Errorf("the pipeline answered %d errors and %d bytes, one by one %d errors and %d bytes",
+			bytes.Count(piped.Buffer(), []byte("\r\n-ERR")), len(piped.Buffer()), errors, len(oneByOne.Buffer()))
+	}
+	t.Logf("%d of %d commands answered the limit's error", errors, len(cmds))
+}

@@ -54,14 +54,19 @@ func asRunnable(cmd redcon.Command) (runnable, bool) {
 // serve answers first and every command read with it, in order; it reports whether the client
 // asked to close the connection (QUIT), after which nothing more is answered.
 func (s *Server) serve(conn redcon.Conn, sess *session, first redcon.Command) (quit bool) {
-	cmds := append([]redcon.Command{first}, conn.ReadPipeline()...)
+	return s.answer(sess, conn, append([]redcon.Command{first}, conn.ReadPipeline()...))
+}
+
+// answer answers cmds in order, runs of them as batches, into w; it reports whether the client
+// asked to close the connection (QUIT), after which nothing more is answered.
+func (s *Server) answer(sess *session, w replier, cmds []redcon.Command) (quit bool) {
 	for len(cmds) > 0 {
-		if n := s.batched(sess, conn, cmds); n > 0 {
+		if n := s.batched(sess, w, cmds); n > 0 {
 			cmds = cmds[n:]
 			continue
 		}
 		ctx, cancel := s.commandContext()
-		quit = s.Dispatch(ctx, sess, conn, cmds[0].Args)
+		quit = s.Dispatch(ctx, sess, w, cmds[0].Args)
 		cancel()
 		if quit {
 			return true
@@ -113,6 +118,16 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	}
 	start := time.Now()
 	answers, err := s.runBatch(first.add, string(key), itemStrings(cmds[:n], items, first.add))
+	if err != nil && len(answers) < items {
+		// The engine stopped part-way (a memory limit). The commands whose items it answered all
+		// get their answers; the others are left to be answered one by one, as they would have
+		// been without the batch.
+		n, err = 0, nil
+		for covered := 0; n < len(run) && covered+len(cmds[n].Args)-2 <= len(answers); n++ {
+			covered += len(cmds[n].Args) - 2
+		}
+		run = run[:n]
+	}
 	// Each command took the batch's time.
 	elapsed := time.Since(start)
 	for i, r := range run {
@@ -166,7 +181,8 @@ func itemStrings(cmds []redcon.Command, items int, copied bool) []string {
 }
 
 // runBatch adds, or checks, items in the filter key, and answers 1 or 0 for each as the commands
-// do: 1 for an item added, or for one present.
+// do: 1 for an item added, or for one present. With an error, it answers the items added before
+// the engine stopped, if it stopped part-way: all of them, or none, when the error came after.
 func (s *Server) runBatch(add bool, key string, items []string) ([]int64, error) {
 	answers := make([]int64, len(items))
 	if !add {
@@ -184,13 +200,10 @@ func (s *Server) runBatch(add bool, key string, items []string) ([]int64, error)
 	if err == nil && len(present) != len(items) {
 		err = errorf("the filter answered %d of %d items", len(present), len(items))
 	}
-	if err != nil {
-		return nil, err
-	}
 	for i, p := range present {
 		answers[i] = added(p)
 	}
-	return answers, nil
+	return answers[:len(present)], err
 }
 
 // batchable reports whether the commands of a run to the filter of cmd answer alike one by one
