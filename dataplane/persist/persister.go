@@ -277,6 +277,20 @@ func (p *Persister) checkSequence(since []uint64, first uint64, fromSnapshot boo
 	return nil
 }
 
+// openSegment opens a log segment for reading its records; the caller closes the file.
+func openSegment(path string) (*os.File, *recordReader, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		_ = f.Close() // only read
+		return nil, nil, err
+	}
+	return f, &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size(), zerosEnd: true}, nil
+}
+
 // replaySegment applies one log segment. In the newest, a torn or corrupt record is the tail a
 // crash cut short (nothing after it was acknowledged under SyncAlways): it ends the segment, which
 // is cut there, so that the tail is never taken for damage once a newer segment follows. In an
@@ -284,16 +298,11 @@ func (p *Persister) checkSequence(since []uint64, first uint64, fromSnapshot boo
 // AllowCorruptSnapshot.
 func (p *Persister) replaySegment(store *filter.Store, seq uint64, newest bool, rep *RecoveryReport) error {
 	path := filepath.Join(p.opts.Dir, segmentName(seq))
-	f, err := os.Open(path)
+	f, rr, err := openSegment(path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size(), zerosEnd: true}
 	for {
 		start := rr.offset
 		b, err := rr.next()
@@ -336,16 +345,11 @@ func (p *Persister) expiryChangesInLog() (map[string]bool, error) {
 }
 
 func scanExpiryChanges(path string, names map[string]bool) error {
-	f, err := os.Open(path)
+	f, rr, err := openSegment(path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	rr := &recordReader{r: bufio.NewReaderSize(f, 1<<20), remaining: fi.Size(), zerosEnd: true}
 	for {
 		b, err := rr.next()
 		if err != nil {
