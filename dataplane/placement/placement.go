@@ -111,7 +111,7 @@ func Partition(value string, partitions int) int {
 	}
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(value))
-	hi, _ := bits.Mul64(mix(h.Sum64()), uint64(partitions))
+	hi, _ := bits.Mul64(Mix(h.Sum64()), uint64(partitions))
 	return int(hi)
 }
 
@@ -122,12 +122,13 @@ func score(filter string, partition int, member string) uint64 {
 	_, _ = h.Write([]byte(filter))
 	_, _ = h.Write(buf[:binary.PutUvarint(buf[:], uint64(partition)+1)])
 	_, _ = h.Write([]byte(member))
-	return mix(h.Sum64())
+	return Mix(h.Sum64())
 }
 
-// mix is splitmix64's finalizer: FNV's low bits, and its output for inputs that differ in their
-// last bytes, are poorly spread until mixed.
-func mix(x uint64) uint64 {
+// Mix is splitmix64's finalizer: FNV's low bits, and its output for inputs that differ in their
+// last bytes, are poorly spread until mixed. Every rendezvous order of the data plane (a filter's
+// home, a partition's owners) finishes its FNV hashes with it.
+func Mix(x uint64) uint64 {
 	x ^= x >> 30
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 27

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/bloomery/bloomery/dataplane/placement"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -167,7 +168,7 @@ func rendezvous(name string, members []wire.Member) []wire.Member {
 		_, _ = h.Write([]byte(name))
 		_, _ = h.Write([]byte{0})
 		_, _ = h.Write([]byte(m.Name))
-		ws[i] = weighted{m, mix(h.Sum64())}
+		ws[i] = weighted{m, placement.Mix(h.Sum64())}
 	}
 	slices.SortFunc(ws, func(a, b weighted) int {
 		if a.w != b.w {
@@ -183,13 +184,4 @@ func rendezvous(name string, members []wire.Member) []wire.Member {
 		out[i] = w.m
 	}
 	return out
-}
-
-// mix is a 64-bit finalizer (splitmix64's): FNV's low bits alone spread short names poorly.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	return x ^ x>>31
 }
