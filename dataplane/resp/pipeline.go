@@ -91,8 +91,11 @@ func (s *Server) commandContext() (context.Context, context.CancelFunc) {
 // batch, and says how many commands it answered: 0 when there is no run of two or more, or when
 // its commands would not answer alike one by one and together (see batchable).
 func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
+	if len(cmds) < 2 { // an unpipelined command: Dispatch looks it up
+		return 0
+	}
 	first, ok := asRunnable(cmds[0])
-	if !ok || len(cmds) < 2 {
+	if !ok {
 		return 0
 	}
 	key := cmds[0].Args[1]
