@@ -225,7 +225,7 @@ func TestRESPExpirySurvivesARestart(t *testing.T) {
 }
 
 // threePods runs three data planes that know each other, with anti-entropy at that interval (0:
-// none).
+// none), once all three are ready.
 func threePods(t *testing.T, antiEntropy time.Duration) []*testServer {
 	t.Helper()
 	pods := make([]*testServer, 3)
@@ -238,6 +238,10 @@ func threePods(t *testing.T, antiEntropy time.Duration) []*testServer {
 		if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: members[i].Name, Members: members}); err != nil {
 			t.Fatal(err)
 		}
+	}
+	// A pod that knows peers catches up from them before it takes a create.
+	for _, ts := range pods {
+		waitUntilReady(t, ts)
 	}
 	return pods
 }
