@@ -381,6 +381,8 @@ func TestRESPWritesGoToTheHome(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	waitUntilReady(t, a) // caught up from b, so that a takes creates
+	waitUntilReady(t, b)
 	rdb := redisClient(t, a)
 	for i := range 12 {
 		name := fmt.Sprintf("homed-%d", i)
