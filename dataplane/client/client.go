@@ -110,6 +110,9 @@ type CreateOptions struct {
 	Growth *uint `json:"growth,omitempty"`
 	// Tightening is the error factor from one layer to the next, in (0, 1).
 	Tightening *float64 `json:"tightening,omitempty"`
+	// Partitions splits the filter's values into that many partitions by a hash of the value;
+	// absent, the server picks the fewest whose partition fits its maxFilterBytes.
+	Partitions *int `json:"partitions,omitempty"`
 }
 
 // Error is a non-2xx answer of the server.

@@ -39,6 +39,11 @@ type Filter struct {
 	// first, and when persistence is off); the operator reports it on the BloomFilter.
 	LastSnapshot string `json:"lastSnapshot,omitempty"`
 
+	// Partitions is how many partitions the filter's values are split into by a hash of the
+	// value, each a scalable filter of ⌈expectedInsertions/partitions⌉ at the filter's fpp; 1 for
+	// a filter that is not split. Fixed at creation.
+	Partitions int `json:"partitions"`
+
 	Scalable     bool    `json:"scalable"`
 	Growth       uint    `json:"growth,omitempty"`
 	Tightening   float64 `json:"tightening,omitempty"`

@@ -15,6 +15,7 @@ type FilterStatus struct {
 	FPP                float64 `json:"fpp"`
 	Scalable           bool    `json:"scalable"`
 	Growth             uint    `json:"growth,omitempty"`
+	Partitions         int     `json:"partitions"`
 
 	Items              uint64  `json:"items"`
 	Layers             int     `json:"layers"`
@@ -33,6 +34,7 @@ func (f Filter) Status() FilterStatus {
 		FPP:                f.FPP,
 		Scalable:           f.Scalable,
 		Growth:             f.Growth,
+		Partitions:         f.Partitions,
 		Items:              f.Items,
 		Layers:             f.Layers,
 		SizeBytes:          f.SizeBytes,
