@@ -4,18 +4,18 @@
 package filter
 
 import (
-	"fmt"
-	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/bloomery/bloomery/dataplane/placement"
 )
 
-// Filter is one named bloom filter: a list of layers, of which only the newest takes new keys.
-// bits-and-blooms filters are not safe for concurrent writers, so every Filter owns an RWMutex:
-// checks share it, writes take it exclusively, and batches take it once per batch.
+// Filter is one named bloom filter, split by a hash of the key into partitions (one, unless its
+// options ask for more). Each partition is a list of layers, of which only the newest takes new
+// keys. bits-and-blooms filters are not safe for concurrent writers, so every partition owns an
+// RWMutex: checks share it, writes take it exclusively, and batches take it once per partition.
 type Filter struct {
 	name    string
 	opts    Options
@@ -31,28 +31,15 @@ type Filter struct {
 	// that the request path reads it without a lock. expiryMu orders the changes of it.
 	override atomic.Pointer[Expiry]
 	expiryMu sync.Mutex
-	// items approximates the number of distinct keys added: a key counts when no layer held it.
-	items atomic.Uint64
-	// sizeBytes is what the budget holds for the filter: its bit arrays and, once it has a layer,
-	// FilterOverhead. Dropping the filter releases it whole.
+	// sizeBytes is what the budget holds for the filter: the bit arrays of every partition and,
+	// once it has a layer, FilterOverhead. Dropping the filter releases it whole.
 	sizeBytes atomic.Uint64
 
-	// checked and set count the keys that requests tested and wrote, for metrics. They are added
-	// to while mu is held and sit next to it, likely on the cache line that taking mu has just
-	// written, so the count costs no extra cache miss; nothing is shared with other filters.
-	mu      sync.RWMutex
-	checked atomic.Uint64
-	set     atomic.Uint64
-	layers  []*bloom.BloomFilter
-	// newestItems counts the keys added to the newest layer, to know when it reaches
-	// newestCapacity and a new layer is due.
-	newestItems    uint64
-	newestCapacity uint64
-	// maxHashes is the largest k of all layers: one Locations call serves every layer, because
-	// the i-th location of a key does not depend on the layer.
-	maxHashes uint
-	// dropped is set when the filter left its store; it then no longer grows, so the memory it
-	// gave back cannot be taken again behind the store's back.
+	// parts are the partitions; a key belongs to parts[placement.Partition(key, len(parts))].
+	parts []*partition
+	// dropped is set, with every partition's lock held, when the filter left its store; it then
+	// no longer grows, so the memory it gave back cannot be taken again behind the store's back.
+	// Any one partition's lock suffices to read it.
 	dropped bool
 }
 
@@ -61,50 +48,26 @@ func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter,
 	if err != nil {
 		return nil, err
 	}
-	f := &Filter{name: name, opts: opts, created: created, store: s}
+	f := newFilterShell(s, name, opts, created)
 	f.lastAccess.Store(max(f.created.UnixNano(), s.clock().UnixNano()))
 	f.journaledAccess.Store(f.created.UnixNano())
-	if err := f.addLayer(shape, nil); err != nil {
-		return nil, err
+	for _, p := range f.parts {
+		if err := p.addLayer(shape, nil); err != nil {
+			s.memory.release(f.sizeBytes.Load())
+			return nil, err
+		}
 	}
 	return f, nil
 }
 
-// addLayer reserves a layer's memory in the store's budget, allocates it holding a copy of words
-// (nil: all zero) and appends it. A refused reservation or allocation leaves the filter and the
-// budget as they were. The caller holds mu for writing, or is the only one who can reach f.
-func (f *Filter) addLayer(shape LayerShape, words []uint64) error {
-	// The first layer brings the filter's overhead into the budget.
-	var extra uint64
-	if len(f.layers) == 0 {
-		extra = FilterOverhead
+// newFilterShell is a filter whose partitions have no layers yet.
+func newFilterShell(s *Store, name string, opts Options, created time.Time) *Filter {
+	f := &Filter{name: name, opts: opts, created: created, store: s}
+	f.parts = make([]*partition, opts.PartitionCount())
+	for i := range f.parts {
+		f.parts[i] = &partition{f: f, index: i}
 	}
-	if err := f.store.memory.reserve(f.name, shape.SizeBytes(), f.bitsBytes(), extra); err != nil {
-		return err
-	}
-	layer, err := newLayer(shape, words)
-	if err != nil {
-		f.store.memory.release(shape.SizeBytes() + extra)
-		return fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
-	}
-	f.appendLayer(shape, layer, extra)
-	return nil
-}
-
-func (f *Filter) appendLayer(shape LayerShape, layer *bloom.BloomFilter, extra uint64) {
-	f.layers = append(f.layers, layer)
-	f.newestItems, f.newestCapacity = 0, shape.Capacity
-	f.maxHashes = max(f.maxHashes, shape.Hashes)
-	f.sizeBytes.Add(shape.SizeBytes() + extra)
-}
-
-// bitsBytes is what the filter's bit arrays take: sizeBytes less the overhead it was charged
-// with its first layer.
-func (f *Filter) bitsBytes() uint64 {
-	if n := f.sizeBytes.Load(); n >= FilterOverhead {
-		return n - FilterOverhead
-	}
-	return 0
+	return f
 }
 
 // Name is the filter's name in its store.
@@ -120,34 +83,28 @@ func (f *Filter) Created() time.Time { return f.created }
 // replicas share (a replicated create carries it) and which a later incarnation always exceeds.
 func (f *Filter) Generation() int64 { return f.created.UnixNano() }
 
+// partOf is the partition key belongs to.
+func (f *Filter) partOf(key string) *partition {
+	if len(f.parts) == 1 {
+		return f.parts[0]
+	}
+	return f.parts[placement.Partition(key, len(f.parts))]
+}
+
 // Check reports whether key may have been added.
 func (f *Filter) Check(key string) bool {
 	f.touch()
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	f.checked.Add(1)
-	var buf [stackHashes]uint64
-	return f.contains(f.locations(buf[:0], key))
+	return f.partOf(key).check(key)
 }
 
-// CheckMany answers Check for every key, in order, under one read lock. Keys are taken a chunk at
-// a time: the chunk's locations are computed and their words loaded first, so that the cache
-// misses of many keys overlap, then each key is tested.
+// CheckMany answers Check for every key, in order, under one read lock per partition.
 func (f *Filter) CheckMany(keys []string) []bool {
 	f.touch()
 	out := make([]bool, len(keys))
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	f.checked.Add(uint64(len(keys)))
-	for start := 0; start < len(keys); start += batchChunk {
-		chunk := keys[start:min(start+batchChunk, len(keys))]
-		s.locate(f.layers, f.maxHashes, chunk)
-		for j := range chunk {
-			out[start+j] = s.containsAt(f.layers, j)
-		}
-	}
+	_, _ = f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
+		p.checkMany(keys, out)
+		return len(keys), nil
+	})
 	return out
 }
 
@@ -155,7 +112,7 @@ func (f *Filter) CheckMany(keys []string) []bool {
 // calls with the same new key exactly one answers false.
 func (f *Filter) CheckAndSet(key string) (bool, error) {
 	f.touch()
-	present, err := f.checkAndSetOne(key)
+	present, err := f.partOf(key).checkAndSetOne(key)
 	if err != nil {
 		return false, err
 	}
@@ -165,13 +122,15 @@ func (f *Filter) CheckAndSet(key string) (bool, error) {
 	return present, f.journalAdded([]string{key})
 }
 
-// CheckAndSetMany answers CheckAndSet for every key, in order, under one write lock, so a key
-// repeated later in keys answers true. On error the keys before the failing one are added (adds
-// are never undone) and their answers are returned.
+// CheckAndSetMany answers CheckAndSet for every key, in order, under one write lock per
+// partition, so a key repeated later in keys answers true. On error the keys before the failing
+// one are added (adds are never undone) and their answers are returned.
 func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	f.touch()
 	out := make([]bool, len(keys))
-	n, err := f.checkAndSetMany(keys, out)
+	n, err := f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
+		return p.checkAndSetMany(keys, out, true)
+	})
 	out = out[:n]
 	if jerr := f.journalAdded(keys[:n]); err == nil {
 		err = jerr
@@ -179,57 +138,50 @@ func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	return out, err
 }
 
-// checkAndSetOne and checkAndSetMany take the write lock around the locked forms; the lock is
-// released by defer, so that nothing, not even a panic, leaves the filter locked.
-func (f *Filter) checkAndSetOne(key string) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.set.Add(1)
-	return f.checkAndSetLocked(key)
-}
-
-func (f *Filter) checkAndSetMany(keys []string, out []bool) (int, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.set.Add(uint64(len(keys)))
-	return f.checkAndSetManyLocked(keys, out)
-}
-
-// checkAndSetManyLocked answers CheckAndSet for keys into out and returns how many it answered:
-// all of them, or those before the key whose insertion failed. It works a chunk at a time like
-// CheckMany: locations and loads of the whole chunk first, then, key by key and in order, the test
-// and the insert, which find their words in the cache. Keys are handled strictly one after the
-// other in the second pass, so a key repeated later in the chunk sees the bits the first one set.
-// When the filter grows a layer mid-chunk the rest of the chunk is located again, with the new
-// layer. The caller holds mu for writing.
-func (f *Filter) checkAndSetManyLocked(keys []string, out []bool) (int, error) {
-	s := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(s)
-	for start := 0; start < len(keys); {
-		chunk := keys[start:min(start+batchChunk, len(keys))]
-		s.locate(f.layers, f.maxHashes, chunk)
-		layers := len(f.layers)
-		next := start + len(chunk)
-		for j, key := range chunk {
-			if s.containsAt(f.layers, j) {
-				out[start+j] = true
-				continue
-			}
-			if err := f.growIfFullLocked(); err != nil {
-				return start + j, err
-			}
-			if len(f.layers) != layers { // a new layer: this key goes there, the rest is located again
-				var buf [stackHashes]uint64
-				f.setLocked(f.locations(buf[:0], key))
-				next = start + j + 1
-				break
-			}
-			s.setAt(f.layers, j)
-			f.countAdded()
-		}
-		start = next
+// byPartition runs fn on each partition's share of keys, in their order, with the answers going
+// to out in keys' order. It returns how many keys, from the first, were answered: all of them, or
+// those before the first key whose partition failed at it, with that failure. A partition after
+// the failing one still takes its keys: a batch is not atomic, and adds are never undone.
+func (f *Filter) byPartition(keys []string, out []bool, fn func(p *partition, keys []string, out []bool) (int, error)) (int, error) {
+	if len(f.parts) == 1 {
+		return fn(f.parts[0], keys, out)
 	}
-	return len(keys), nil
+	// A counting sort by partition: order lists keys' indices partition by partition.
+	of := make([]int32, len(keys))
+	starts := make([]int, len(f.parts)+1)
+	for i, key := range keys {
+		p := placement.Partition(key, len(f.parts))
+		of[i] = int32(p)
+		starts[p+1]++
+	}
+	for p := range f.parts {
+		starts[p+1] += starts[p]
+	}
+	next := slices.Clone(starts[:len(f.parts)])
+	order := make([]int, len(keys))
+	for i, p := range of {
+		order[next[p]] = i
+		next[p]++
+	}
+	grouped, answers := make([]string, len(keys)), make([]bool, len(keys))
+	for at, i := range order {
+		grouped[at] = keys[i]
+	}
+	answered, firstErr := len(keys), error(nil)
+	for p, part := range f.parts {
+		lo, hi := starts[p], starts[p+1]
+		if lo == hi {
+			continue
+		}
+		n, err := fn(part, grouped[lo:hi], answers[lo:hi])
+		if err != nil && order[lo+n] < answered {
+			answered, firstErr = order[lo+n], err
+		}
+	}
+	for at, i := range order {
+		out[i] = answers[at]
+	}
+	return answered, firstErr
 }
 
 // journalAdded records keys after they are in the filter and before the caller answers. The
@@ -246,9 +198,9 @@ func (f *Filter) journalAdded(keys []string) error {
 // records accesses itself) nor journals them again.
 func (f *Filter) Replay(keys []string) error {
 	out := make([]bool, len(keys))
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	_, err := f.checkAndSetManyLocked(keys, out)
+	_, err := f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
+		return p.checkAndSetMany(keys, out, false)
+	})
 	return err
 }
 
@@ -258,75 +210,10 @@ func (f *Filter) Add(key string) error {
 	return err
 }
 
-// AddMany adds every key under one write lock.
+// AddMany adds every key under one write lock per partition.
 func (f *Filter) AddMany(keys []string) error {
 	_, err := f.CheckAndSetMany(keys)
 	return err
-}
-
-func (f *Filter) checkAndSetLocked(key string) (bool, error) {
-	var buf [stackHashes]uint64
-	locs := f.locations(buf[:0], key)
-	if f.contains(locs) {
-		return true, nil
-	}
-	if err := f.growIfFullLocked(); err != nil {
-		return false, err
-	}
-	if newest := f.layers[len(f.layers)-1]; newest.K() > uint(len(locs)) { // the new layer hashes more than the old ones did
-		locs = f.locations(locs[:0], key)
-	}
-	f.setLocked(locs)
-	return false, nil
-}
-
-// setLocked sets a new key's bits in the newest layer and counts it. The caller holds mu for
-// writing and has checked that no layer holds the key.
-func (f *Filter) setLocked(locs []uint64) {
-	newest := f.layers[len(f.layers)-1]
-	bits, m := newest.BitSet(), uint64(newest.Cap())
-	for _, loc := range locs[:newest.K()] {
-		bits.Set(uint(loc % m))
-	}
-	f.countAdded()
-}
-
-// countAdded counts a key just set in the newest layer. The caller holds mu for writing.
-func (f *Filter) countAdded() {
-	f.newestItems++
-	f.items.Add(1)
-}
-
-func (f *Filter) growIfFullLocked() error {
-	if !f.opts.Scalable || f.dropped || f.newestItems < f.newestCapacity {
-		return nil
-	}
-	if len(f.layers) >= MaxLayers {
-		return fmt.Errorf("%w: filter %q already has %d layers", ErrTooLarge, f.name, MaxLayers)
-	}
-	next, err := f.opts.LayerShape(len(f.layers))
-	if err != nil {
-		return err
-	}
-	if err := checkHashes(len(f.layers), next); err != nil {
-		return fmt.Errorf("%w: filter %q: %w", ErrTooLarge, f.name, err)
-	}
-	return f.addLayer(next, nil)
-}
-
-// locations appends key's locations for every layer to dst, as bloom.Locations computes them,
-// without allocating when dst has room. The caller holds mu, so maxHashes is stable.
-func (f *Filter) locations(dst []uint64, key string) []uint64 {
-	return appendLocations(dst, key, f.maxHashes)
-}
-
-func (f *Filter) contains(locs []uint64) bool {
-	for _, layer := range f.layers {
-		if layer.TestLocations(locs[:layer.K()]) {
-			return true
-		}
-	}
-	return false
 }
 
 // touch extends sliding expiry. Writing the shared timestamp at most once a millisecond keeps
@@ -386,13 +273,33 @@ func (f *Filter) Expired(now time.Time) bool {
 }
 
 // SizeBytes is the memory of all layers' bit arrays.
-func (f *Filter) SizeBytes() uint64 { return f.bitsBytes() }
+func (f *Filter) SizeBytes() uint64 {
+	if n := f.sizeBytes.Load(); n >= FilterOverhead {
+		return n - FilterOverhead
+	}
+	return 0
+}
+
+// Partitions is how many partitions the filter has.
+func (f *Filter) Partitions() int { return len(f.parts) }
 
 // Items approximates the number of distinct keys added.
-func (f *Filter) Items() uint64 { return f.items.Load() }
+func (f *Filter) Items() uint64 {
+	var n uint64
+	for _, p := range f.parts {
+		n += p.items.Load()
+	}
+	return n
+}
 
 // Traffic is Usage's Checked and Set without the lock, for totals over every filter.
-func (f *Filter) Traffic() (checked, set uint64) { return f.checked.Load(), f.set.Load() }
+func (f *Filter) Traffic() (checked, set uint64) {
+	for _, p := range f.parts {
+		checked += p.checked.Load()
+		set += p.set.Load()
+	}
+	return checked, set
+}
 
 // Info describes a filter's shape and state at one moment.
 type Info struct {
@@ -400,45 +307,41 @@ type Info struct {
 	Options Options
 	Created time.Time
 	// Expiry is the zero time when the filter never expires.
-	Expiry    time.Time
-	Items     uint64
+	Expiry time.Time
+	Items  uint64
+	// Layers is the most layers any partition has; Bits and SizeBytes are of all partitions.
 	Layers    int
 	Bits      uint64
 	Hashes    uint // of the newest layer
 	SizeBytes uint64
 	// FillRatio is the share of bits set across all layers.
 	FillRatio float64
-	// EstimatedFPP is the false positive probability given the bits set now.
+	// EstimatedFPP is the false positive probability given the bits set now: the mean of the
+	// partitions', since a key is tested in one partition, each as likely as any other.
 	EstimatedFPP float64
 }
 
 // Info counts the bits set in every layer, which reads the whole bit array: it is meant for
 // status requests, not for the request path.
 func (f *Filter) Info() Info {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
 	info := Info{
 		Name:      f.name,
 		Options:   f.opts,
 		Created:   f.created,
 		Expiry:    f.Expiry(),
-		Items:     f.items.Load(),
-		Layers:    len(f.layers),
-		SizeBytes: f.bitsBytes(),
+		Items:     f.Items(),
+		SizeBytes: f.SizeBytes(),
 	}
 	var set uint64
-	// A key is a false positive unless every layer rejects it; sum logarithms so that rates
-	// as small as 1e-20 survive the arithmetic.
-	logNoFalsePositive := 0.0
-	for _, layer := range f.layers {
-		m, ones := uint64(layer.Cap()), uint64(layer.BitSet().Count())
-		info.Bits += m
-		set += ones
-		logNoFalsePositive += math.Log1p(-math.Pow(float64(ones)/float64(m), float64(layer.K())))
+	for _, p := range f.parts {
+		c := p.count()
+		info.Layers = max(info.Layers, c.layers)
+		info.Hashes = max(info.Hashes, c.hashes)
+		info.Bits += c.bits
+		set += c.set
+		info.EstimatedFPP += c.fpp / float64(len(f.parts))
 	}
-	info.Hashes = f.layers[len(f.layers)-1].K()
 	info.FillRatio = float64(set) / float64(info.Bits)
-	info.EstimatedFPP = 0 - math.Expm1(logNoFalsePositive) // 0 - x, not -x: no "-0" for an empty filter
 	return info
 }
 
@@ -446,7 +349,8 @@ func (f *Filter) Info() Info {
 type Usage struct {
 	Items     uint64
 	SizeBytes uint64
-	Layers    int
+	// Layers is the most layers any partition has.
+	Layers int
 	// EstimatedFillRatio is the share of bits expected to be set, given the keys each layer took
 	// (see fillAfter).
 	EstimatedFillRatio float64
@@ -458,52 +362,26 @@ type Usage struct {
 	Checked, Set uint64
 }
 
-// Usage reads the filter's counters in O(layers), holding its read lock only to see a consistent
-// list of layers. Info counts the bits instead, which reads the whole bit array (a 1e9-key filter
-// is over 1 GiB) while writers wait: too much to do for every filter at every scrape. A cached
-// count would be stale by however long the cache lives; the estimate is current and, for the
-// sizes where it matters, within a fraction of a percent of the count.
+// Usage reads the filter's counters in O(layers), holding each partition's read lock only to see
+// a consistent list of its layers. Info counts the bits instead, which reads the whole bit array
+// (a 1e9-key filter is over 1 GiB) while writers wait: too much to do for every filter at every
+// scrape. A cached count would be stale by however long the cache lives; the estimate is current
+// and, for the sizes where it matters, within a fraction of a percent of the count.
 func (f *Filter) Usage() Usage {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	fill, fpp := f.estimatesLocked()
-	return Usage{
-		Items:              f.items.Load(),
-		SizeBytes:          f.bitsBytes(),
-		Layers:             len(f.layers),
-		EstimatedFillRatio: fill,
-		EstimatedFPP:       fpp,
-		Checked:            f.checked.Load(),
-		Set:                f.set.Load(),
-	}
-}
-
-// estimatesLocked is the expected share of set bits given the keys each layer took, and the false
-// positive probability it gives, computed as Info computes it from the counted bits. Every layer
-// but the newest took exactly its capacity (a layer is added when the newest is full); the newest
-// took newestItems. The caller holds mu.
-func (f *Filter) estimatesLocked() (fillRatio, fpp float64) {
+	u := Usage{Items: f.Items(), SizeBytes: f.SizeBytes()}
+	u.Checked, u.Set = f.Traffic()
 	var bits, set float64
-	logNoFalsePositive := 0.0
-	for i, layer := range f.layers {
-		m, k := float64(layer.Cap()), layer.K()
-		n := float64(f.newestItems)
-		if i < len(f.layers)-1 {
-			shape, err := f.opts.LayerShape(i)
-			if err != nil { // unreachable: the layer exists, so its shape was computed before
-				continue
-			}
-			n = float64(shape.Capacity)
-		}
-		p := fillAfter(n, m, k)
-		bits += m
-		set += m * p
-		logNoFalsePositive += math.Log1p(-math.Pow(p, float64(k)))
+	for _, p := range f.parts {
+		e := p.estimate()
+		u.Layers = max(u.Layers, e.layers)
+		bits += e.bits
+		set += e.set
+		u.EstimatedFPP += e.fpp / float64(len(f.parts))
 	}
-	if bits == 0 {
-		return 0, 0
+	if bits > 0 {
+		u.EstimatedFillRatio = set / bits
 	}
-	return set / bits, -math.Expm1(logNoFalsePositive)
+	return u
 }
 
 // fillAfter is the expected fill ratio p of m bits after n keys were inserted with k hashes each,
@@ -545,8 +423,12 @@ func fillAfter(n, m float64, k uint) float64 {
 
 // drop detaches the filter from its store's memory accounting and returns the bytes it held.
 func (f *Filter) drop() uint64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	for _, p := range f.parts {
+		p.mu.Lock()
+	}
 	f.dropped = true
+	for _, p := range f.parts {
+		p.mu.Unlock()
+	}
 	return f.sizeBytes.Load()
 }

@@ -60,40 +60,72 @@ type Options struct {
 	// sliding expiry. When set it governs expiry and ValidAfterCreate is ignored, as in
 	// filter-service.
 	ValidAfterAccess time.Duration
+	// Partitions splits the filter's keys by a hash of the key (placement.Partition) into that
+	// many partitions, each a filter of ⌈Capacity/Partitions⌉ keys at FPP; 0 and 1 both mean one.
+	Partitions uint32
 }
 
-// OptionsBinarySize is the length of the binary encoding of Options.
-const OptionsBinarySize = 8 + 8 + 1 + 8 + 8 + 8 + 8
+// MaxPartitions bounds the partitions of one filter: enough to spread a filter over many pods
+// many times over, few enough that a multi-key request's split stays cheap.
+const MaxPartitions = 1024
+
+// PartitionCount is how many partitions the filter has: Partitions, or 1 when it is 0.
+func (o Options) PartitionCount() int { return max(1, int(o.Partitions)) }
+
+// Binary encoding sizes: OptionsBinarySize bytes hold the options of a filter of one partition,
+// and tell whether optionsPartitionsSize more follow.
+const (
+	OptionsBinarySize     = 8 + 8 + 1 + 8 + 8 + 8 + 8
+	optionsPartitionsSize = 4
+	// flagScalable and flagPartitioned are the bits of the options' flags byte.
+	flagScalable    = 1
+	flagPartitioned = 2
+)
+
+// OptionsBinaryLen is the length of the encoding whose first OptionsBinarySize bytes are head.
+func OptionsBinaryLen(head []byte) int {
+	if len(head) > 16 && head[16]&flagPartitioned != 0 {
+		return OptionsBinarySize + optionsPartitionsSize
+	}
+	return OptionsBinarySize
+}
 
 // AppendBinary appends the binary encoding of the options, which snapshots, the log and the
 // batches replicated to peers share: a change of it is a change of all three formats. Capacity,
-// FPP (float64 bits), Scalable (one byte, 0 or 1), Growth, Tightening (float64 bits),
-// ValidAfterCreate and ValidAfterAccess (nanoseconds), each in 8 bytes, little endian, but
-// Scalable. It never fails.
+// FPP (float64 bits), a flags byte (flagScalable, flagPartitioned), Growth, Tightening (float64
+// bits), ValidAfterCreate and ValidAfterAccess (nanoseconds), each in 8 bytes, little endian, but
+// the flags; then, for a filter of more than one partition only, Partitions in 4 bytes. Files
+// written before partitions existed read as filters of one partition. It never fails.
 func (o Options) AppendBinary(b []byte) ([]byte, error) {
+	var flags byte
+	if o.Scalable {
+		flags |= flagScalable
+	}
+	if o.Partitions > 1 {
+		flags |= flagPartitioned
+	}
 	b = binary.LittleEndian.AppendUint64(b, o.Capacity)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.FPP))
-	if o.Scalable {
-		b = append(b, 1)
-	} else {
-		b = append(b, 0)
-	}
+	b = append(b, flags)
 	b = binary.LittleEndian.AppendUint64(b, uint64(o.Growth))
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.Tightening))
 	b = binary.LittleEndian.AppendUint64(b, uint64(o.ValidAfterCreate))
 	b = binary.LittleEndian.AppendUint64(b, uint64(o.ValidAfterAccess))
+	if o.Partitions > 1 {
+		b = binary.LittleEndian.AppendUint32(b, o.Partitions)
+	}
 	return b, nil
 }
 
-// UnmarshalBinary decodes what AppendBinary encoded, exactly OptionsBinarySize bytes. It checks
+// UnmarshalBinary decodes what AppendBinary encoded, exactly OptionsBinaryLen bytes. It checks
 // the encoding only; Validate checks the values.
 func (o *Options) UnmarshalBinary(b []byte) error {
-	if len(b) != OptionsBinarySize {
-		return fmt.Errorf("options take %d bytes, got %d", OptionsBinarySize, len(b))
+	if len(b) < OptionsBinarySize || len(b) != OptionsBinaryLen(b) {
+		return fmt.Errorf("options take %d bytes, got %d", OptionsBinaryLen(b), len(b))
 	}
 	u64 := func(at int) uint64 { return binary.LittleEndian.Uint64(b[at:]) }
-	if b[16] > 1 {
-		return fmt.Errorf("scalable flag %d is not 0 or 1", b[16])
+	if flags := b[16]; flags&^(flagScalable|flagPartitioned) != 0 {
+		return fmt.Errorf("options flags %#x has unknown bits", flags)
 	}
 	if growth := u64(17); growth > math.MaxUint32 {
 		return fmt.Errorf("growth %d out of range", growth)
@@ -101,11 +133,16 @@ func (o *Options) UnmarshalBinary(b []byte) error {
 	*o = Options{
 		Capacity:         u64(0),
 		FPP:              math.Float64frombits(u64(8)),
-		Scalable:         b[16] == 1,
+		Scalable:         b[16]&flagScalable != 0,
 		Growth:           uint(u64(17)),
 		Tightening:       math.Float64frombits(u64(25)),
 		ValidAfterCreate: time.Duration(u64(33)),
 		ValidAfterAccess: time.Duration(u64(41)),
+	}
+	if b[16]&flagPartitioned != 0 {
+		if o.Partitions = binary.LittleEndian.Uint32(b[OptionsBinarySize:]); o.Partitions < 2 {
+			return fmt.Errorf("partitions %d flagged on options of one partition", o.Partitions)
+		}
 	}
 	return nil
 }
@@ -122,6 +159,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: fpp must be > 0 and < 1, got %v", ErrInvalidOptions, o.FPP)
 	case o.ValidAfterCreate < 0 || o.ValidAfterAccess < 0:
 		return fmt.Errorf("%w: validity periods must not be negative", ErrInvalidOptions)
+	case o.Partitions > MaxPartitions:
+		return fmt.Errorf("%w: partitions must be between 1 and %d, got %d", ErrInvalidOptions, MaxPartitions, o.Partitions)
 	}
 	if o.Scalable {
 		if o.Growth < 1 || o.Growth > 16 {
@@ -156,11 +195,12 @@ type LayerShape struct {
 // SizeBytes is the memory the layer's bit array takes.
 func (l LayerShape) SizeBytes() uint64 { return uint64((l.Bits+63)/64) * 8 }
 
-// LayerShape is the shape of layer i. It is a pure function of the shape-defining options and
-// the index, so two replicas that grew independently hold layers of identical shape, which makes
-// them mergeable with OR.
+// LayerShape is the shape of layer i of every partition. It is a pure function of the
+// shape-defining options and the index, so two replicas that grew independently hold layers of
+// identical shape, which makes them mergeable with OR. A partition holds ⌈Capacity/Partitions⌉
+// keys at FPP: a key is tested in its partition only, so the filter's rate is the partitions'.
 func (o Options) LayerShape(i int) (LayerShape, error) {
-	capacity, fpp := float64(o.Capacity), o.FPP
+	capacity, fpp := float64(o.partitionCapacity()), o.FPP
 	if o.Scalable {
 		// p0 = p·(1−r) and p_i = p0·r^i: the compound error of all layers stays under p.
 		capacity *= math.Pow(float64(o.Growth), float64(i))
@@ -173,6 +213,25 @@ func (o Options) LayerShape(i int) (LayerShape, error) {
 	}
 	m, k := bloom.EstimateParameters(uint(capacity), fpp)
 	return LayerShape{Capacity: uint64(capacity), Bits: m, Hashes: k}, nil
+}
+
+// partitionCapacity is the first layer's capacity of one partition: ⌈Capacity/Partitions⌉.
+func (o Options) partitionCapacity() uint64 {
+	p := uint64(o.PartitionCount())
+	return o.Capacity/p + min(1, o.Capacity%p)
+}
+
+// AutoPartitions is the fewest partitions, a power of two, whose partitions' first layers fit
+// maxPartitionBytes (0: no limit), or MaxPartitions when none do.
+func (o Options) AutoPartitions(maxPartitionBytes uint64) uint32 {
+	p := uint32(1)
+	for ; p < MaxPartitions && maxPartitionBytes > 0; p *= 2 {
+		o.Partitions = p
+		if shape, err := o.LayerShape(0); err == nil && shape.SizeBytes() <= maxPartitionBytes {
+			break
+		}
+	}
+	return p
 }
 
 // formatFloatBytes writes sizes that may not fit in an integer.

@@ -19,6 +19,11 @@ func TestOptionsBinaryRoundTrip(t *testing.T) {
 			"e803000000000000" + "7b14ae47e17a843f" + "01" + "0200000000000000" + "000000000000e03f" + "00a0b83046030000" + "005847f80d000000",
 		},
 		{Options{}, strings.Repeat("00", OptionsBinarySize)},
+		// Partitions set the flags' second bit and follow the options of one partition.
+		{
+			Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Partitions: 8},
+			"e803000000000000" + "7b14ae47e17a843f" + "03" + "0200000000000000" + "000000000000e03f" + strings.Repeat("00", 16) + "08000000",
+		},
 	} {
 		b, err := tc.o.AppendBinary([]byte("prefix"))
 		if err != nil {
@@ -36,16 +41,21 @@ func TestOptionsBinaryRoundTrip(t *testing.T) {
 
 func TestOptionsUnmarshalBinaryRefusesWhatAppendBinaryDoesNotMake(t *testing.T) {
 	good, _ := Options{Capacity: 1, FPP: 0.5}.AppendBinary(nil)
-	scalable2 := append([]byte(nil), good...)
-	scalable2[16] = 2
+	partitionedShort := append([]byte(nil), good...)
+	partitionedShort[16] = flagPartitioned
+	unknownFlag := append([]byte(nil), good...)
+	unknownFlag[16] = 4
+	onePartition := append(append([]byte(nil), partitionedShort...), 1, 0, 0, 0)
 	growth := append([]byte(nil), good...)
 	growth[17+4] = 1 // 2^32
 	for name, b := range map[string][]byte{
-		"empty":           nil,
-		"short":           good[:OptionsBinarySize-1],
-		"long":            append(append([]byte(nil), good...), 0),
-		"scalable flag":   scalable2,
-		"growth > 2^32-1": growth,
+		"empty":                               nil,
+		"short":                               good[:OptionsBinarySize-1],
+		"long":                                append(append([]byte(nil), good...), 0),
+		"partitioned flag without partitions": partitionedShort,
+		"unknown flag":                        unknownFlag,
+		"flagged partitions of 1":             onePartition,
+		"growth > 2^32-1":                     growth,
 	} {
 		var o Options
 		if err := o.UnmarshalBinary(b); err == nil {

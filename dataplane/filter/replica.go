@@ -197,48 +197,58 @@ func (f *Filter) MergeBits(st State) (MergeResult, error) {
 		return MergeResult{}, err
 	}
 	a, b := f.opts, st.Options
-	if a.Capacity != b.Capacity || a.FPP != b.FPP || a.Scalable != b.Scalable || (a.Scalable && (a.Growth != b.Growth || a.Tightening != b.Tightening)) {
-		return MergeResult{}, fmt.Errorf("%w: the dump's filter (capacity %d, fpp %g, scalable %t) has another shape than %q (capacity %d, fpp %g, scalable %t)",
-			ErrInvalidOptions, b.Capacity, b.FPP, b.Scalable, f.name, a.Capacity, a.FPP, a.Scalable)
+	if a.Capacity != b.Capacity || a.FPP != b.FPP || a.Scalable != b.Scalable || (a.Scalable && (a.Growth != b.Growth || a.Tightening != b.Tightening)) ||
+		a.PartitionCount() != b.PartitionCount() {
+		return MergeResult{}, fmt.Errorf("%w: the dump's filter (capacity %d, fpp %g, scalable %t, partitions %d) has another shape than %q (capacity %d, fpp %g, scalable %t, partitions %d)",
+			ErrInvalidOptions, b.Capacity, b.FPP, b.Scalable, b.PartitionCount(), f.name, a.Capacity, a.FPP, a.Scalable, a.PartitionCount())
 	}
 	return f.merge(st)
 }
 
-// merge ORs st's layers into f's, adding the layers f lacks.
+// merge ORs st's layers into f's, partition by partition, adding the layers f lacks.
 func (f *Filter) merge(st State) (MergeResult, error) {
 	var res MergeResult
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	for i, p := range f.parts {
+		if err := p.merge(st.Parts[i], &res); err != nil {
+			return res, err
+		}
+	}
+	f.SetLastAccess(st.LastAccess)
+	return res, nil
+}
+
+func (p *partition) merge(st PartState, res *MergeResult) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for i, layer := range st.Layers {
-		if i < len(f.layers) {
-			if orWords(f.layers[i].BitSet().Words(), layer.Words) {
+		if i < len(p.layers) {
+			if orWords(p.layers[i].BitSet().Words(), layer.Words) {
 				res.LayersChanged++
 				res.BytesChanged += uint64(len(layer.Words)) * 8
 			}
 			continue
 		}
-		shape, err := f.opts.LayerShape(i)
+		shape, err := p.f.opts.LayerShape(i)
 		if err != nil {
-			return res, err
+			return err
 		}
-		if f.dropped {
-			return res, nil
+		if p.f.dropped {
+			return nil
 		}
-		if err := f.addLayer(shape, layer.Words); err != nil {
-			return res, err
+		if err := p.addLayer(shape, layer.Words); err != nil {
+			return err
 		}
-		f.newestItems = st.NewestItems
+		p.newestItems = st.NewestItems
 		res.LayersChanged++
 		res.BytesChanged += shape.SizeBytes()
 	}
-	if len(st.Layers) == len(f.layers) {
-		f.newestItems = max(f.newestItems, st.NewestItems)
+	if len(st.Layers) == len(p.layers) {
+		p.newestItems = max(p.newestItems, st.NewestItems)
 	}
-	if items := f.items.Load(); st.Items > items {
-		f.items.CompareAndSwap(items, st.Items)
+	if items := p.items.Load(); st.Items > items {
+		p.items.CompareAndSwap(items, st.Items)
 	}
-	f.SetLastAccess(st.LastAccess)
-	return res, nil
+	return nil
 }
 
 // orWords ORs src into dst and reports whether dst changed.
@@ -251,9 +261,9 @@ func orWords(dst, src []uint64) bool {
 	return changed != 0
 }
 
-// Digest summarises a filter for anti-entropy: its generation and a checksum per layer. Two
-// replicas with equal digests hold the same bits (up to checksum collisions, which the next
-// write to the filter resolves).
+// Digest summarises a filter for anti-entropy: its generation and a checksum per layer, partition
+// by partition. Two replicas with equal digests hold the same bits (up to checksum collisions,
+// which the next write to the filter resolves).
 type Digest struct {
 	Name       string
 	Generation int64
@@ -262,15 +272,16 @@ type Digest struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Digest checksums every layer under the read lock.
+// Digest checksums every layer under its partition's read lock.
 func (f *Filter) Digest() Digest {
 	d := Digest{Name: f.name, Generation: f.Generation()}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	d.Layers = make([]uint32, len(f.layers))
-	for i, layer := range f.layers {
-		words := layer.BitSet().Words()
-		d.Layers[i] = crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8), castagnoli)
+	for _, p := range f.parts {
+		p.mu.RLock()
+		for _, layer := range p.layers {
+			words := layer.BitSet().Words()
+			d.Layers = append(d.Layers, crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8), castagnoli))
+		}
+		p.mu.RUnlock()
 	}
 	return d
 }
@@ -289,17 +300,22 @@ func (st State) validate() error {
 			return err
 		}
 	}
-	if len(st.Layers) == 0 || len(st.Layers) > MaxLayers || (!st.Options.Scalable && len(st.Layers) != 1) {
-		return fmt.Errorf("%w: filter %q has %d layers", ErrInvalidOptions, st.Name, len(st.Layers))
+	if len(st.Parts) != st.Options.PartitionCount() {
+		return fmt.Errorf("%w: filter %q has %d partitions, its options %d", ErrInvalidOptions, st.Name, len(st.Parts), st.Options.PartitionCount())
 	}
-	for i, layer := range st.Layers {
-		want, err := st.Options.LayerShape(i)
-		if err != nil {
-			return err
+	for p, part := range st.Parts {
+		if len(part.Layers) == 0 || len(part.Layers) > MaxLayers || (!st.Options.Scalable && len(part.Layers) != 1) {
+			return fmt.Errorf("%w: filter %q partition %d has %d layers", ErrInvalidOptions, st.Name, p, len(part.Layers))
 		}
-		if layer.Bits != want.Bits || layer.Hashes != want.Hashes || (layer.Words != nil && uint64(len(layer.Words))*8 != want.SizeBytes()) {
-			return fmt.Errorf("%w: filter %q layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
-				ErrInvalidOptions, st.Name, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
+		for i, layer := range part.Layers {
+			want, err := st.Options.LayerShape(i)
+			if err != nil {
+				return err
+			}
+			if layer.Bits != want.Bits || layer.Hashes != want.Hashes || (layer.Words != nil && uint64(len(layer.Words))*8 != want.SizeBytes()) {
+				return fmt.Errorf("%w: filter %q partition %d layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
+					ErrInvalidOptions, st.Name, p, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
+			}
 		}
 	}
 	return nil

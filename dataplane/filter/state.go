@@ -13,13 +13,19 @@ type State struct {
 	Options    Options
 	Created    time.Time
 	LastAccess time.Time
-	Items      uint64
-	// NewestItems counts the keys in the newest layer, so a restored filter grows when the
+	// Parts are the partitions' states, as many as the options' PartitionCount.
+	Parts []PartState
+	// Expiry is the filter's expiry override; Mode ExpiryByOptions when it has none.
+	Expiry Expiry
+}
+
+// PartState is one partition's state.
+type PartState struct {
+	Items uint64
+	// NewestItems counts the keys in the newest layer, so a restored partition grows when the
 	// original would have.
 	NewestItems uint64
 	Layers      []LayerState
-	// Expiry is the filter's expiry override; Mode ExpiryByOptions when it has none.
-	Expiry Expiry
 }
 
 // LayerState is one layer's shape and bits. Nil Words are a layer of zeros, which a restore maps
@@ -28,6 +34,25 @@ type LayerState struct {
 	Bits   uint
 	Hashes uint
 	Words  []uint64
+}
+
+// Items is the sum of the partitions' items.
+func (st State) Items() uint64 {
+	var n uint64
+	for _, p := range st.Parts {
+		n += p.Items
+	}
+	return n
+}
+
+// AllLayers lists every partition's layers, partition by partition: the order in which bits are
+// stored, streamed and filled.
+func (st State) AllLayers() []LayerState {
+	var out []LayerState
+	for _, p := range st.Parts {
+		out = append(out, p.Layers...)
+	}
+	return out
 }
 
 // WordCount is the number of words of the layer's bit array.
@@ -47,24 +72,29 @@ func (st State) override() *Expiry {
 	return &st.Expiry
 }
 
-// EmptyState is the state of a filter just created: one layer, no bits set.
+// EmptyState is the state of a filter just created: one layer per partition, no bits set.
 func EmptyState(name string, opts Options, created time.Time) (State, error) {
 	shape, err := opts.LayerShape(0)
 	if err != nil {
 		return State{}, err
 	}
-	layer := LayerState{Bits: shape.Bits, Hashes: shape.Hashes}
-	return State{Name: name, Options: opts, Created: created, LastAccess: created, Layers: []LayerState{layer}}, nil
+	st := State{Name: name, Options: opts, Created: created, LastAccess: created, Parts: make([]PartState, opts.PartitionCount())}
+	for i := range st.Parts {
+		st.Parts[i].Layers = []LayerState{{Bits: shape.Bits, Hashes: shape.Hashes}}
+	}
+	return st, nil
 }
 
-// State copies the filter's bits under its read lock: checks go on meanwhile, and writers wait
-// only for the copy. StreamState does without the copy.
+// State copies the filter's bits, a partition at a time under its read lock: checks go on
+// meanwhile, and writers wait only for the copy. StreamState does without the copy.
 func (f *Filter) State() State {
 	st, layers := f.head()
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	for i, layer := range layers {
-		st.Layers[i].Words = slices.Clone(layer.BitSet().Words())
+	for i, p := range f.parts {
+		p.mu.RLock()
+		for j, layer := range layers[i] {
+			st.Parts[i].Layers[j].Words = slices.Clone(layer.BitSet().Words())
+		}
+		p.mu.RUnlock()
 	}
 	return st
 }
@@ -77,10 +107,12 @@ func (f *Filter) CopyState() (State, func(), error) {
 	if err != nil {
 		return State{}, nil, err
 	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	for i, layer := range layers {
-		copy(st.Layers[i].Words, layer.BitSet().Words())
+	for i, p := range f.parts {
+		p.mu.RLock()
+		for j, layer := range layers[i] {
+			copy(st.Parts[i].Layers[j].Words, layer.BitSet().Words())
+		}
+		p.mu.RUnlock()
 	}
 	return st, release, nil
 }
@@ -94,14 +126,16 @@ func (st *State) AllocTransient() (release func(), err error) {
 			r()
 		}
 	}
-	for i, l := range st.Layers {
-		words, r, err := TransientWords(l.WordCount())
-		if err != nil {
-			release()
-			return nil, err
+	for _, p := range st.Parts {
+		for i, l := range p.Layers {
+			words, r, err := TransientWords(l.WordCount())
+			if err != nil {
+				release()
+				return nil, err
+			}
+			releases = append(releases, r)
+			p.Layers[i].Words = words
 		}
-		releases = append(releases, r)
-		st.Layers[i].Words = words
 	}
 	return release, nil
 }
@@ -110,42 +144,46 @@ func (st *State) AllocTransient() (release func(), err error) {
 // the journal: the state comes from the journal's own files. It checks that every layer has the
 // shape its options define, so bits of a foreign shape never mix with ours.
 func (s *Store) Restore(st State) error {
+	all := st.AllLayers()
 	return s.RestoreFilling(st, func(layers [][]uint64) error {
 		for i, words := range layers {
-			copy(words, st.Layers[i].Words)
+			copy(words, all[i].Words)
 		}
 		return nil
 	})
 }
 
 // RestoreFilling is Restore for a state without its bits (every Words nil): fill reads them
-// straight into the memory the filter keeps, one slice of words per layer, so that recovery holds
-// no second copy of a filter. The filter is installed only when fill succeeds.
+// straight into the memory the filter keeps, one slice of words per layer in AllLayers' order,
+// so that recovery holds no second copy of a filter. The filter is installed only when fill
+// succeeds.
 func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) error {
 	if err := st.validate(); err != nil {
 		return err
 	}
-	f := &Filter{name: st.Name, opts: st.Options, created: st.Created, store: s}
+	f := newFilterShell(s, st.Name, st.Options, st.Created)
 	f.override.Store(st.override())
 	f.lastAccess.Store(st.LastAccess.UnixNano())
 	f.journaledAccess.Store(st.LastAccess.UnixNano())
-	for i := range st.Layers {
-		shape, _ := st.Options.LayerShape(i)
-		if err := f.addLayer(shape, nil); err != nil {
-			s.memory.release(f.sizeBytes.Load())
-			return err
+	var layers [][]uint64
+	for i, p := range f.parts {
+		for j := range st.Parts[i].Layers {
+			shape, _ := st.Options.LayerShape(j)
+			if err := p.addLayer(shape, nil); err != nil {
+				s.memory.release(f.sizeBytes.Load())
+				return err
+			}
+			layers = append(layers, p.layers[j].BitSet().Words())
 		}
-	}
-	layers := make([][]uint64, len(f.layers))
-	for i, layer := range f.layers {
-		layers[i] = layer.BitSet().Words()
 	}
 	if err := fill(layers); err != nil {
 		s.memory.release(f.sizeBytes.Load())
 		return err
 	}
-	f.items.Store(st.Items)
-	f.newestItems = st.NewestItems
+	for i, p := range f.parts {
+		p.items.Store(st.Parts[i].Items)
+		p.newestItems = st.Parts[i].NewestItems
+	}
 	s.changes.Lock()
 	defer s.changes.Unlock()
 	s.publish(f)
@@ -153,44 +191,51 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 }
 
 // StreamState hands the filter's state out without a copy of its bits: head receives the state
-// with every Words nil, then emit receives the bits of each layer in turn, at most len(buf) words
-// at a time, copied into buf under the read lock. Writers wait for one chunk, never for the whole
-// filter, and a chunk may hold bits set after head was called: bits are only ever set, and the
-// layers head announced are the ones emitted, whatever the filter grows to meanwhile.
+// with every Words nil, then emit receives the bits of each layer in AllLayers' order, at most
+// len(buf) words at a time, copied into buf under the partition's read lock. Writers wait for one
+// chunk, never for the whole filter, and a chunk may hold bits set after head was called: bits
+// are only ever set, and the layers head announced are the ones emitted, whatever the filter
+// grows to meanwhile.
 func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(words []uint64) error) error {
 	st, layers := f.head()
 	if err := head(st); err != nil {
 		return err
 	}
-	for _, layer := range layers {
-		for at := 0; ; {
-			f.mu.RLock()
-			words := layer.BitSet().Words()
-			n := copy(buf, words[at:])
-			f.mu.RUnlock()
-			if n == 0 {
-				break
+	for i, p := range f.parts {
+		for _, layer := range layers[i] {
+			for at := 0; ; {
+				p.mu.RLock()
+				words := layer.BitSet().Words()
+				n := copy(buf, words[at:])
+				p.mu.RUnlock()
+				if n == 0 {
+					break
+				}
+				if err := emit(buf[:n]); err != nil {
+					return err
+				}
+				at += n
 			}
-			if err := emit(buf[:n]); err != nil {
-				return err
-			}
-			at += n
 		}
 	}
 	return nil
 }
 
-// head is the filter's state without its bits (every Words nil), and in layers the layers it
-// describes, taken together under the read lock.
-func (f *Filter) head() (State, []*bloom.BloomFilter) {
-	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Items: f.items.Load(), Expiry: f.ExpiryOverride()}
-	f.mu.RLock()
-	st.NewestItems = f.newestItems
-	layers := slices.Clone(f.layers)
-	f.mu.RUnlock()
-	st.Layers = make([]LayerState, len(layers))
-	for i, layer := range layers {
-		st.Layers[i] = LayerState{Bits: layer.Cap(), Hashes: layer.K()}
+// head is the filter's state without its bits (every Words nil), and in layers each partition's
+// layers it describes, taken together under the partition's read lock.
+func (f *Filter) head() (State, [][]*bloom.BloomFilter) {
+	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Expiry: f.ExpiryOverride()}
+	st.Parts = make([]PartState, len(f.parts))
+	layers := make([][]*bloom.BloomFilter, len(f.parts))
+	for i, p := range f.parts {
+		p.mu.RLock()
+		st.Parts[i].Items, st.Parts[i].NewestItems = p.items.Load(), p.newestItems
+		layers[i] = slices.Clone(p.layers)
+		p.mu.RUnlock()
+		st.Parts[i].Layers = make([]LayerState, len(layers[i]))
+		for j, layer := range layers[i] {
+			st.Parts[i].Layers[j] = LayerState{Bits: layer.Cap(), Hashes: layer.K()}
+		}
 	}
 	return st, layers
 }

@@ -49,7 +49,7 @@ func ValidateName(name string) error {
 // Limits bound the memory of filters; 0 means unlimited. TotalBytes counts every filter's bit
 // arrays and its FilterOverhead; FilterBytes, one filter's bit arrays alone.
 type Limits struct {
-	FilterBytes uint64 // one filter, all its layers together
+	FilterBytes uint64 // one partition of a filter (a filter of one partition: the filter), all its layers together
 	TotalBytes  uint64 // all filters of the store together
 	Filters     int    // filters in the store, expired ones until they are purged
 }
@@ -224,8 +224,9 @@ func (s *Store) roomFor(name string) error {
 // Removing it first matters to Retired's callers: a filter is never both in the map and retired.
 func (s *Store) retire(f *Filter) {
 	s.memory.release(f.drop())
-	s.retiredChecked.Add(f.checked.Load())
-	s.retiredSet.Add(f.set.Load())
+	checked, set := f.Traffic()
+	s.retiredChecked.Add(checked)
+	s.retiredSet.Add(set)
 }
 
 // Get returns the live filter of that name, or ErrNotFound if it is absent or expired. An expired

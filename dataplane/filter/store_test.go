@@ -102,7 +102,7 @@ func TestHashFunctionsAreBounded(t *testing.T) {
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "layer 2 would need 65 hash functions") {
 		t.Fatalf("growth past %d hash functions: %v, want ErrTooLarge naming the layer", MaxHashes, err)
 	}
-	if n := len(f.State().Layers); n != 2 {
+	if n := len(f.State().Parts[0].Layers); n != 2 {
 		t.Errorf("%d layers, want the 2 of at most %d hash functions", n, MaxHashes)
 	}
 }

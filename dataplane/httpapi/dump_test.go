@@ -76,7 +76,7 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 		t.Fatalf("dump after the stalled one: %v", err)
 	}
 	want := f.State()
-	if len(got.Layers) != 1 || !slices.Equal(got.Layers[0].Words, want.Layers[0].Words) {
+	if len(got.Parts) != 1 || len(got.Parts[0].Layers) != 1 || !slices.Equal(got.Parts[0].Layers[0].Words, want.Parts[0].Layers[0].Words) {
 		t.Error("the dump after the stalled one differs from the filter")
 	}
 }

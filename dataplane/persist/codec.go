@@ -72,7 +72,9 @@ func encodeHeader(h snapshotHeader) []byte {
 }
 
 // encodeFilterHead encodes everything of a filter but its bit arrays, which follow the head in
-// the record as each layer's words, little endian.
+// the record as each layer's words, little endian, partition by partition. The head holds, per
+// partition (as many as the options say), its items, newest items and layers' shapes: a filter
+// of one partition is encoded as before partitions existed.
 func encodeFilterHead(st filter.State) []byte {
 	e := encoder{}
 	e.u8(kindFilter)
@@ -80,13 +82,15 @@ func encodeFilterHead(st filter.State) []byte {
 	e.options(st.Options)
 	e.time(st.Created)
 	e.time(st.LastAccess)
-	e.u64(st.Items)
-	e.u64(st.NewestItems)
-	e.uvarint(uint64(len(st.Layers)))
-	for _, l := range st.Layers {
-		e.u64(uint64(l.Bits))
-		e.u64(uint64(l.Hashes))
-		e.u64(uint64(l.WordCount()))
+	for _, p := range st.Parts {
+		e.u64(p.Items)
+		e.u64(p.NewestItems)
+		e.uvarint(uint64(len(p.Layers)))
+		for _, l := range p.Layers {
+			e.u64(uint64(l.Bits))
+			e.u64(uint64(l.Hashes))
+			e.u64(uint64(l.WordCount()))
+		}
 	}
 	return e.buf
 }
@@ -176,7 +180,7 @@ type decoder struct {
 	err  error
 	// tmp holds the fixed-size fields as they are read: it is part of the decoder, which the
 	// reader's interface makes escape anyway, rather than one more allocation per field.
-	tmp [filter.OptionsBinarySize]byte
+	tmp [filter.OptionsBinarySize + 8]byte
 }
 
 var errMalformed = errors.New("malformed record body")
@@ -254,10 +258,12 @@ func (d *decoder) str() string {
 func (d *decoder) options() filter.Options {
 	var o filter.Options
 	d.read(d.tmp[:filter.OptionsBinarySize])
+	n := filter.OptionsBinaryLen(d.tmp[:filter.OptionsBinarySize])
+	d.read(d.tmp[filter.OptionsBinarySize:n])
 	if d.err != nil {
 		return o
 	}
-	if err := o.UnmarshalBinary(d.tmp[:filter.OptionsBinarySize]); err != nil {
+	if err := o.UnmarshalBinary(d.tmp[:n]); err != nil {
 		d.fail("%v", err)
 	}
 	return o
@@ -292,8 +298,7 @@ func (d *decoder) header() snapshotHeader {
 // against them, and the record's length against the shapes, so a corrupt length cannot make
 // anyone allocate more than the record holds.
 func (d *decoder) filterHead() filter.State {
-	st := filter.State{Name: d.str(), Options: d.options(), Created: d.time(), LastAccess: d.time(), Items: d.u64(), NewestItems: d.u64()}
-	layers := d.uvarint()
+	st := filter.State{Name: d.str(), Options: d.options(), Created: d.time(), LastAccess: d.time()}
 	if d.err != nil {
 		return st
 	}
@@ -301,20 +306,29 @@ func (d *decoder) filterHead() filter.State {
 		d.fail("filter %q: %v", st.Name, err)
 		return st
 	}
-	if layers == 0 || layers > filter.MaxLayers {
-		d.fail("filter %q has %d layers", st.Name, layers)
-		return st
-	}
-	st.Layers = make([]filter.LayerState, layers)
+	st.Parts = make([]filter.PartState, st.Options.PartitionCount())
 	var totalWords uint64
-	for i := range st.Layers {
-		bits, hashes, words := d.u64(), d.u64(), d.u64()
-		want, err := st.Options.LayerShape(i)
-		if d.err == nil && (err != nil || uint64(want.Bits) != bits || uint64(want.Hashes) != hashes || want.SizeBytes() != words*8) {
-			d.fail("filter %q layer %d: m=%d k=%d words=%d do not match its options", st.Name, i, bits, hashes, words)
+	for p := range st.Parts {
+		part := filter.PartState{Items: d.u64(), NewestItems: d.u64()}
+		layers := d.uvarint()
+		if d.err != nil {
+			return st
 		}
-		st.Layers[i] = filter.LayerState{Bits: uint(bits), Hashes: uint(hashes)}
-		totalWords += words
+		if layers == 0 || layers > filter.MaxLayers {
+			d.fail("filter %q partition %d has %d layers", st.Name, p, layers)
+			return st
+		}
+		part.Layers = make([]filter.LayerState, layers)
+		for i := range part.Layers {
+			bits, hashes, words := d.u64(), d.u64(), d.u64()
+			want, err := st.Options.LayerShape(i)
+			if d.err == nil && (err != nil || uint64(want.Bits) != bits || uint64(want.Hashes) != hashes || want.SizeBytes() != words*8) {
+				d.fail("filter %q partition %d layer %d: m=%d k=%d words=%d do not match its options", st.Name, p, i, bits, hashes, words)
+			}
+			part.Layers[i] = filter.LayerState{Bits: uint(bits), Hashes: uint(hashes)}
+			totalWords += words
+		}
+		st.Parts[p] = part
 	}
 	if d.err == nil && totalWords*8 != d.left {
 		d.fail("filter %q: %d bytes of bits declared, %d left in the record", st.Name, totalWords*8, d.left)

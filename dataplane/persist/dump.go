@@ -49,9 +49,9 @@ func ReadDump(r io.Reader, limit int64) (st filter.State, release func(), err er
 			return filter.State{}, nil, err
 		}
 	}
-	layers := make([][]uint64, len(st.Layers))
-	for i, l := range st.Layers {
-		layers[i] = l.Words
+	var layers [][]uint64
+	for _, l := range st.AllLayers() {
+		layers = append(layers, l.Words)
 	}
 	d.words(layers)
 	if err := b.verify(); err != nil {

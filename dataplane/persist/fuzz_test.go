@@ -17,9 +17,15 @@ func FuzzSnapshot(f *testing.F) {
 	st, _ := filter.EmptyState("seed", filter.Options{Capacity: 10, FPP: 0.1, Scalable: true, Growth: 2, Tightening: 0.5}, time.Unix(1, 0))
 	var seed bytes.Buffer
 	seed.Write(appendRecord(nil, encodeHeader(snapshotHeader{Taken: time.Unix(2, 0), FirstSegment: 3})))
-	st.Layers[0].Words = make([]uint64, st.Layers[0].WordCount())
+	st.Parts[0].Layers[0].Words = make([]uint64, st.Parts[0].Layers[0].WordCount())
 	seed.Write(appendRecord(nil, encodeExpiry("seed", st.Created.UnixNano(), filter.Expiry{Mode: filter.ExpiryNever, Stamp: 9, Origin: "a"})))
-	seed.Write(appendRecord(nil, append(encodeFilterHead(st), wordBytes(st.Layers[0].Words)...)))
+	seed.Write(appendRecord(nil, append(encodeFilterHead(st), wordBytes(st.Parts[0].Layers[0].Words)...)))
+	split, _ := filter.EmptyState("split", filter.Options{Capacity: 10, FPP: 0.1, Partitions: 3}, time.Unix(1, 0))
+	record := encodeFilterHead(split)
+	for _, l := range split.AllLayers() {
+		record = append(record, wordBytes(make([]uint64, l.WordCount()))...)
+	}
+	seed.Write(appendRecord(nil, record))
 	f.Add(seed.Bytes())
 	f.Add(seed.Bytes()[:20])
 	f.Add([]byte{})

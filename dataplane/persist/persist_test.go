@@ -65,16 +65,22 @@ func keys(prefix string, n int) []string {
 // sameState compares what a snapshot must keep of a filter.
 func sameState(t *testing.T, got, want filter.State) {
 	t.Helper()
-	if got.Name != want.Name || got.Options != want.Options || !got.Created.Equal(want.Created) || got.Items != want.Items || got.NewestItems != want.NewestItems {
-		t.Errorf("filter %q: got %+v / created %v / items %d, want %+v / %v / %d", want.Name, got.Options, got.Created, got.Items, want.Options, want.Created, want.Items)
+	if got.Name != want.Name || got.Options != want.Options || !got.Created.Equal(want.Created) || got.Items() != want.Items() {
+		t.Errorf("filter %q: got %+v / created %v / items %d, want %+v / %v / %d", want.Name, got.Options, got.Created, got.Items(), want.Options, want.Created, want.Items())
 	}
-	if len(got.Layers) != len(want.Layers) {
-		t.Fatalf("filter %q: %d layers, want %d", want.Name, len(got.Layers), len(want.Layers))
+	if len(got.Parts) != len(want.Parts) {
+		t.Fatalf("filter %q: %d partitions, want %d", want.Name, len(got.Parts), len(want.Parts))
 	}
-	for i := range want.Layers {
-		g, w := got.Layers[i], want.Layers[i]
-		if g.Bits != w.Bits || g.Hashes != w.Hashes || !slices.Equal(g.Words, w.Words) {
-			t.Errorf("filter %q layer %d differs after the round trip", want.Name, i)
+	for p := range want.Parts {
+		g, w := got.Parts[p], want.Parts[p]
+		if g.Items != w.Items || g.NewestItems != w.NewestItems || len(g.Layers) != len(w.Layers) {
+			t.Fatalf("filter %q partition %d: items %d, newest %d, %d layers; want %d, %d, %d", want.Name, p, g.Items, g.NewestItems, len(g.Layers), w.Items, w.NewestItems, len(w.Layers))
+		}
+		for i := range w.Layers {
+			g, w := g.Layers[i], w.Layers[i]
+			if g.Bits != w.Bits || g.Hashes != w.Hashes || !slices.Equal(g.Words, w.Words) {
+				t.Errorf("filter %q partition %d layer %d differs after the round trip", want.Name, p, i)
+			}
 		}
 	}
 }
@@ -88,20 +94,23 @@ func stateOf(t *testing.T, s *filter.Store, name string) filter.State {
 	return f.State()
 }
 
-// populate makes a fixed, a grown scalable and an expiring filter.
+// populate makes a fixed, a grown scalable, an expiring, a sliding and a grown partitioned filter.
 func populate(t *testing.T, s *filter.Store) map[string]filter.State {
 	t.Helper()
 	fixed := mustCreate(t, s, "fixed", filter.Options{Capacity: 1000, FPP: 0.01})
 	grown := mustCreate(t, s, "grown", scalable(100, 0.001))
 	expiring := mustCreate(t, s, "expiring", filter.Options{Capacity: 50, FPP: 0.1, ValidAfterCreate: time.Hour})
 	sliding := mustCreate(t, s, "sliding", filter.Options{Capacity: 50, FPP: 0.1, ValidAfterAccess: time.Hour})
-	for _, f := range []*filter.Filter{fixed, grown, expiring, sliding} {
+	split := scalable(100, 0.01)
+	split.Partitions = 4
+	grownSplit := mustCreate(t, s, "split", split)
+	for _, f := range []*filter.Filter{fixed, grown, expiring, sliding, grownSplit} {
 		if err := f.AddMany(keys(f.Name()+"-", 700)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if grown.State().Layers == nil || len(grown.State().Layers) < 3 {
-		t.Fatalf("grown filter has %d layers, want >= 3", len(grown.State().Layers))
+	if n := len(grown.State().Parts[0].Layers); n < 3 {
+		t.Fatalf("grown filter has %d layers, want >= 3", n)
 	}
 	want := map[string]filter.State{}
 	for _, name := range s.Names() {
@@ -152,7 +161,7 @@ func TestLogReplayWithoutSnapshot(t *testing.T) {
 	_ = p.lock.release()
 
 	_, recovered, rep := open(t, dir)
-	if got := recovered.Names(); fmt.Sprint(got) != "[fixed grown sliding]" {
+	if got := recovered.Names(); fmt.Sprint(got) != "[fixed grown sliding split]" {
 		t.Fatalf("names after replay = %v", got)
 	}
 	if rep.LogRecords == 0 || rep.Skipped != 0 {
@@ -161,10 +170,8 @@ func TestLogReplayWithoutSnapshot(t *testing.T) {
 	for name, st := range want {
 		got := stateOf(t, recovered, name)
 		// Replayed adds land in the same bits; items may differ only by false positives.
-		for i := range st.Layers {
-			if !slices.Equal(got.Layers[i].Words, st.Layers[i].Words) {
-				t.Errorf("filter %q layer %d differs after replay", name, i)
-			}
+		if !slices.EqualFunc(got.AllLayers(), st.AllLayers(), func(a, b filter.LayerState) bool { return slices.Equal(a.Words, b.Words) }) {
+			t.Errorf("filter %q differs after replay", name)
 		}
 	}
 	f, _ := recovered.Get("fixed")

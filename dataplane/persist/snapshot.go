@@ -95,7 +95,7 @@ func writeFilterRecord(write func([]byte) error, st filter.State) error {
 	head := encodeFilterHead(st)
 	length := uint64(len(head))
 	crc := crc32.Update(0, castagnoli, head)
-	for _, l := range st.Layers {
+	for _, l := range st.AllLayers() {
 		words := wordBytes(l.Words)
 		length += uint64(len(words))
 		crc = crc32.Update(crc, castagnoli, words)
@@ -108,7 +108,7 @@ func writeFilterRecord(write func([]byte) error, st filter.State) error {
 	if err := write(head); err != nil {
 		return err
 	}
-	for _, l := range st.Layers {
+	for _, l := range st.AllLayers() {
 		if err := write(wordBytes(l.Words)); err != nil {
 			return err
 		}

@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"testing"
-
-	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
 func members(n int) []string {
@@ -125,44 +123,5 @@ func TestPartitionsAreEven(t *testing.T) {
 	}
 	if Partition("anything", 1) != 0 || Partition("anything", 0) != 0 {
 		t.Error("a filter of one partition has only partition 0")
-	}
-}
-
-// TestPartitionedFilterKeepsItsFalsePositiveRate fills a filter split into 8 partitions, each
-// of capacity ⌈n/8⌉ at the filter's rate, to its capacity, and probes it with a million values
-// never added: the rate stays at most the one asked for (with three standard deviations of the
-// estimate's slack), because the partition does not depend on the bit positions.
-func TestPartitionedFilterKeepsItsFalsePositiveRate(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fills 200,000 values and probes a million")
-	}
-	const n, partitions, fpp, probes = 200_000, 8, 0.01, 1_000_000
-	store := filter.NewStore(filter.Limits{}, nil)
-	parts := make([]*filter.Filter, partitions)
-	for p := range parts {
-		f, _, err := store.Create("f."+strconv.Itoa(p), filter.Options{Capacity: (n + partitions - 1) / partitions, FPP: fpp}, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		parts[p] = f
-	}
-	for i := range n {
-		v := "added-" + strconv.Itoa(i)
-		if err := parts[Partition(v, partitions)].Add(v); err != nil {
-			t.Fatal(err)
-		}
-	}
-	positives := 0
-	for i := range probes {
-		v := "absent-" + strconv.Itoa(i)
-		if parts[Partition(v, partitions)].Check(v) {
-			positives++
-		}
-	}
-	rate := float64(positives) / probes
-	slack := 3 * math.Sqrt(fpp*(1-fpp)/probes)
-	t.Logf("false positive rate %.5f over %d probes (asked for %.2f)", rate, probes, fpp)
-	if rate > fpp+slack {
-		t.Errorf("false positive rate %.5f, more than the %.2f asked for (+%.5f)", rate, fpp, slack)
 	}
 }

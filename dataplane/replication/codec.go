@@ -235,7 +235,8 @@ func (d *opsDecoder) op(i uint64) Op {
 	case wireCreate:
 		op.Kind = OpCreate
 		o := &filter.Options{}
-		if b := d.bytes("options", filter.OptionsBinarySize); d.err == nil {
+		head := d.b[:min(len(d.b), filter.OptionsBinarySize)] // how long the options are: see OptionsBinaryLen
+		if b := d.bytes("options", filter.OptionsBinaryLen(head)); d.err == nil {
 			if err := o.UnmarshalBinary(b); err != nil {
 				d.fail("op %d: %v", i, err)
 			}

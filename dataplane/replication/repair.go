@@ -181,7 +181,7 @@ func sameDigest(a filter.Digest, b wire.Digest) bool {
 
 func stateBytes(st filter.State) int64 {
 	var size int64
-	for _, l := range st.Layers {
+	for _, l := range st.AllLayers() {
 		size += int64(len(l.Words)) * 8
 	}
 	return size

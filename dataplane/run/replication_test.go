@@ -157,7 +157,7 @@ func TestDumpAndMerge(t *testing.T) {
 
 	// The dump is the format persist reads.
 	st, _, err := persist.ReadDump(bytes.NewReader(dump.body), int64(len(dump.body)))
-	if err != nil || st.Name != "f" || len(st.Layers) != merged.Layers {
+	if err != nil || st.Name != "f" || len(st.Parts[0].Layers) != merged.Layers {
 		t.Fatalf("ReadDump: %v, %+v", err, st.Options)
 	}
 	if err := filter.NewStore(filter.Limits{}, nil).Restore(st); err != nil {
