@@ -58,7 +58,7 @@ type Config struct {
 	DefaultValidAfterCreate time.Duration
 
 	// Memory limits; 0 means unlimited.
-	MaxFilterBytes uint64 // the most one filter may hold, all layers together
+	MaxFilterBytes uint64 // the most one partition of a filter may hold, all layers together
 	MaxTotalBytes  uint64 // the most all filters together may hold
 	// MaxFilters bounds the filters a pod holds: each costs memory and a share of every scrape and
 	// snapshot beyond its bits.

@@ -44,7 +44,11 @@ func (p *partition) addLayer(shape LayerShape, words []uint64) error {
 	if p.index == 0 && len(p.layers) == 0 {
 		extra = FilterOverhead
 	}
-	if err := f.store.memory.reserve(f.name, shape.SizeBytes(), p.bitsBytes(), extra); err != nil {
+	what := fmt.Sprintf("filter %q", f.name)
+	if len(f.parts) > 1 {
+		what = fmt.Sprintf("partition %d of filter %q", p.index, f.name)
+	}
+	if err := f.store.memory.reserve(what, shape.SizeBytes(), p.bitsBytes(), extra); err != nil {
 		return err
 	}
 	layer, err := newLayer(shape, words)

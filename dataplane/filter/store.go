@@ -67,19 +67,20 @@ type budget struct {
 	used   atomic.Uint64
 }
 
-// reserve takes n bytes of bits for a filter that already holds held bytes of bits, and extra
-// bytes of its overhead, or says which limit refuses. The per-filter limit is of bits alone.
-func (b *budget) reserve(name string, n, held, extra uint64) error {
+// reserve takes n bytes of bits for a partition of a filter (what: the filter, or the partition
+// of it) that already holds held bytes of bits, and extra bytes of its overhead, or says which
+// limit refuses. The per-filter limit is of one partition's bits alone.
+func (b *budget) reserve(what string, n, held, extra uint64) error {
 	if limit := b.limits.FilterBytes; limit > 0 && held+n > limit {
-		return fmt.Errorf("%w: filter %q would need %s, above the per-filter limit of %s",
-			ErrTooLarge, name, FormatBytes(held+n), FormatBytes(limit))
+		return fmt.Errorf("%w: %s would need %s, above the per-filter limit of %s",
+			ErrTooLarge, what, FormatBytes(held+n), FormatBytes(limit))
 	}
 	n += extra
 	for {
 		used := b.used.Load()
 		if limit := b.limits.TotalBytes; limit > 0 && used+n > limit {
-			return fmt.Errorf("%w: filter %q needs %s more, but %s of the total limit of %s are in use",
-				ErrOutOfMemory, name, FormatBytes(n), FormatBytes(used), FormatBytes(limit))
+			return fmt.Errorf("%w: %s needs %s more, but %s of the total limit of %s are in use",
+				ErrOutOfMemory, what, FormatBytes(n), FormatBytes(used), FormatBytes(limit))
 		}
 		if b.used.CompareAndSwap(used, used+n) {
 			return nil

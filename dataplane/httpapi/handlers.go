@@ -16,7 +16,7 @@ import (
 
 // Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.
 var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
-	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "failIfExists"}
+	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "partitions", "failIfExists"}
 
 // filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
 // validated.
@@ -90,6 +90,7 @@ func differences(b body, asked, existing filter.Options) []string {
 		{[]string{"scalable"}, asked.Scalable != existing.Scalable},
 		{[]string{"growth"}, asked.Growth != existing.Growth},
 		{[]string{"tightening"}, asked.Tightening != existing.Tightening},
+		{[]string{"partitions"}, asked.PartitionCount() != existing.PartitionCount()},
 	} {
 		for _, field := range d.fields {
 			if _, given := b.field(field); given && d.differ {
@@ -141,6 +142,12 @@ func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err
 	if opts.Tightening, err = b.openUnitInterval("tightening", filter.DefaultTightening); err != nil {
 		return opts, false, err
 	}
+	// Left out, 0: the write service picks the fewest that fit the per-filter limit.
+	partitions, err := b.uint("partitions", 0, 1, filter.MaxPartitions)
+	if err != nil {
+		return opts, false, err
+	}
+	opts.Partitions = uint32(partitions)
 	overwrite, err = b.bool("overwrite", false)
 	return opts, overwrite, err
 }
@@ -436,6 +443,7 @@ func (s *Server) describe(info filter.Info) wire.Filter {
 		ExpectedInsertions: o.Capacity,
 		FPP:                o.FPP,
 		Created:            info.Created.UTC().Format(wire.TimeFormat),
+		Partitions:         o.PartitionCount(),
 		Scalable:           o.Scalable,
 		Items:              info.Items,
 		Bits:               info.Bits,

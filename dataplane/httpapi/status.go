@@ -23,6 +23,7 @@ func (s *Server) filterStatus(c echo.Context) error {
 		ExpectedInsertions: o.Capacity,
 		FPP:                o.FPP,
 		Scalable:           o.Scalable,
+		Partitions:         o.PartitionCount(),
 		Items:              u.Items,
 		Layers:             u.Layers,
 		SizeBytes:          u.SizeBytes,

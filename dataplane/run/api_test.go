@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1138,17 +1139,51 @@ func TestBodyTooLarge(t *testing.T) {
 func TestMemoryLimits(t *testing.T) {
 	t.Parallel()
 
-	t.Run("per-filter limit refuses a create", func(t *testing.T) {
+	t.Run("per-filter limit refuses a create of too few partitions", func(t *testing.T) {
 		t.Parallel()
 		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
-		msg := s.send(t, http.MethodPut, "/v1/bloomfilter/big", `{"expectedInsertions":1000000}`).
+		msg := s.send(t, http.MethodPut, "/v1/bloomfilter/big", `{"expectedInsertions":1000000,"partitions":1}`).
 			wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 		if !strings.HasPrefix(msg, `invalid parameter: "expectedInsertions".`) || !strings.Contains(msg, "per-filter limit") {
 			t.Errorf("message = %q, want it to name expectedInsertions and the per-filter limit", msg)
 		}
+		for body, want := range map[string]string{
+			`{"partitions":0}`:    `invalid parameter: "partitions". expected: > 0 && <= 1024, actual: 0`,
+			`{"partitions":1025}`: `invalid parameter: "partitions". expected: > 0 && <= 1024, actual: 1025`,
+			`{"partitions":"2"}`:  `invalid parameter: "partitions"`,
+		} {
+			if msg := s.send(t, http.MethodPut, "/v1/bloomfilter/big", body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.HasPrefix(msg, want) {
+				t.Errorf("%s: %q, want it to start %q", body, msg, want)
+			}
+		}
 		create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
 		if names, _ := s.client.List(t.Context()); !slices.Equal(names, []string{"small"}) {
 			t.Errorf("list = %q, want [small]", names)
+		}
+	})
+
+	// Left out, partitions are the fewest (a power of two) whose partition fits the limit; the
+	// filter then holds about its capacity at its rate.
+	t.Run("a create without partitions splits what the per-filter limit refuses whole", func(t *testing.T) {
+		t.Parallel()
+		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
+		small := create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
+		big := create(t, s, "big", client.CreateOptions{ExpectedInsertions: new(uint64(150_000)), FPP: new(0.01)})
+		if small.Partitions != 1 || big.Partitions != 4 || big.SizeBytes > 4*64<<10 || big.SizeBytes <= 3*64<<10 {
+			t.Fatalf("partitions %d and %d taking %d bytes; want 1, and 4 of at most 64 KiB each", small.Partitions, big.Partitions, big.SizeBytes)
+		}
+		keys := make([]string, 140_000) // a partition that took more than its share would grow past the limit
+		for i := range keys {
+			keys[i] = "v" + strconv.Itoa(i)
+		}
+		if err := s.client.MultiSet(t.Context(), "big", keys); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(t, s, "big"); got.Layers != 1 || got.Items < 139_000 || got.EstimatedFPP > 0.011 {
+			t.Errorf("after its capacity: %d layers, %d items, estimated fpp %v; want 1 layer and the rate asked for", got.Layers, got.Items, got.EstimatedFPP)
+		}
+		if st, err := s.internal.client.FilterStatus(t.Context(), "big"); err != nil || st.Partitions != 4 {
+			t.Errorf("status: %+v, %v; want 4 partitions", st, err)
 		}
 	})
 

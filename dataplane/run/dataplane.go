@@ -228,12 +228,13 @@ func persistOptions(c config.Config, log *slog.Logger, syncObserver func(time.Du
 	}
 }
 
-// maxDumpBytes bounds a dump read from a peer: the per-filter memory limit, else the total one,
-// plus room for the record's head.
+// maxDumpBytes bounds a dump read from a peer: what the memory limits let one filter hold (the
+// total limit, or the per-filter one, which bounds each of up to MaxPartitions partitions), plus
+// room for the record's head.
 func maxDumpBytes(cfg config.Config) int64 {
-	limit := cfg.MaxFilterBytes
-	if limit == 0 || (cfg.MaxTotalBytes > 0 && cfg.MaxTotalBytes < limit) {
-		limit = cfg.MaxTotalBytes
+	limit := cfg.MaxTotalBytes
+	if byPartition := min(cfg.MaxFilterBytes, 1<<40) * filter.MaxPartitions; limit == 0 || (byPartition > 0 && byPartition < limit) {
+		limit = byPartition
 	}
 	if limit == 0 || limit > 1<<40 {
 		return 1 << 40

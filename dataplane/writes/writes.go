@@ -43,17 +43,21 @@ func New(store *filter.Store, node *replication.Node, log *slog.Logger) *Service
 	return &Service{store: store, node: node, log: log}
 }
 
-// Create creates a filter, or returns the existing one (created false) unless overwrite.
+// Create creates a filter, or returns the existing one (created false) unless overwrite. Options
+// that leave Partitions out get the fewest whose partition fits the per-filter limit.
 func (s *Service) Create(ctx context.Context, level wire.Consistency, name string, opts filter.Options, overwrite bool) (f *filter.Filter, created bool, err error) {
 	if !s.node.Ready() {
 		return nil, false, ErrCatchingUp
+	}
+	if opts.Partitions == 0 {
+		opts.Partitions = opts.AutoPartitions(s.store.Limits().FilterBytes)
 	}
 	f, created, err = s.store.Create(name, opts, overwrite)
 	if err != nil || !created {
 		return f, created, err
 	}
 	s.log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
-		"scalable", opts.Scalable, "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
+		"scalable", opts.Scalable, "partitions", opts.PartitionCount(), "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
 	o := f.Options()
 	return f, true, s.replicate(ctx, level, replication.Op{Kind: replication.OpCreate, Name: name, Generation: f.Generation(), Options: &o})
 }
