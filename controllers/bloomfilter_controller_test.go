@@ -326,6 +326,9 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 	if bf.Status.SizeBytes == 0 || bf.Status.FillRatio == "0" || bf.Status.EstimatedFalsePositiveRate == "" {
 		t.Errorf("status %+v: want size, fill ratio and estimated rate", bf.Status)
 	}
+	if bf.Status.Partitions != 1 {
+		t.Errorf("status.partitions %d, want 1: a filter of 10,000 values is not split", bf.Status.Partitions)
+	}
 	if bf.Status.LastSnapshotTime != nil {
 		t.Errorf("lastSnapshotTime %v on pods that keep nothing on disk", bf.Status.LastSnapshotTime)
 	}
