@@ -187,6 +187,9 @@ func shapeOf(spec bloomeryv1alpha1.BloomFilterSpec) (FilterShape, error) {
 	if spec.Growth != nil {
 		shape.Growth = uint(*spec.Growth)
 	}
+	if spec.Partitions != nil {
+		shape.Partitions = int(*spec.Partitions)
+	}
 	if e := spec.Expiry; e != nil {
 		if e.AfterCreate != nil {
 			shape.ValidPeriodAfterCreate = int64(e.AfterCreate.Seconds())
@@ -252,8 +255,8 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 	o.filter = f
 	if !shape.Matches(f) {
 		o.mismatch = true
-		o.status.Message = fmt.Sprintf("holds a filter of another shape (capacity %d, fpp %v, scalable %v); it is left alone",
-			f.ExpectedInsertions, f.FPP, f.Scalable)
+		o.status.Message = fmt.Sprintf("holds a filter of another shape (capacity %d, fpp %v, scalable %v, partitions %d); it is left alone",
+			f.ExpectedInsertions, f.FPP, f.Scalable, partitionsOf(f))
 		return o
 	}
 	o.status.Present = true
@@ -277,6 +280,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	}
 	var unreachable, mismatched, waiting, created []string
 	var items, size int64
+	var partitions int32 // 0 until a pod that holds the filter reports it
 	var fill, fpr float64
 	var oldestSnapshot time.Time
 	bf.Status.Pods = bf.Status.Pods[:0]
@@ -301,6 +305,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		}
 		if o.status.Present {
 			items, size = max(items, o.status.Items), max(size, o.status.SizeBytes)
+			partitions = max(partitions, int32(partitionsOf(o.filter)))
 			fill, fpr = max(fill, o.filter.EstimatedFillRatio), max(fpr, o.filter.EstimatedFPP)
 			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
 				oldestSnapshot = at
@@ -310,7 +315,7 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	if len(created) > 0 {
 		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(created, ", "))
 	}
-	bf.Status.Items, bf.Status.SizeBytes = items, size
+	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = items, size, partitions
 	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(fill), formatRate(fpr)
 	bf.Status.LastSnapshotTime = nil
 	if !oldestSnapshot.IsZero() {

@@ -326,8 +326,33 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 	if bf.Status.SizeBytes == 0 || bf.Status.FillRatio == "0" || bf.Status.EstimatedFalsePositiveRate == "" {
 		t.Errorf("status %+v: want size, fill ratio and estimated rate", bf.Status)
 	}
+	if bf.Status.Partitions != 1 {
+		t.Errorf("status.partitions %d, want 1: a filter of 10,000 values is not split", bf.Status.Partitions)
+	}
 	if bf.Status.LastSnapshotTime != nil {
 		t.Errorf("lastSnapshotTime %v on pods that keep nothing on disk", bf.Status.LastSnapshotTime)
+	}
+}
+
+// spec.partitions reaches the pods, and status reports what they hold. It needs a data plane that
+// takes partitions in a create.
+func TestBloomFilterWithPartitions(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "split", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.Partitions = new(int32(4)) })
+
+	bf := waitCondition(t, ns, "split", ConditionReady, metav1.ConditionTrue, "all 2 pods")
+	eventually(t, 10*time.Second, "partitions in status", func() (bool, string) {
+		bf = getBloomFilter(t, ns, "split")
+		return bf.Status.Partitions == 4, fmt.Sprintf("status.partitions %d", bf.Status.Partitions)
+	})
+	for _, p := range pods {
+		if f, err := p.client.Get(t.Context(), "split"); err != nil || f.Partitions != 4 {
+			t.Errorf("pod %s holds %+v, %v; want 4 partitions", p.name, f, err)
+		}
 	}
 }
 

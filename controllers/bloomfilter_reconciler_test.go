@@ -303,6 +303,36 @@ func TestBloomFilterStatusReportsTheLargestCopy(t *testing.T) {
 	}
 }
 
+// status.partitions is the largest number of partitions the pods that hold the filter report, a
+// pod's 0 (one from before partitions) counting as 1; with no pod holding the filter it is unset.
+func TestBloomFilterStatusReportsThePartitions(t *testing.T) {
+	cluster := &bloomeryv1alpha1.BloomCluster{Spec: bloomeryv1alpha1.BloomClusterSpec{Replicas: new(int32(3))}}
+	copyOf := func(pod string, present bool, partitions int) podObservation {
+		return podObservation{
+			status: bloomeryv1alpha1.PodFilterStatus{Pod: pod, Present: present},
+			filter: wire.FilterStatus{Partitions: partitions},
+		}
+	}
+	tests := []struct {
+		name     string
+		observed []podObservation
+		want     int32
+	}{
+		{"the largest", []podObservation{copyOf("c-0", true, 4), copyOf("c-1", true, 8), copyOf("c-2", true, 4)}, 8},
+		{"0 as 1", []podObservation{copyOf("c-0", true, 0), copyOf("c-1", true, 0)}, 1},
+		{"only pods that hold it", []podObservation{copyOf("c-0", true, 2), copyOf("c-1", false, 16)}, 2},
+		{"no pod holds it", []podObservation{copyOf("c-0", false, 4)}, 0},
+		{"no pods", nil, 0},
+	}
+	for _, tt := range tests {
+		bf := &bloomeryv1alpha1.BloomFilter{Status: bloomeryv1alpha1.BloomFilterStatus{Partitions: 32}} // a stale value
+		(&BloomFilterReconciler{}).report(bf, cluster, tt.observed)
+		if bf.Status.Partitions != tt.want {
+			t.Errorf("%s: status.partitions %d, want %d", tt.name, bf.Status.Partitions, tt.want)
+		}
+	}
+}
+
 // Every call of the operator goes to the pod's internal port with the cluster's token: creates,
 // status reads and deletes alike.
 func TestBloomFilterCallsCarryTheToken(t *testing.T) {

@@ -56,6 +56,9 @@ func TestBloomFilterSchemaRejectsInvalidManifests(t *testing.T) {
 		{"capacity 0", func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Capacity = 0 }, `spec.capacity in body should be greater than or equal to 1`},
 		{"growth 0", func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Growth = new(int32(0)) }, `spec.growth in body should be greater than or equal to 1`},
 		{"growth 17", func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Growth = new(int32(17)) }, `spec.growth in body should be less than or equal to 16`},
+		{"partitions 0", func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Partitions = new(int32(0)) }, `spec.partitions in body should be greater than or equal to 1`},
+		{"partitions 1025", func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Partitions = new(int32(1025)) },
+			`spec.partitions in body should be less than or equal to 1024`},
 		{"both expiries", func(f *bloomeryv1alpha1.BloomFilter) {
 			f.Spec.Expiry = &bloomeryv1alpha1.ExpirySpec{AfterCreate: &metav1.Duration{Duration: time.Hour}, AfterAccess: &metav1.Duration{Duration: time.Hour}}
 		}, "give exactly one of afterCreate and afterAccess"},
@@ -68,6 +71,15 @@ func TestBloomFilterSchemaRejectsInvalidManifests(t *testing.T) {
 		f := validFilter(ns, fmt.Sprintf("invalid-%d", i))
 		tt.mutate(f)
 		expectRejected(t, tt.name, k8s.Create(t.Context(), f), tt.message)
+	}
+
+	// The limits of the rules are themselves valid.
+	for _, partitions := range []int32{1, 1024} {
+		f := validFilter(ns, fmt.Sprintf("partitions-%d", partitions))
+		f.Spec.Partitions = new(partitions)
+		if err := k8s.Create(t.Context(), f); err != nil {
+			t.Errorf("partitions %d must be valid: %v", partitions, err)
+		}
 	}
 }
 
@@ -94,34 +106,45 @@ func TestBloomFilterDefaults(t *testing.T) {
 	if got.Spec.Expiry != nil {
 		t.Errorf("expiry = %+v, want none", got.Spec.Expiry)
 	}
+	if got.Spec.Partitions != nil {
+		t.Errorf("partitions = %d, want none: the data plane chooses", *got.Spec.Partitions)
+	}
 }
 
 func TestBloomFilterShapeIsImmutable(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
+	// The filter is created with an expiry, with partitions, or with neither.
+	const plain, expiry, partitions = 0, 1, 2
 	tests := []struct {
 		name    string
-		expiry  bool // create the filter with an expiry
+		with    int // plain, expiry or partitions
 		mutate  func(*bloomeryv1alpha1.BloomFilter)
 		message string
 	}{
-		{"clusterRef", false, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.ClusterRef.Name = "other" }, "clusterRef is immutable"},
-		{"capacity", false, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Capacity = 2000 }, "capacity is immutable"},
-		{"falsePositiveRate", false, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.FalsePositiveRate = "0.02" }, "falsePositiveRate is immutable"},
-		{"scalable", false, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Scalable = new(false) }, "scalable is immutable"},
-		{"growth", false, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Growth = new(int32(4)) }, "growth is immutable"},
-		{"expiry changed", true, func(f *bloomeryv1alpha1.BloomFilter) {
+		{"clusterRef", plain, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.ClusterRef.Name = "other" }, "clusterRef is immutable"},
+		{"capacity", plain, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Capacity = 2000 }, "capacity is immutable"},
+		{"falsePositiveRate", plain, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.FalsePositiveRate = "0.02" }, "falsePositiveRate is immutable"},
+		{"scalable", plain, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Scalable = new(false) }, "scalable is immutable"},
+		{"growth", plain, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Growth = new(int32(4)) }, "growth is immutable"},
+		{"expiry changed", expiry, func(f *bloomeryv1alpha1.BloomFilter) {
 			f.Spec.Expiry.AfterCreate = &metav1.Duration{Duration: 2 * time.Hour}
 		}, "expiry is immutable"},
-		{"expiry added", false, func(f *bloomeryv1alpha1.BloomFilter) {
+		{"expiry added", plain, func(f *bloomeryv1alpha1.BloomFilter) {
 			f.Spec.Expiry = &bloomeryv1alpha1.ExpirySpec{AfterCreate: &metav1.Duration{Duration: time.Hour}}
 		}, "expiry cannot be added or removed"},
-		{"expiry removed", true, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Expiry = nil }, "expiry cannot be added or removed"},
+		{"expiry removed", expiry, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Expiry = nil }, "expiry cannot be added or removed"},
+		{"partitions changed", partitions, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Partitions = new(int32(8)) }, "partitions is immutable"},
+		{"partitions added", plain, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Partitions = new(int32(4)) }, "partitions cannot be added or removed"},
+		{"partitions removed", partitions, func(f *bloomeryv1alpha1.BloomFilter) { f.Spec.Partitions = nil }, "partitions cannot be added or removed"},
 	}
 	for i, tt := range tests {
 		f := validFilter(ns, fmt.Sprintf("immutable-%d", i))
-		if tt.expiry {
+		switch tt.with {
+		case expiry:
 			f.Spec.Expiry = &bloomeryv1alpha1.ExpirySpec{AfterCreate: &metav1.Duration{Duration: time.Hour}}
+		case partitions:
+			f.Spec.Partitions = new(int32(4))
 		}
 		if err := k8s.Create(t.Context(), f); err != nil {
 			t.Fatalf("%s: %v", tt.name, err)

@@ -48,15 +48,26 @@ type FilterShape struct {
 	Growth                 uint
 	ValidPeriodAfterCreate int64 // seconds; 0 means never
 	ValidPeriodAfterAccess int64 // seconds; 0 means none
+	// Partitions is how many partitions the filter's values are split into; 0 lets the data
+	// plane choose, and any number it chose then matches.
+	Partitions int
 }
 
-// Matches reports whether a filter on a pod has this shape.
+// Matches reports whether a filter on a pod has this shape. A pod that reports no partitions (0,
+// from before they existed) holds a filter that is not split: one partition.
 func (s FilterShape) Matches(f wire.FilterStatus) bool {
 	if f.ExpectedInsertions != s.Capacity || f.FPP != s.FPP || f.Scalable != s.Scalable {
 		return false
 	}
+	if s.Partitions > 0 && partitionsOf(f) != s.Partitions {
+		return false
+	}
 	return !s.Scalable || f.Growth == s.Growth
 }
+
+// partitionsOf is how many partitions a pod's filter has: 1 when the pod reports none, as a pod
+// from before partitions does.
+func partitionsOf(f wire.FilterStatus) int { return max(f.Partitions, 1) }
 
 // ErrFilterNotFound is the data plane's answer for a filter a pod does not hold.
 var ErrFilterNotFound = errors.New("filter not found on the pod")
@@ -138,6 +149,9 @@ func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, 
 	}
 	if shape.ValidPeriodAfterAccess > 0 {
 		opts.ValidPeriodAfterAccess = new(shape.ValidPeriodAfterAccess)
+	}
+	if shape.Partitions > 0 {
+		opts.Partitions = new(shape.Partitions)
 	}
 	// The create's answer counts the bits, once, of a filter that is new or that the pod lacked.
 	f, created, err := d.client(pod).Create(ctx, name, opts)

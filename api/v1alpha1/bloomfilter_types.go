@@ -24,6 +24,7 @@ import (
 // the filter's shape cannot change: a filter of another shape is another filter.
 // +kubebuilder:validation:XValidation:rule="has(self.scalable) == has(oldSelf.scalable)",message="scalable cannot be added or removed"
 // +kubebuilder:validation:XValidation:rule="has(self.growth) == has(oldSelf.growth)",message="growth cannot be added or removed"
+// +kubebuilder:validation:XValidation:rule="has(self.partitions) == has(oldSelf.partitions)",message="partitions cannot be added or removed"
 // +kubebuilder:validation:XValidation:rule="has(self.expiry) == has(oldSelf.expiry)",message="expiry cannot be added or removed"
 type BloomFilterSpec struct {
 	// clusterRef names the BloomCluster, in the same namespace, that holds the filter.
@@ -61,6 +62,16 @@ type BloomFilterSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="growth is immutable"
 	// +optional
 	Growth *int32 `json:"growth,omitempty"`
+
+	// partitions splits the filter's values into that many partitions by a hash of the value, each
+	// a scalable filter of ⌈capacity/partitions⌉ at falsePositiveRate, so that no single filter on
+	// a pod outgrows the pods' maxFilterBytes. Left out, the data plane picks the fewest (a power
+	// of two) whose partition fits the pods' maxFilterBytes.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1024
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="partitions is immutable"
+	// +optional
+	Partitions *int32 `json:"partitions,omitempty"`
 
 	// expiry makes the filter expire; the operator then recreates it empty, so expiry works as
 	// rotation. Without it the filter never expires.
@@ -153,6 +164,11 @@ type BloomFilterStatus struct {
 	// +optional
 	EstimatedFalsePositiveRate string `json:"estimatedFalsePositiveRate,omitempty"`
 
+	// partitions is how many partitions the filter's values are split into on the pods, as the
+	// pods report it (the largest of the pods' copies; 1 for a filter that is not split).
+	// +optional
+	Partitions int32 `json:"partitions,omitempty"`
+
 	// sizeBytes is the memory the filter takes on a pod: the largest of the pods' copies, which
 	// differ while a scalable filter grows.
 	// +optional
@@ -177,6 +193,7 @@ type BloomFilterStatus struct {
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.spec.clusterRef.name`
 // +kubebuilder:printcolumn:name="Capacity",type=integer,JSONPath=`.spec.capacity`
 // +kubebuilder:printcolumn:name="FPR",type=string,JSONPath=`.spec.falsePositiveRate`
+// +kubebuilder:printcolumn:name="Partitions",type=integer,JSONPath=`.status.partitions`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Items",type=integer,JSONPath=`.status.items`
 // +kubebuilder:printcolumn:name="Fill",type=string,JSONPath=`.status.fillRatio`,priority=1

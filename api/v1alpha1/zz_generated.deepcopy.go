@@ -252,6 +252,11 @@ func (in *BloomFilterSpec) DeepCopyInto(out *BloomFilterSpec) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.Partitions != nil {
+		in, out := &in.Partitions, &out.Partitions
+		*out = new(int32)
+		**out = **in
+	}
 	if in.Expiry != nil {
 		in, out := &in.Expiry, &out.Expiry
 		*out = new(ExpirySpec)

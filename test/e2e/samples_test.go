@@ -99,8 +99,10 @@ func TestSamplesBecomeReady(t *testing.T) {
 	requireRow(t, tables[0], []string{"NAME", "REPLICAS", "READY", "FILTERS", "STATUS", "AGE"}, true, map[string]string{
 		"NAME": "bloomcluster.bloomery.io/example", "REPLICAS": "3", "READY": "3", "FILTERS": "1", "STATUS": "AllReplicasReady",
 	})
-	requireRow(t, tables[1], []string{"NAME", "CLUSTER", "CAPACITY", "FPR", "READY", "ITEMS", "AGE"}, true, map[string]string{
-		"NAME": "bloomfilter.bloomery.io/users", "CLUSTER": "example", "CAPACITY": "1000000", "FPR": "0.001", "READY": "True",
+	// A million values at 0.001 take one partition of a few MiB.
+	requireRow(t, tables[1], []string{"NAME", "CLUSTER", "CAPACITY", "FPR", "PARTITIONS", "READY", "ITEMS", "AGE"}, true, map[string]string{
+		"NAME": "bloomfilter.bloomery.io/users", "CLUSTER": "example", "CAPACITY": "1000000", "FPR": "0.001", "PARTITIONS": "1",
+		"READY": "True",
 	})
 
 	// -o wide adds diagnostic columns (more may come: only these are checked).

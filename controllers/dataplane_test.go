@@ -1,0 +1,99 @@
+package controllers
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// A shape that asks for a number of partitions matches only a filter split into that many; one
+// that leaves the number to the data plane matches any. A pod that reports none (0, from before
+// partitions) holds one.
+func TestFilterShapeMatchesPartitions(t *testing.T) {
+	t.Parallel()
+	filter := func(partitions int) wire.FilterStatus {
+		return wire.FilterStatus{ExpectedInsertions: 1000, FPP: 0.01, Scalable: true, Growth: 2, Partitions: partitions}
+	}
+	shape := func(partitions int) FilterShape {
+		return FilterShape{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Partitions: partitions}
+	}
+	tests := []struct {
+		shape, pod int
+		want       bool
+	}{
+		{0, 0, true}, {0, 1, true}, {0, 8, true}, // the data plane chooses
+		{1, 0, true}, {1, 1, true}, {1, 2, false},
+		{4, 4, true}, {4, 0, false}, {4, 1, false}, {4, 8, false},
+	}
+	for _, tt := range tests {
+		if got := shape(tt.shape).Matches(filter(tt.pod)); got != tt.want {
+			t.Errorf("shape of %d partitions on a pod reporting %d: Matches = %v, want %v", tt.shape, tt.pod, got, tt.want)
+		}
+	}
+	// Partitions do not make another difference of shape match.
+	other := filter(4)
+	other.ExpectedInsertions = 2000
+	if shape(4).Matches(other) {
+		t.Error("a filter of another capacity matches because its partitions do")
+	}
+}
+
+// CreateFilter asks for the shape's partitions, and leaves them to the data plane when the shape
+// has none.
+func TestCreateFilterSendsPartitions(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies []map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			t.Errorf("create body %q: %v", raw, err)
+		}
+		mu.Lock()
+		bodies = append(bodies, body)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(wire.Filter{Name: "f", Partitions: 4})
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := Pod{Name: "c-0", IP: u.Hostname(), Port: port, Token: worldToken}
+	dp := NewHTTPDataPlane(5 * time.Second)
+	base := FilterShape{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2}
+	for _, partitions := range []int{4, 0} {
+		shape := base
+		shape.Partitions = partitions
+		f, created, err := dp.CreateFilter(t.Context(), pod, "f", shape)
+		if err != nil || !created || f.Partitions != 4 {
+			t.Fatalf("CreateFilter with %d partitions: %+v, %v, %v", partitions, f, created, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 2 {
+		t.Fatalf("%d creates reached the pod, want 2", len(bodies))
+	}
+	if got, ok := bodies[0]["partitions"]; !ok || got != float64(4) {
+		t.Errorf("create with 4 partitions sent partitions %v (present %v), want 4", got, ok)
+	}
+	if got, ok := bodies[1]["partitions"]; ok {
+		t.Errorf("create leaving partitions to the data plane sent partitions %v, want none", got)
+	}
+}
