@@ -32,6 +32,48 @@ type Membership struct {
 	// Self is the name of the pod the membership is sent to; it is one of Members.
 	Self    string   `json:"self"`
 	Members []Member `json:"members"`
+	// Placement says which members hold the partitions of the filters. Its zero value, a
+	// membership without owners or replicationFactor, places every partition on every member.
+	Placement
+	// Previous is set while the cluster moves from one placement to this one: until the operator
+	// pushes the next epoch without it, writes go to the owners of both, and reads and
+	// check-and-sets to the previous owners, which hold everything; each pod pulls what it newly
+	// owns from them and reports it in PlacementStatus.
+	Previous *Placement `json:"previous,omitempty"`
+}
+
+// Placement places each partition of each filter on ReplicationFactor of the Owners, chosen by
+// rendezvous hashing with bounded loads (the placement package), which every pod computes alike.
+type Placement struct {
+	// Owners are the names of the members that hold partitions; a member left out holds none
+	// (it is draining before it leaves). Empty: every member.
+	Owners []string `json:"owners,omitempty"`
+	// ReplicationFactor is how many owners hold each partition, 1 to len(owners); 0: all of them.
+	ReplicationFactor int `json:"replicationFactor,omitempty"`
+}
+
+// PlacementStatusPath is where the operator reads a pod's part in a move (GET, answering
+// PlacementStatus).
+const PlacementStatusPath = InternalBasePath + "/placement"
+
+// PlacementStatus is a pod's view of its partitions under the membership of Epoch.
+type PlacementStatus struct {
+	Epoch uint64 `json:"epoch"`
+	// CaughtUp: the pod holds every partition it owns under Epoch's placement, pulled from the
+	// previous owners after every member held Epoch (so no write routed by an older placement
+	// was missed). Without a move under way it is true once the pod is ready.
+	CaughtUp bool `json:"caughtUp"`
+	// PartitionsOwned counts the (filter, partition) pairs this pod owns under Epoch's
+	// placement; PartitionsMoving those of them it has not pulled yet.
+	PartitionsOwned  int `json:"partitionsOwned"`
+	PartitionsMoving int `json:"partitionsMoving"`
+	// PartitionsHeld counts the pairs whose bits the pod holds: the owned ones and, during a
+	// move, those it owned before and still serves.
+	PartitionsHeld int `json:"partitionsHeld"`
+	// Bytes is the memory of the bits the pod holds.
+	Bytes uint64 `json:"bytes"`
+	// MovedBytes counts the bytes of partitions pulled from peers since the pod started.
+	MovedBytes int64 `json:"movedBytes"`
 }
 
 // Consistency says how many pods a request involves: for a write, how many must have it durable
