@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -34,7 +36,20 @@ func (c *Client) Inventory(ctx context.Context) (wire.Inventory, error) {
 // and its length in bytes, or -1 when the pod did not say. A dump may be large: ctx bounds the
 // whole read, not only the call.
 func (c *Client) Dump(ctx context.Context, name string) (io.ReadCloser, int64, error) {
+	return c.DumpPartitions(ctx, name, nil)
+}
+
+// DumpPartitions is Dump of the partitions listed only (nil: every one the pod holds; empty: none,
+// the filter's definition alone).
+func (c *Client) DumpPartitions(ctx context.Context, name string, partitions []int) (io.ReadCloser, int64, error) {
 	path := wire.FilterOpPath(name, wire.OpDump)
+	if partitions != nil {
+		list := make([]string, len(partitions))
+		for i, p := range partitions {
+			list[i] = strconv.Itoa(p)
+		}
+		path += "?" + wire.PartitionsParam + "=" + strings.Join(list, ",")
+	}
 	resp, err := c.send(ctx, http.MethodGet, path, "", nil)
 	if err != nil {
 		return nil, 0, err

@@ -73,13 +73,13 @@ func TestBatchesMatchKeyByKeyReference(t *testing.T) {
 			}
 		}
 	}
-	if len(f.parts[0].layers) != len(layers) || len(layers) < 4 {
-		t.Fatalf("engine has %d layers, reference %d; want the same and at least 4", len(f.parts[0].layers), len(layers))
+	if len(f.partList()[0].layers) != len(layers) || len(layers) < 4 {
+		t.Fatalf("engine has %d layers, reference %d; want the same and at least 4", len(f.partList()[0].layers), len(layers))
 	}
 	for i := range layers {
 		// Words, not Equal: the engine's bit sets span whole words (bitset.From), the reference's
 		// exactly m bits; the bits are what must agree.
-		if f.parts[0].layers[i].Cap() != layers[i].Cap() || !slices.Equal(f.parts[0].layers[i].BitSet().Words(), layers[i].BitSet().Words()) {
+		if f.partList()[0].layers[i].Cap() != layers[i].Cap() || !slices.Equal(f.partList()[0].layers[i].BitSet().Words(), layers[i].BitSet().Words()) {
 			t.Fatalf("layer %d differs from the reference", i)
 		}
 	}

@@ -4,6 +4,8 @@
 package filter
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -35,23 +37,40 @@ type Filter struct {
 	// once it has a layer, FilterOverhead. Dropping the filter releases it whole.
 	sizeBytes atomic.Uint64
 
-	// parts are the partitions; a key belongs to parts[placement.Partition(key, len(parts))].
-	parts []*partition
-	// dropped is set, with every partition's lock held, when the filter left its store; it then
-	// no longer grows, so the memory it gave back cannot be taken again behind the store's back.
-	// Any one partition's lock suffices to read it.
+	// parts are the partitions, nil where this pod does not hold one (a cluster places each on
+	// some of its pods); a key belongs to parts[placement.Partition(key, len(parts))]. Holding or
+	// releasing a partition replaces the slice, under holdMu, so that requests read it unlocked.
+	parts  atomic.Pointer[[]*partition]
+	holdMu sync.Mutex
+	// dropped is set, with holdMu and every held partition's lock held, when the filter left its
+	// store; it then no longer grows, so the memory it gave back cannot be taken again behind the
+	// store's back. holdMu or any one partition's lock suffices to read it.
 	dropped bool
 }
 
-func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter, error) {
+// Holds says which partitions of a filter this pod holds; nil holds them all.
+type Holds func(partition int) bool
+
+func (h Holds) holds(partition int) bool { return h == nil || h(partition) }
+
+// All holds every partition.
+var All Holds
+
+func newFilter(s *Store, name string, opts Options, created time.Time, holds Holds) (*Filter, error) {
 	shape, err := opts.LayerShape(0)
 	if err != nil {
 		return nil, err
 	}
-	f := newFilterShell(s, name, opts, created)
+	f, err := newFilterShell(s, name, opts, created, holds)
+	if err != nil {
+		return nil, err
+	}
 	f.lastAccess.Store(max(f.created.UnixNano(), s.clock().UnixNano()))
 	f.journaledAccess.Store(f.created.UnixNano())
-	for _, p := range f.parts {
+	for _, p := range f.partList() {
+		if p == nil {
+			continue
+		}
 		if err := p.addLayer(shape, nil); err != nil {
 			s.memory.release(f.sizeBytes.Load())
 			return nil, err
@@ -60,14 +79,77 @@ func newFilter(s *Store, name string, opts Options, created time.Time) (*Filter,
 	return f, nil
 }
 
-// newFilterShell is a filter whose partitions have no layers yet.
-func newFilterShell(s *Store, name string, opts Options, created time.Time) *Filter {
+// newFilterShell is a filter whose held partitions have no layers yet, its overhead reserved.
+func newFilterShell(s *Store, name string, opts Options, created time.Time, holds Holds) (*Filter, error) {
 	f := &Filter{name: name, opts: opts, created: created, store: s}
-	f.parts = make([]*partition, opts.PartitionCount())
-	for i := range f.parts {
-		f.parts[i] = &partition{f: f, index: i}
+	if err := s.memory.reserve(fmt.Sprintf("filter %q", name), 0, 0, FilterOverhead); err != nil {
+		return nil, err
 	}
-	return f
+	f.sizeBytes.Store(FilterOverhead)
+	parts := make([]*partition, opts.PartitionCount())
+	for i := range parts {
+		if holds.holds(i) {
+			parts[i] = &partition{f: f, index: i}
+		}
+	}
+	f.parts.Store(&parts)
+	return f, nil
+}
+
+// partList is the current list of partitions, nil where not held.
+func (f *Filter) partList() []*partition { return *f.parts.Load() }
+
+// Holds reports whether this pod holds partition p.
+func (f *Filter) Holds(p int) bool {
+	parts := f.partList()
+	return p >= 0 && p < len(parts) && parts[p] != nil
+}
+
+// Hold makes this pod hold partition p, empty, if it does not: a partition placed here anew, to
+// be filled by merges. It reports whether it added the partition.
+func (f *Filter) Hold(p int) (bool, error) {
+	f.holdMu.Lock()
+	defer f.holdMu.Unlock()
+	if f.dropped || f.Holds(p) {
+		return false, nil
+	}
+	shape, err := f.opts.LayerShape(0)
+	if err != nil {
+		return false, err
+	}
+	part := &partition{f: f, index: p}
+	if err := part.addLayer(shape, nil); err != nil {
+		return false, err
+	}
+	parts := slices.Clone(f.partList())
+	parts[p] = part
+	f.parts.Store(&parts)
+	return true, nil
+}
+
+// Release gives partition p's bits back, when this pod no longer holds it, and reports the bytes
+// it freed. A request that found the partition before may still probe it; a write to it is lost,
+// which placement prevents: a partition is released only once its new owners hold it.
+func (f *Filter) Release(p int) uint64 {
+	f.holdMu.Lock()
+	defer f.holdMu.Unlock()
+	if !f.Holds(p) {
+		return 0
+	}
+	parts := slices.Clone(f.partList())
+	part := parts[p]
+	parts[p] = nil
+	f.parts.Store(&parts)
+	part.mu.Lock()
+	part.released = true
+	freed := part.bitsBytes()
+	part.mu.Unlock()
+	f.sizeBytes.Add(-freed)
+	f.store.memory.release(freed)
+	checked, set := part.checked.Load(), part.set.Load()
+	f.store.retiredChecked.Add(checked)
+	f.store.retiredSet.Add(set)
+	return freed
 }
 
 // Name is the filter's name in its store.
@@ -83,18 +165,32 @@ func (f *Filter) Created() time.Time { return f.created }
 // replicas share (a replicated create carries it) and which a later incarnation always exceeds.
 func (f *Filter) Generation() int64 { return f.created.UnixNano() }
 
-// partOf is the partition key belongs to.
+// partOf is the partition key belongs to, nil when this pod does not hold it.
 func (f *Filter) partOf(key string) *partition {
-	if len(f.parts) == 1 {
-		return f.parts[0]
+	parts := f.partList()
+	if len(parts) == 1 {
+		return parts[0]
 	}
-	return f.parts[placement.Partition(key, len(f.parts))]
+	return parts[placement.Partition(key, len(parts))]
 }
 
-// Check reports whether key may have been added.
+// PartitionOf is the partition key belongs to.
+func (f *Filter) PartitionOf(key string) int { return placement.Partition(key, f.opts.PartitionCount()) }
+
+// ErrNotHeld refuses a write to a partition this pod does not hold.
+var ErrNotHeld = errors.New("partition not held by this pod")
+
+// notHeld is ErrNotHeld for a partition of f.
+func (f *Filter) notHeld(key string) error {
+	return fmt.Errorf("%w: filter %q partition %d", ErrNotHeld, f.name, f.PartitionOf(key))
+}
+
+// Check reports whether key may have been added; false when this pod does not hold key's
+// partition, which the cluster's routing never asks it.
 func (f *Filter) Check(key string) bool {
 	f.touch()
-	return f.partOf(key).check(key)
+	p := f.partOf(key)
+	return p != nil && p.check(key)
 }
 
 // CheckMany answers Check for every key, in order, under one read lock per partition.
@@ -102,7 +198,9 @@ func (f *Filter) CheckMany(keys []string) []bool {
 	f.touch()
 	out := make([]bool, len(keys))
 	_, _ = f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
-		p.checkMany(keys, out)
+		if p != nil {
+			p.checkMany(keys, out)
+		}
 		return len(keys), nil
 	})
 	return out
@@ -112,7 +210,11 @@ func (f *Filter) CheckMany(keys []string) []bool {
 // calls with the same new key exactly one answers false.
 func (f *Filter) CheckAndSet(key string) (bool, error) {
 	f.touch()
-	present, err := f.partOf(key).checkAndSetOne(key)
+	p := f.partOf(key)
+	if p == nil {
+		return false, f.notHeld(key)
+	}
+	present, err := p.checkAndSetOne(key)
 	if err != nil {
 		return false, err
 	}
@@ -129,6 +231,9 @@ func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	f.touch()
 	out := make([]bool, len(keys))
 	n, err := f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
+		if p == nil {
+			return 0, f.notHeld(keys[0])
+		}
 		return p.checkAndSetMany(keys, out, true)
 	})
 	out = out[:n]
@@ -138,26 +243,31 @@ func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 	return out, err
 }
 
-// byPartition runs fn on each partition's share of keys, in their order, with the answers going
-// to out in keys' order. It returns how many keys, from the first, were answered: all of them, or
-// those before the first key whose partition failed at it, with that failure. A partition after
-// the failing one still takes its keys: a batch is not atomic, and adds are never undone.
+// byPartition runs fn on each partition's share of keys (nil for a partition not held), in their
+// order, with the answers going to out in keys' order. It returns how many keys, from the first,
+// were answered: all of them, or those before the first key whose partition failed at it, with
+// that failure. A partition after the failing one still takes its keys: a batch is not atomic,
+// and adds are never undone.
 func (f *Filter) byPartition(keys []string, out []bool, fn func(p *partition, keys []string, out []bool) (int, error)) (int, error) {
-	if len(f.parts) == 1 {
-		return fn(f.parts[0], keys, out)
+	parts := f.partList()
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	if len(parts) == 1 {
+		return fn(parts[0], keys, out)
 	}
 	// A counting sort by partition: order lists keys' indices partition by partition.
 	of := make([]int32, len(keys))
-	starts := make([]int, len(f.parts)+1)
+	starts := make([]int, len(parts)+1)
 	for i, key := range keys {
-		p := placement.Partition(key, len(f.parts))
+		p := placement.Partition(key, len(parts))
 		of[i] = int32(p)
 		starts[p+1]++
 	}
-	for p := range f.parts {
+	for p := range parts {
 		starts[p+1] += starts[p]
 	}
-	next := slices.Clone(starts[:len(f.parts)])
+	next := slices.Clone(starts[:len(parts)])
 	order := make([]int, len(keys))
 	for i, p := range of {
 		order[next[p]] = i
@@ -168,7 +278,7 @@ func (f *Filter) byPartition(keys []string, out []bool, fn func(p *partition, ke
 		grouped[at] = keys[i]
 	}
 	answered, firstErr := len(keys), error(nil)
-	for p, part := range f.parts {
+	for p, part := range parts {
 		lo, hi := starts[p], starts[p+1]
 		if lo == hi {
 			continue
@@ -199,6 +309,9 @@ func (f *Filter) journalAdded(keys []string) error {
 func (f *Filter) Replay(keys []string) error {
 	out := make([]bool, len(keys))
 	_, err := f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
+		if p == nil { // written before this pod gave the partition up
+			return len(keys), nil
+		}
 		return p.checkAndSetMany(keys, out, false)
 	})
 	return err
@@ -281,12 +394,38 @@ func (f *Filter) SizeBytes() uint64 {
 }
 
 // Partitions is how many partitions the filter has.
-func (f *Filter) Partitions() int { return len(f.parts) }
+func (f *Filter) Partitions() int { return f.opts.PartitionCount() }
 
-// Items approximates the number of distinct keys added.
+// HeldPartitions counts the partitions this pod holds.
+func (f *Filter) HeldPartitions() int {
+	n := 0
+	for _, p := range f.partList() {
+		if p != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// held is the partitions this pod holds.
+func (f *Filter) held() []*partition {
+	parts := f.partList()
+	if len(parts) == 1 && parts[0] != nil {
+		return parts
+	}
+	out := make([]*partition, 0, len(parts))
+	for _, p := range parts {
+		if p != nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Items approximates the number of distinct keys added to the partitions held here.
 func (f *Filter) Items() uint64 {
 	var n uint64
-	for _, p := range f.parts {
+	for _, p := range f.held() {
 		n += p.items.Load()
 	}
 	return n
@@ -294,7 +433,7 @@ func (f *Filter) Items() uint64 {
 
 // Traffic is Usage's Checked and Set without the lock, for totals over every filter.
 func (f *Filter) Traffic() (checked, set uint64) {
-	for _, p := range f.parts {
+	for _, p := range f.held() {
 		checked += p.checked.Load()
 		set += p.set.Load()
 	}
@@ -333,15 +472,18 @@ func (f *Filter) Info() Info {
 		SizeBytes: f.SizeBytes(),
 	}
 	var set uint64
-	for _, p := range f.parts {
+	held := f.held()
+	for _, p := range held {
 		c := p.count()
 		info.Layers = max(info.Layers, c.layers)
 		info.Hashes = max(info.Hashes, c.hashes)
 		info.Bits += c.bits
 		set += c.set
-		info.EstimatedFPP += c.fpp / float64(len(f.parts))
+		info.EstimatedFPP += c.fpp / float64(len(held))
 	}
-	info.FillRatio = float64(set) / float64(info.Bits)
+	if info.Bits > 0 {
+		info.FillRatio = float64(set) / float64(info.Bits)
+	}
 	return info
 }
 
@@ -371,12 +513,13 @@ func (f *Filter) Usage() Usage {
 	u := Usage{Items: f.Items(), SizeBytes: f.SizeBytes()}
 	u.Checked, u.Set = f.Traffic()
 	var bits, set float64
-	for _, p := range f.parts {
+	held := f.held()
+	for _, p := range held {
 		e := p.estimate()
 		u.Layers = max(u.Layers, e.layers)
 		bits += e.bits
 		set += e.set
-		u.EstimatedFPP += e.fpp / float64(len(f.parts))
+		u.EstimatedFPP += e.fpp / float64(len(held))
 	}
 	if bits > 0 {
 		u.EstimatedFillRatio = set / bits
@@ -423,11 +566,14 @@ func fillAfter(n, m float64, k uint) float64 {
 
 // drop detaches the filter from its store's memory accounting and returns the bytes it held.
 func (f *Filter) drop() uint64 {
-	for _, p := range f.parts {
+	f.holdMu.Lock()
+	defer f.holdMu.Unlock()
+	held := f.held()
+	for _, p := range held {
 		p.mu.Lock()
 	}
 	f.dropped = true
-	for _, p := range f.parts {
+	for _, p := range held {
 		p.mu.Unlock()
 	}
 	return f.sizeBytes.Load()

@@ -117,15 +117,15 @@ func TestLayerShapesArePureFunctionsOfTheOptions(t *testing.T) {
 		_ = a.Add("a" + strconv.Itoa(i))
 		_ = b.Add("b" + strconv.Itoa(4999-i))
 	}
-	if len(a.parts[0].layers) != len(b.parts[0].layers) || len(a.parts[0].layers) < 3 {
-		t.Fatalf("layers %d and %d, want equal and >= 3", len(a.parts[0].layers), len(b.parts[0].layers))
+	if len(a.partList()[0].layers) != len(b.partList()[0].layers) || len(a.partList()[0].layers) < 3 {
+		t.Fatalf("layers %d and %d, want equal and >= 3", len(a.partList()[0].layers), len(b.partList()[0].layers))
 	}
-	for i := range a.parts[0].layers {
-		if a.parts[0].layers[i].Cap() != b.parts[0].layers[i].Cap() || a.parts[0].layers[i].K() != b.parts[0].layers[i].K() {
-			t.Errorf("layer %d: (m=%d,k=%d) vs (m=%d,k=%d)", i, a.parts[0].layers[i].Cap(), a.parts[0].layers[i].K(), b.parts[0].layers[i].Cap(), b.parts[0].layers[i].K())
+	for i := range a.partList()[0].layers {
+		if a.partList()[0].layers[i].Cap() != b.partList()[0].layers[i].Cap() || a.partList()[0].layers[i].K() != b.partList()[0].layers[i].K() {
+			t.Errorf("layer %d: (m=%d,k=%d) vs (m=%d,k=%d)", i, a.partList()[0].layers[i].Cap(), a.partList()[0].layers[i].K(), b.partList()[0].layers[i].Cap(), b.partList()[0].layers[i].K())
 		}
 		shape, err := opts.LayerShape(i)
-		if err != nil || shape.Bits != a.parts[0].layers[i].Cap() || shape.Hashes != a.parts[0].layers[i].K() {
+		if err != nil || shape.Bits != a.partList()[0].layers[i].Cap() || shape.Hashes != a.partList()[0].layers[i].K() {
 			t.Errorf("layer %d differs from layerShape: %+v, %v", i, shape, err)
 		}
 	}
@@ -361,8 +361,8 @@ func TestMemoryLimits(t *testing.T) {
 		if !errors.Is(err, ErrTooLarge) {
 			t.Fatalf("err = %v, want ErrTooLarge once two layers are full", err)
 		}
-		if added < 300 || len(f.parts[0].layers) != 2 || s.UsedBytes() != f.SizeBytes()+FilterOverhead {
-			t.Errorf("refused after %d adds with %d layers, used %d of %d", added, len(f.parts[0].layers), s.UsedBytes(), f.SizeBytes())
+		if added < 300 || len(f.partList()[0].layers) != 2 || s.UsedBytes() != f.SizeBytes()+FilterOverhead {
+			t.Errorf("refused after %d adds with %d layers, used %d of %d", added, len(f.partList()[0].layers), s.UsedBytes(), f.SizeBytes())
 		}
 		for i := range added - 1 {
 			if !f.Check(strconv.Itoa(i)) {

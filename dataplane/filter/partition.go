@@ -32,6 +32,9 @@ type partition struct {
 	// maxHashes is the largest k of all layers: one Locations call serves every layer, because
 	// the i-th location of a key does not depend on the layer.
 	maxHashes uint
+	// released is set, under mu, when the pod gave the partition up (Filter.Release): it no
+	// longer grows.
+	released bool
 }
 
 // addLayer reserves a layer's memory in the store's budget, allocates it holding a copy of words
@@ -39,27 +42,22 @@ type partition struct {
 // the budget as they were. The caller holds mu for writing, or is the only one who can reach p.
 func (p *partition) addLayer(shape LayerShape, words []uint64) error {
 	f := p.f
-	// The first layer of the first partition brings the filter's overhead into the budget.
-	var extra uint64
-	if p.index == 0 && len(p.layers) == 0 {
-		extra = FilterOverhead
-	}
 	what := fmt.Sprintf("filter %q", f.name)
-	if len(f.parts) > 1 {
+	if f.opts.PartitionCount() > 1 {
 		what = fmt.Sprintf("partition %d of filter %q", p.index, f.name)
 	}
-	if err := f.store.memory.reserve(what, shape.SizeBytes(), p.bitsBytes(), extra); err != nil {
+	if err := f.store.memory.reserve(what, shape.SizeBytes(), p.bitsBytes(), 0); err != nil {
 		return err
 	}
 	layer, err := newLayer(shape, words)
 	if err != nil {
-		f.store.memory.release(shape.SizeBytes() + extra)
+		f.store.memory.release(shape.SizeBytes())
 		return fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
 	}
 	p.layers = append(p.layers, layer)
 	p.newestItems, p.newestCapacity = 0, shape.Capacity
 	p.maxHashes = max(p.maxHashes, shape.Hashes)
-	f.sizeBytes.Add(shape.SizeBytes() + extra)
+	f.sizeBytes.Add(shape.SizeBytes())
 	return nil
 }
 
@@ -189,7 +187,7 @@ func (p *partition) countAdded() {
 
 func (p *partition) growIfFullLocked() error {
 	f := p.f
-	if !f.opts.Scalable || f.dropped || p.newestItems < p.newestCapacity {
+	if !f.opts.Scalable || f.dropped || p.released || p.newestItems < p.newestCapacity {
 		return nil
 	}
 	if len(p.layers) >= MaxLayers {

@@ -73,7 +73,7 @@ func TestPartitionsTakeTheirKeysInOrder(t *testing.T) {
 			t.Fatalf("key %d (%s) answered %v, want %v", i, keys[i], present, want)
 		}
 	}
-	for p, part := range f.parts {
+	for p, part := range f.partList() {
 		if part.items.Load() == 0 || len(part.layers) < 2 {
 			t.Errorf("partition %d took %d keys in %d layers; want a share that grew it", p, part.items.Load(), len(part.layers))
 		}
@@ -82,7 +82,7 @@ func TestPartitionsTakeTheirKeysInOrder(t *testing.T) {
 		t.Error("a key added is not found by CheckMany")
 	}
 	for _, key := range keys[:100] {
-		p := f.parts[placement.Partition(key, 4)]
+		p := f.partList()[placement.Partition(key, 4)]
 		var buf [stackHashes]uint64
 		if !p.contains(p.locations(buf[:0], key)) {
 			t.Fatalf("%s is not in partition %d", key, placement.Partition(key, 4))
@@ -172,7 +172,7 @@ func TestPartitionedStateRestoresAndMerges(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := restored.Get("split")
-	if a.Digest().Generation != b.Digest().Generation || !slices.Equal(a.Digest().Layers, b.Digest().Layers) {
+	if a.Digest().Generation != b.Digest().Generation || !slices.Equal(a.Digest().Layers(), b.Digest().Layers()) {
 		t.Error("restored filter differs from the original")
 	}
 	if err := b.AddMany(values("b", 500)); err != nil {
@@ -181,7 +181,7 @@ func TestPartitionedStateRestoresAndMerges(t *testing.T) {
 	if _, err := a.MergeBits(b.State()); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(a.Digest().Layers, b.Digest().Layers) {
+	if !slices.Equal(a.Digest().Layers(), b.Digest().Layers()) {
 		t.Error("after the merge the replicas differ")
 	}
 	for i, present := range a.CheckMany(values("b", 500)) {

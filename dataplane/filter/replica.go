@@ -110,10 +110,11 @@ func (s *Store) DeleteReplica(name string, generation int64) (bool, error) {
 	return s.deleteUpTo(name, generation)
 }
 
-// CreateReplica applies a create a peer made: an incarnation of name created at created. It is a
-// no-op if this store holds that incarnation or a newer one, or a tombstone covers it; it replaces
-// an older incarnation. It reports whether it created the filter.
-func (s *Store) CreateReplica(name string, opts Options, created time.Time) (bool, error) {
+// CreateReplica applies a create a peer made: an incarnation of name created at created, holding
+// the partitions holds names. It is a no-op if this store holds that incarnation or a newer one,
+// or a tombstone covers it; it replaces an older incarnation. It reports whether it created the
+// filter.
+func (s *Store) CreateReplica(name string, opts Options, created time.Time, holds Holds) (bool, error) {
 	if err := ValidateName(name); err != nil {
 		return false, err
 	}
@@ -129,7 +130,7 @@ func (s *Store) CreateReplica(name string, opts Options, created time.Time) (boo
 	if err := s.roomFor(name); err != nil {
 		return false, err
 	}
-	fresh, err := newFilter(s, name, opts, created)
+	fresh, err := newFilter(s, name, opts, created, holds)
 	if err != nil {
 		return false, err
 	}
@@ -147,7 +148,8 @@ type MergeResult struct {
 	BytesChanged  uint64
 }
 
-// Merge ORs a replica's state of a filter into the store. Layers of the same index have the
+// Merge ORs a replica's state of a filter into the store, partition by partition: a partition the
+// state holds and the store does not is held from then on. Layers of the same index have the
 // same shape by construction, so the OR is exact however the replicas grew. A state of a newer
 // incarnation replaces the local one, with the state's expiry override; an older, tombstoned or
 // expired one is ignored. The override of an incarnation held here is left to MergeExpiry.
@@ -170,7 +172,7 @@ func (s *Store) Merge(st State) (MergeResult, error) {
 	installed := !ok || f.Generation() < generation
 	if installed {
 		defer s.changes.Unlock()
-		fresh, err := newFilter(s, st.Name, st.Options, st.Created)
+		fresh, err := newFilter(s, st.Name, st.Options, st.Created, st.holds)
 		if err != nil {
 			return MergeResult{}, err
 		}
@@ -208,8 +210,18 @@ func (f *Filter) MergeBits(st State) (MergeResult, error) {
 // merge ORs st's layers into f's, partition by partition, adding the layers f lacks.
 func (f *Filter) merge(st State) (MergeResult, error) {
 	var res MergeResult
-	for i, p := range f.parts {
-		if err := p.merge(st.Parts[i], &res); err != nil {
+	for i, part := range st.Parts {
+		if len(part.Layers) == 0 {
+			continue
+		}
+		if _, err := f.Hold(i); err != nil {
+			return res, err
+		}
+		p := f.partList()[i]
+		if p == nil { // dropped meanwhile
+			return res, nil
+		}
+		if err := p.merge(part, &res); err != nil {
 			return res, err
 		}
 	}
@@ -232,7 +244,7 @@ func (p *partition) merge(st PartState, res *MergeResult) error {
 		if err != nil {
 			return err
 		}
-		if p.f.dropped {
+		if p.f.dropped || p.released {
 			return nil
 		}
 		if err := p.addLayer(shape, layer.Words); err != nil {
@@ -261,25 +273,38 @@ func orWords(dst, src []uint64) bool {
 	return changed != 0
 }
 
-// Digest summarises a filter for anti-entropy: its generation and a checksum per layer, partition
-// by partition. Two replicas with equal digests hold the same bits (up to checksum collisions,
-// which the next write to the filter resolves).
+// Digest summarises a filter for anti-entropy: its generation and a checksum per layer of each
+// partition held (nil for the others). Two replicas with equal digests of a partition hold the
+// same bits of it (up to checksum collisions, which the next write to it resolves).
 type Digest struct {
 	Name       string
 	Generation int64
-	Layers     []uint32
+	Parts      [][]uint32
+}
+
+// Layers are the checksums of every partition's layers in turn.
+func (d Digest) Layers() []uint32 {
+	var out []uint32
+	for _, p := range d.Parts {
+		out = append(out, p...)
+	}
+	return out
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Digest checksums every layer under its partition's read lock.
 func (f *Filter) Digest() Digest {
-	d := Digest{Name: f.name, Generation: f.Generation()}
-	for _, p := range f.parts {
+	parts := f.partList()
+	d := Digest{Name: f.name, Generation: f.Generation(), Parts: make([][]uint32, len(parts))}
+	for i, p := range parts {
+		if p == nil {
+			continue
+		}
 		p.mu.RLock()
 		for _, layer := range p.layers {
 			words := layer.BitSet().Words()
-			d.Layers = append(d.Layers, crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8), castagnoli))
+			d.Parts[i] = append(d.Parts[i], crc32.Checksum(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(words))), len(words)*8), castagnoli))
 		}
 		p.mu.RUnlock()
 	}
@@ -304,7 +329,7 @@ func (st State) validate() error {
 		return fmt.Errorf("%w: filter %q has %d partitions, its options %d", ErrInvalidOptions, st.Name, len(st.Parts), st.Options.PartitionCount())
 	}
 	for p, part := range st.Parts {
-		if len(part.Layers) == 0 || len(part.Layers) > MaxLayers || (!st.Options.Scalable && len(part.Layers) != 1) {
+		if len(part.Layers) > MaxLayers || (!st.Options.Scalable && len(part.Layers) > 1) {
 			return fmt.Errorf("%w: filter %q partition %d has %d layers", ErrInvalidOptions, st.Name, p, len(part.Layers))
 		}
 		for i, layer := range part.Layers {

@@ -13,7 +13,9 @@ type State struct {
 	Options    Options
 	Created    time.Time
 	LastAccess time.Time
-	// Parts are the partitions' states, as many as the options' PartitionCount.
+	// Parts are the partitions' states, as many as the options' PartitionCount; a partition
+	// without layers is one the state leaves out (its pod does not hold it, or a dump of some
+	// partitions only).
 	Parts []PartState
 	// Expiry is the filter's expiry override; Mode ExpiryByOptions when it has none.
 	Expiry Expiry
@@ -44,6 +46,9 @@ func (st State) Items() uint64 {
 	}
 	return n
 }
+
+// holds says which partitions the state holds: those with layers.
+func (st State) holds(p int) bool { return len(st.Parts[p].Layers) > 0 }
 
 // AllLayers lists every partition's layers, partition by partition: the order in which bits are
 // stored, streamed and filled.
@@ -88,8 +93,11 @@ func EmptyState(name string, opts Options, created time.Time) (State, error) {
 // State copies the filter's bits, a partition at a time under its read lock: checks go on
 // meanwhile, and writers wait only for the copy. StreamState does without the copy.
 func (f *Filter) State() State {
-	st, layers := f.head()
-	for i, p := range f.parts {
+	st, layers := f.head(All)
+	for i, p := range f.partList() {
+		if layers[i] == nil {
+			continue
+		}
 		p.mu.RLock()
 		for j, layer := range layers[i] {
 			st.Parts[i].Layers[j].Words = slices.Clone(layer.BitSet().Words())
@@ -99,15 +107,18 @@ func (f *Filter) State() State {
 	return st
 }
 
-// CopyState is State with the bits copied into TransientWords: release gives them back, after
-// which the state's Words must not be used.
-func (f *Filter) CopyState() (State, func(), error) {
-	st, layers := f.head()
+// CopyState is State, of the held partitions that only holds, with the bits copied into
+// TransientWords: release gives them back, after which the state's Words must not be used.
+func (f *Filter) CopyState(only Holds) (State, func(), error) {
+	st, layers := f.head(only)
 	release, err := st.AllocTransient()
 	if err != nil {
 		return State{}, nil, err
 	}
-	for i, p := range f.parts {
+	for i, p := range f.partList() {
+		if layers[i] == nil {
+			continue
+		}
 		p.mu.RLock()
 		for j, layer := range layers[i] {
 			copy(st.Parts[i].Layers[j].Words, layer.BitSet().Words())
@@ -161,12 +172,18 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 	if err := st.validate(); err != nil {
 		return err
 	}
-	f := newFilterShell(s, st.Name, st.Options, st.Created)
+	f, err := newFilterShell(s, st.Name, st.Options, st.Created, st.holds)
+	if err != nil {
+		return err
+	}
 	f.override.Store(st.override())
 	f.lastAccess.Store(st.LastAccess.UnixNano())
 	f.journaledAccess.Store(st.LastAccess.UnixNano())
 	var layers [][]uint64
-	for i, p := range f.parts {
+	for i, p := range f.partList() {
+		if p == nil {
+			continue
+		}
 		for j := range st.Parts[i].Layers {
 			shape, _ := st.Options.LayerShape(j)
 			if err := p.addLayer(shape, nil); err != nil {
@@ -180,9 +197,11 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 		s.memory.release(f.sizeBytes.Load())
 		return err
 	}
-	for i, p := range f.parts {
-		p.items.Store(st.Parts[i].Items)
-		p.newestItems = st.Parts[i].NewestItems
+	for i, p := range f.partList() {
+		if p != nil {
+			p.items.Store(st.Parts[i].Items)
+			p.newestItems = st.Parts[i].NewestItems
+		}
 	}
 	s.changes.Lock()
 	defer s.changes.Unlock()
@@ -190,18 +209,18 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 	return nil
 }
 
-// StreamState hands the filter's state out without a copy of its bits: head receives the state
-// with every Words nil, then emit receives the bits of each layer in AllLayers' order, at most
+// StreamState hands the state of the filter's partitions that only holds (All: every one held)
+// out without a copy of its bits: head receives the state with every Words nil, then emit receives the bits of each layer in AllLayers' order, at most
 // len(buf) words at a time, copied into buf under the partition's read lock. Writers wait for one
 // chunk, never for the whole filter, and a chunk may hold bits set after head was called: bits
 // are only ever set, and the layers head announced are the ones emitted, whatever the filter
 // grows to meanwhile.
-func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(words []uint64) error) error {
-	st, layers := f.head()
+func (f *Filter) StreamState(buf []uint64, only Holds, head func(State) error, emit func(words []uint64) error) error {
+	st, layers := f.head(only)
 	if err := head(st); err != nil {
 		return err
 	}
-	for i, p := range f.parts {
+	for i, p := range f.partList() {
 		for _, layer := range layers[i] {
 			for at := 0; ; {
 				p.mu.RLock()
@@ -221,13 +240,18 @@ func (f *Filter) StreamState(buf []uint64, head func(State) error, emit func(wor
 	return nil
 }
 
-// head is the filter's state without its bits (every Words nil), and in layers each partition's
-// layers it describes, taken together under the partition's read lock.
-func (f *Filter) head() (State, [][]*bloom.BloomFilter) {
+// head is the state of the held partitions that only holds, without their bits (every Words
+// nil), and in layers each such partition's layers it describes (nil for the others), taken
+// together under the partition's read lock.
+func (f *Filter) head(only Holds) (State, [][]*bloom.BloomFilter) {
 	st := State{Name: f.name, Options: f.opts, Created: f.created, LastAccess: time.Unix(0, f.lastAccess.Load()), Expiry: f.ExpiryOverride()}
-	st.Parts = make([]PartState, len(f.parts))
-	layers := make([][]*bloom.BloomFilter, len(f.parts))
-	for i, p := range f.parts {
+	parts := f.partList()
+	st.Parts = make([]PartState, len(parts))
+	layers := make([][]*bloom.BloomFilter, len(parts))
+	for i, p := range parts {
+		if p == nil || !only.holds(i) {
+			continue
+		}
 		p.mu.RLock()
 		st.Parts[i].Items, st.Parts[i].NewestItems = p.items.Load(), p.newestItems
 		layers[i] = slices.Clone(p.layers)

@@ -158,6 +158,11 @@ func (s *Store) currentJournal() Journal {
 // Create makes a filter. If a live filter of that name exists and overwrite is false, it returns
 // that filter and created=false; with overwrite it replaces it.
 func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, created bool, err error) {
+	return s.CreateHolding(name, opts, overwrite, All)
+}
+
+// CreateHolding is Create of a filter of which this pod holds only the partitions holds names.
+func (s *Store) CreateHolding(name string, opts Options, overwrite bool, holds Holds) (f *Filter, created bool, err error) {
 	if err := ValidateName(name); err != nil {
 		return nil, false, err
 	}
@@ -179,7 +184,7 @@ func (s *Store) Create(name string, opts Options, overwrite bool) (f *Filter, cr
 	if err := s.roomFor(name); err != nil {
 		return nil, false, err
 	}
-	fresh, err := newFilter(s, name, opts, s.nextCreated(name))
+	fresh, err := newFilter(s, name, opts, s.nextCreated(name), holds)
 	if err != nil {
 		return nil, false, err
 	}

@@ -68,7 +68,7 @@ func TestJournalAttachedWhileWriting(t *testing.T) {
 func TestGenerationsDoNotWrap(t *testing.T) {
 	s := NewStore(Limits{}, nil)
 	opts := Options{Capacity: 100, FPP: 0.01}
-	if _, err := s.CreateReplica("f", opts, time.Unix(0, math.MaxInt64)); err != nil {
+	if _, err := s.CreateReplica("f", opts, time.Unix(0, math.MaxInt64), All); err != nil {
 		t.Fatal(err)
 	}
 	f, created, err := s.Create("f", opts, true)
@@ -124,7 +124,7 @@ func TestFilterCountLimit(t *testing.T) {
 	if _, _, err := s.Create("c", opts, false); !errors.Is(err, ErrOutOfMemory) || !strings.Contains(err.Error(), "maxFilters") {
 		t.Errorf("a third filter: %v, want ErrOutOfMemory naming maxFilters", err)
 	}
-	if _, err := s.CreateReplica("c", opts, now); !errors.Is(err, ErrOutOfMemory) {
+	if _, err := s.CreateReplica("c", opts, now, All); !errors.Is(err, ErrOutOfMemory) {
 		t.Errorf("a third filter from a peer: %v, want ErrOutOfMemory", err)
 	}
 	if _, created, err := s.Create("a", opts, true); err != nil || !created {
@@ -188,7 +188,7 @@ func TestBudgetBalancesOverManyFilters(t *testing.T) {
 			}
 		case 2: // a replica's create and merge
 			at := time.Unix(0, int64(1_700_000_000_000_000_000+i))
-			if _, err := s.CreateReplica(name+"-r", opts, at); err != nil {
+			if _, err := s.CreateReplica(name+"-r", opts, at, All); err != nil {
 				t.Fatal(err)
 			}
 			if f, ok := s.Lookup(name); ok {

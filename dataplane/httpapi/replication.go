@@ -9,12 +9,14 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -158,12 +160,16 @@ func (s *Server) dump(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	only, err := dumpPartitions(c, f.Partitions())
+	if err != nil {
+		return err
+	}
 	release, err := s.dumpCopies.acquire(c.Request().Context(), f.SizeBytes())
 	if err != nil {
 		return fmt.Errorf("waiting for other dumps to finish: %w", err)
 	}
 	defer release()
-	st, releaseCopy, err := f.CopyState()
+	st, releaseCopy, err := f.CopyState(only)
 	if err != nil {
 		return engineError(err, false)
 	}
@@ -171,6 +177,31 @@ func (s *Server) dump(c echo.Context) error {
 	c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream)
 	c.Response().WriteHeader(http.StatusOK)
 	return persist.WriteDump(stallDeadline{c.Response().Writer, s.Config.RequestTimeout}, st)
+}
+
+// dumpPartitions reads ?partitions= of a dump: the partitions listed (an empty list: none),
+// every one when absent.
+func dumpPartitions(c echo.Context, partitions int) (filter.Holds, error) {
+	raw, given := c.QueryParams()[wire.PartitionsParam]
+	if !given {
+		return filter.All, nil
+	}
+	want := make([]bool, partitions)
+	for _, field := range strings.Split(strings.Join(raw, ","), ",") {
+		if field == "" {
+			continue
+		}
+		p, err := strconv.Atoi(field)
+		if err != nil || p < 0 || p >= partitions {
+			return nil, invalidParameter(wire.PartitionsParam, fmt.Sprintf("%q is not a partition of the filter's %d", field, partitions))
+		}
+		want[p] = true
+	}
+	return func(p int) bool { return want[p] }, nil
+}
+
+func (s *Server) placementStatus(c echo.Context) error {
+	return c.JSON(http.StatusOK, s.Node.PlacementStatus())
 }
 
 // dumpCopyBytes bounds the bits that concurrent dumps hold copies of.

@@ -137,6 +137,7 @@ func (s *Server) routes() {
 	s.internal.PUT(wire.MembershipPath, s.putMembership)
 	s.internal.POST(wire.ApplyPath, ready(s.applyOps))
 	s.internal.GET(wire.InventoryPath, ready(s.inventory))
+	s.internal.GET(wire.PlacementStatusPath, s.placementStatus)
 	s.internal.GET(wire.FilterStatusPath(":"+wire.NameParam), ready(s.filterStatus))
 
 	s.routePaths = make(map[string]bool)

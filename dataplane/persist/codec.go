@@ -73,8 +73,9 @@ func encodeHeader(h snapshotHeader) []byte {
 
 // encodeFilterHead encodes everything of a filter but its bit arrays, which follow the head in
 // the record as each layer's words, little endian, partition by partition. The head holds, per
-// partition (as many as the options say), its items, newest items and layers' shapes: a filter
-// of one partition is encoded as before partitions existed.
+// partition (as many as the options say), its items, newest items and layers' shapes, none for a
+// partition the record leaves out: a filter of one partition is encoded as before partitions
+// existed.
 func encodeFilterHead(st filter.State) []byte {
 	e := encoder{}
 	e.u8(kindFilter)
@@ -314,7 +315,7 @@ func (d *decoder) filterHead() filter.State {
 		if d.err != nil {
 			return st
 		}
-		if layers == 0 || layers > filter.MaxLayers {
+		if layers > filter.MaxLayers {
 			d.fail("filter %q partition %d has %d layers", st.Name, p, layers)
 			return st
 		}

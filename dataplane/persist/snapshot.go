@@ -71,7 +71,7 @@ func (s *snapshotWriter) writeFilter(f *filter.Filter) error {
 		crc = crc32.Update(crc, castagnoli, p)
 		return s.write(p)
 	}
-	err := f.StreamState(s.chunk,
+	err := f.StreamState(s.chunk, filter.All,
 		func(head filter.State) error { return body(encodeFilterHead(head)) },
 		func(words []uint64) error { return body(wordBytes(words)) })
 	if err == nil {

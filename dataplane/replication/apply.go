@@ -26,7 +26,7 @@ func (n *Node) Apply(ops []Op) ([]bool, error) {
 		op := ops[i]
 		switch op.Kind {
 		case OpCreate:
-			_, err := n.opts.Store.CreateReplica(op.Name, *op.Options, time.Unix(0, op.Generation))
+			_, err := n.opts.Store.CreateReplica(op.Name, *op.Options, time.Unix(0, op.Generation), n.Holds(op.Name, *op.Options))
 			applied[i] = n.logFailure(op, err)
 			i++
 		case OpDelete:
@@ -62,6 +62,7 @@ func (n *Node) applyAdds(run []Op) bool {
 	case f.Generation() > op.Generation:
 		return true // the filter was replaced: the write's incarnation is gone everywhere
 	}
+	n.arrangeFilter(f) // a partition placed here anew takes its first writes before it is pulled
 	if len(run) == 1 && op.packed.n == 0 {
 		return n.logFailure(op, f.AddMany(op.Keys))
 	}

@@ -352,13 +352,13 @@ func TestRepairConvergesExpiry(t *testing.T) {
 	})
 	store := filter.NewStore(filter.Limits{}, nil)
 	n := NewNode(Options{Store: store, Timeout: time.Second, Log: slog.New(slog.DiscardHandler)})
-	if _, err := store.CreateReplica("f", opts, time.Unix(0, gen)); err != nil {
+	if _, err := store.CreateReplica("f", opts, time.Unix(0, gen), filter.All); err != nil {
 		t.Fatal(err)
 	}
 	f, _ := store.Lookup("f")
 	digest := func(e *wire.ExpiryOverride) wire.Inventory {
 		d := f.Digest()
-		return wire.Inventory{Filters: []wire.Digest{{Name: "f", Generation: d.Generation, Layers: d.Layers, Expiry: e}}}
+		return wire.Inventory{Filters: []wire.Digest{{Name: "f", Generation: d.Generation, Layers: d.Layers(), Expiry: e}}}
 	}
 	newer := &wire.ExpiryOverride{Mode: "at", At: now.Add(time.Hour).UTC(), Stamp: now.UnixNano(), Origin: "b"}
 	inv = digest(newer)

@@ -62,7 +62,7 @@ func Validate(m wire.Membership) error {
 	if len(m.Members) > 0 && !self {
 		return fmt.Errorf("self: %q is not one of the members", m.Self)
 	}
-	return nil
+	return validatePlacement(m)
 }
 
 // checkMemberURL accepts the base URL of a pod's API: http or https, a host and a port, nothing
@@ -91,7 +91,7 @@ func (ms *Membership) Set(m wire.Membership) error {
 	if m.Epoch < ms.current.Epoch {
 		return fmt.Errorf("%w: this pod holds epoch %d, got %d", ErrStaleEpoch, ms.current.Epoch, m.Epoch)
 	}
-	if m.Epoch == ms.current.Epoch && (m.Self != ms.current.Self || !slices.Equal(sorted(m.Members), sorted(ms.current.Members))) {
+	if m.Epoch == ms.current.Epoch && !Same(m, ms.current) {
 		return fmt.Errorf("%w: epoch %d already names another membership; a change needs a higher epoch", ErrStaleEpoch, m.Epoch)
 	}
 	m.Members = slices.Clone(m.Members)
@@ -107,6 +107,19 @@ func (ms *Membership) Set(m wire.Membership) error {
 	return nil
 }
 
+// Same reports whether two memberships name the same pods and placements, whatever their order
+// and epoch.
+func Same(a, b wire.Membership) bool {
+	samePlacement := func(a, b *wire.Placement) bool {
+		if a == nil || b == nil {
+			return a == b
+		}
+		return a.ReplicationFactor == b.ReplicationFactor && slices.Equal(slices.Sorted(slices.Values(a.Owners)), slices.Sorted(slices.Values(b.Owners)))
+	}
+	return a.Self == b.Self && slices.Equal(sorted(a.Members), sorted(b.Members)) &&
+		samePlacement(&a.Placement, &b.Placement) && samePlacement(a.Previous, b.Previous)
+}
+
 func sorted(members []wire.Member) []wire.Member {
 	return slices.SortedFunc(slices.Values(members), func(a, b wire.Member) int { return strings.Compare(a.Name, b.Name) })
 }
@@ -117,6 +130,7 @@ func (ms *Membership) Get() wire.Membership {
 	defer ms.mu.RUnlock()
 	m := ms.current
 	m.Members = slices.Clone(m.Members)
+	m.Owners = slices.Clone(m.Owners)
 	if m.Members == nil {
 		m.Members = []wire.Member{}
 	}

@@ -72,6 +72,8 @@ type Node struct {
 	// peers hold, so it must neither report ready nor create a filter, which would replace
 	// theirs.
 	caughtUp atomic.Bool
+
+	placed placedState
 }
 
 // NewNode returns a node with no membership: a cluster of one.
@@ -150,12 +152,14 @@ func (n *Node) SetMembership(m wire.Membership) error {
 		return err
 	}
 	n.syncSenders()
+	n.arrange()
 	if before.Epoch != m.Epoch {
 		names := make([]string, len(m.Members))
 		for i, member := range m.Members {
 			names[i] = member.Name + "=" + member.URL
 		}
-		n.opts.Log.Info("Membership changed", "epoch", m.Epoch, "previousEpoch", before.Epoch, "self", m.Self, "members", strings.Join(names, ","))
+		n.opts.Log.Info("Membership changed", "epoch", m.Epoch, "previousEpoch", before.Epoch, "self", m.Self, "members", strings.Join(names, ","),
+			"owners", strings.Join(m.Owners, ","), "replicationFactor", m.ReplicationFactor, "moving", m.Previous != nil)
 	}
 	return nil
 }
@@ -242,39 +246,43 @@ func (n *Node) Replicate(ctx context.Context, op Op, level wire.Consistency) err
 	if len(senders) == 0 {
 		return nil
 	}
+	return n.replicateVia(ctx, op, senders, level, level.Count(len(senders)+1), 1)
+}
+
+// replicateVia sends op to senders and waits until the pods that acknowledged it, with the mine
+// (0 or 1) that this pod counts for, reach need of the pods the level counts.
+func (n *Node) replicateVia(ctx context.Context, op Op, senders []*sender, level wire.Consistency, need, mine int) error {
 	n.stats.ReplicatedOps.Add(1)
-	need := level.Count(len(senders)+1) - 1
 	acks := make(chan error, len(senders))
 	for _, s := range senders {
 		s.enqueue(op, acks)
 	}
-	if need <= 0 {
-		return nil
-	}
 	timer := time.NewTimer(n.opts.Timeout)
 	defer timer.Stop()
-	acked, failed := 0, 0
+	acked, failed := mine, 0
 	var failures []string
 	for acked < need {
-		select {
-		case err := <-acks:
-			if err == nil {
-				acked++
+		if mine+len(senders)-failed < need {
+			failures = append(failures, fmt.Sprintf("only %d pods to send it to", len(senders)-failed))
+		} else {
+			select {
+			case err := <-acks:
+				if err == nil {
+					acked++
+				} else {
+					failed++
+					failures = append(failures, err.Error())
+				}
 				continue
+			case <-timer.C:
+				failures = append(failures, fmt.Sprintf("no answer within %s", n.opts.Timeout))
+			case <-ctx.Done():
+				failures = append(failures, ctx.Err().Error())
 			}
-			failed++
-			failures = append(failures, err.Error())
-			if len(senders)-failed >= need {
-				continue
-			}
-		case <-timer.C:
-			failures = append(failures, fmt.Sprintf("no answer within %s", n.opts.Timeout))
-		case <-ctx.Done():
-			failures = append(failures, ctx.Err().Error())
 		}
 		n.stats.ReplicationFailures.Add(1)
 		return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
-			ErrReplication, level, need+1, len(senders)+1, acked+1, strings.Join(failures, "; "))
+			ErrReplication, level, need, mine+len(senders), acked, strings.Join(failures, "; "))
 	}
 	return nil
 }

@@ -26,7 +26,11 @@ func (n *Node) Inventory() wire.Inventory {
 	n.opts.Store.Range(func(f *filter.Filter) bool {
 		if !f.Expired(now) {
 			d := f.Digest()
-			inv.Filters = append(inv.Filters, wire.Digest{Name: d.Name, Generation: d.Generation, Layers: d.Layers, Expiry: wireExpiry(f.ExpiryOverride())})
+			w := wire.Digest{Name: d.Name, Generation: d.Generation, Layers: d.Layers(), Expiry: wireExpiry(f.ExpiryOverride())}
+			if len(d.Parts) > 1 {
+				w.Partitions = d.Parts
+			}
+			inv.Filters = append(inv.Filters, w)
 		}
 		return true
 	})
@@ -83,6 +87,10 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 			errs = append(errs, fmt.Errorf("refusing %s's expiry of %q: %w", peer.Name, d.Name, err))
 			expiry = filter.Expiry{}
 		}
+		if n.Placed() {
+			n.repairPlaced(ctx, peer, d, expiry, rate, &rep, &errs)
+			continue
+		}
 		if local, ok := store.Lookup(d.Name); ok && sameDigest(local.Digest(), d) {
 			if n.convergeExpiry(local, d.Generation, expiry, &errs) {
 				rep.Differences++
@@ -90,7 +98,7 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 			continue
 		}
 		rep.Differences++
-		if err := n.repairFilter(ctx, peer, d.Name, expiry, rate, &rep); err != nil {
+		if err := n.repairFilter(ctx, peer, d.Name, nil, expiry, rate, &rep); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -98,11 +106,51 @@ func (n *Node) Repair(ctx context.Context, peer wire.Member, rate int64) (Repair
 	return rep, errors.Join(errs...)
 }
 
-// repairFilter pulls one filter's dump from peer and merges it. A dump holds no expiry override:
-// the peer's comes from its inventory, and goes with the bits.
-func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, expiry filter.Expiry, rate int64, rep *RepairReport) error {
+// repairPlaced repairs one filter of a placed membership from peer's digest of it: this pod takes
+// the filter's definition, whether or not it holds any of its partitions, and pulls each
+// partition it keeps that peer holds other bits of.
+func (n *Node) repairPlaced(ctx context.Context, peer wire.Member, d wire.Digest, expiry filter.Expiry, rate int64, rep *RepairReport, errs *[]error) {
+	local, ok := n.opts.Store.Lookup(d.Name)
+	if !ok || local.Generation() < d.Generation {
+		rep.Differences++
+		if err := n.repairFilter(ctx, peer, d.Name, []int{}, expiry, rate, rep); err != nil {
+			*errs = append(*errs, err)
+			return
+		}
+		if local, ok = n.opts.Store.Lookup(d.Name); !ok || local.Generation() != d.Generation {
+			return // stale, or replaced meanwhile
+		}
+		n.arrangeFilter(local)
+	}
+	if local.Generation() != d.Generation {
+		return
+	}
+	if n.convergeExpiry(local, d.Generation, expiry, errs) {
+		rep.Differences++
+	}
+	peerParts := d.Partitions
+	if peerParts == nil { // a filter of one partition, which peer holds if it has layers
+		peerParts = [][]uint32{d.Layers}
+	}
+	mine := local.Digest().Parts
+	rt := n.Route(d.Name, local.Partitions())
+	for p := range min(len(peerParts), len(mine)) {
+		if !rt.Keeps(p) || len(peerParts[p]) == 0 || slices.Equal(mine[p], peerParts[p]) {
+			continue
+		}
+		rep.Differences++
+		if err := n.repairFilter(ctx, peer, d.Name, []int{p}, expiry, rate, rep); err != nil {
+			*errs = append(*errs, err)
+		}
+	}
+}
+
+// repairFilter pulls one filter's dump from peer, of the partitions listed (nil: all the peer
+// holds), and merges it. A dump holds no expiry override: the peer's comes from its inventory,
+// and goes with the bits.
+func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, partitions []int, expiry filter.Expiry, rate int64, rep *RepairReport) error {
 	start := time.Now()
-	st, release, err := n.pullDump(ctx, peer, name)
+	st, release, err := n.pullDump(ctx, peer, name, partitions)
 	if err != nil {
 		return err
 	}
@@ -176,7 +224,7 @@ func engineExpiry(w *wire.ExpiryOverride) (filter.Expiry, error) {
 }
 
 func sameDigest(a filter.Digest, b wire.Digest) bool {
-	return a.Generation == b.Generation && slices.Equal(a.Layers, b.Layers)
+	return a.Generation == b.Generation && slices.Equal(a.Layers(), b.Layers)
 }
 
 func stateBytes(st filter.State) int64 {
@@ -203,15 +251,16 @@ func pace(ctx context.Context, st filter.State, rate int64, took time.Duration) 
 	}
 }
 
-// pullDump reads one filter's dump from peer; release gives its bits back. A dump of a large
+// pullDump reads one filter's dump from peer, of the partitions listed (nil: all the peer holds);
+// release gives its bits back. A dump of a large
 // filter takes as long as it takes, but a peer that stops sending for the replication timeout is
 // given up on.
-func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string) (st filter.State, release func(), err error) {
+func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string, partitions []int) (st filter.State, release func(), err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stalled := time.AfterFunc(n.opts.Timeout, cancel)
 	defer stalled.Stop()
-	body, size, err := n.peer(peer).Dump(ctx, name)
+	body, size, err := n.peer(peer).DumpPartitions(ctx, name, partitions)
 	if err != nil {
 		return filter.State{}, nil, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}
@@ -306,6 +355,7 @@ func (n *Node) Run(ctx context.Context) {
 	}
 	n.catchUp(ctx)
 	n.caughtUp.Store(true)
+	go n.watchMoves(ctx)
 	if n.opts.AntiEntropyInterval <= 0 {
 		return
 	}

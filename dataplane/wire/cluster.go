@@ -129,8 +129,11 @@ type Digest struct {
 	Name string `json:"name"`
 	// Generation is the incarnation: its creation time in Unix nanoseconds, the same on every pod.
 	Generation int64 `json:"generation"`
-	// Layers are the CRC-32C (Castagnoli) of each layer's bits.
+	// Layers are the CRC-32C (Castagnoli) of each layer's bits, partition after partition.
 	Layers []uint32 `json:"layers"`
+	// Partitions, for a filter of several partitions, are the checksums of each partition's
+	// layers, empty for a partition the pod does not hold.
+	Partitions [][]uint32 `json:"partitions,omitempty"`
 	// Expiry is the filter's expiry override, absent while its create options decide. A pod
 	// takes a peer's when it is newer than its own, so that anti-entropy converges it too.
 	Expiry *ExpiryOverride `json:"expiry,omitempty"`

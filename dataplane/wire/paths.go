@@ -48,6 +48,10 @@ const (
 	OpExpiration FilterOp = "expiration"
 )
 
+// PartitionsParam lists, comma-separated, the partitions a dump holds; absent, every one the pod
+// holds; empty, none.
+const PartitionsParam = "partitions"
+
 // FilterPath is the path of the filter name: create (PUT), describe (GET) and delete (DELETE).
 func FilterPath(name string) string { return FiltersPath + "/" + url.PathEscape(name) }
 

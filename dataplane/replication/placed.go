@@ -1,0 +1,293 @@
+package replication
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// placedState is what a placed membership adds to a node: the routes of the filters, computed
+// once per epoch, and how far the pod is in the move under way.
+type placedState struct {
+	// on is placedMembership of the membership held.
+	on     atomic.Bool
+	mu     sync.Mutex
+	epoch  uint64
+	routes map[routeKey]*Route
+	// movedEpoch is the epoch of the last move this pod finished pulling for.
+	movedEpoch uint64
+	movedBytes int64
+}
+
+type routeKey struct {
+	name       string
+	partitions int
+}
+
+// Placed reports whether the membership places partitions on some members only, or a move is
+// under way: requests are then routed to the owners of each value's partition.
+func (n *Node) Placed() bool { return n.placed.on.Load() }
+
+func placedMembership(m wire.Membership) bool {
+	return m.Epoch > 0 && (m.Previous != nil || !resolve(m.Placement, m.Members).full(m.Members))
+}
+
+// Route is where the partitions of the filter live under the membership held.
+func (n *Node) Route(name string, partitions int) *Route {
+	m := n.members.Get()
+	n.placed.mu.Lock()
+	defer n.placed.mu.Unlock()
+	if n.placed.epoch != m.Epoch || n.placed.routes == nil {
+		n.placed.epoch, n.placed.routes = m.Epoch, make(map[routeKey]*Route)
+	}
+	key := routeKey{name, partitions}
+	rt, ok := n.placed.routes[key]
+	if !ok {
+		rt = newRoute(m, name, partitions)
+		n.placed.routes[key] = rt
+	}
+	return rt
+}
+
+// Holds is which partitions of a filter of that name and options this pod holds: all of them
+// unless the membership is placed.
+func (n *Node) Holds(name string, opts filter.Options) filter.Holds {
+	if !n.Placed() {
+		return filter.All
+	}
+	return n.Route(name, opts.PartitionCount()).Keeps
+}
+
+// arrange makes every filter's held partitions those its route keeps: it holds, empty, the ones
+// it owns anew (a move's pull fills them), and, once no move is under way, releases the ones it
+// no longer owns. Without a placed membership it holds every partition.
+func (n *Node) arrange() {
+	m := n.members.Get()
+	n.placed.on.Store(placedMembership(m))
+	n.opts.Store.Range(func(f *filter.Filter) bool {
+		n.arrangeFilter(f)
+		return true
+	})
+}
+
+// arrangeFilter is arrange for one filter.
+func (n *Node) arrangeFilter(f *filter.Filter) {
+	placed := n.Placed()
+	if !placed && f.HeldPartitions() == f.Partitions() {
+		return
+	}
+	var rt *Route
+	if placed {
+		rt = n.Route(f.Name(), f.Partitions())
+	}
+	for p := range f.Partitions() {
+		keep := rt == nil || rt.Keeps(p)
+		switch {
+		case keep && !f.Holds(p):
+			if _, err := f.Hold(p); err != nil {
+				n.opts.Log.Error("Could not hold a partition placed on this pod", "filter", f.Name(), "partition", p, "error", err.Error())
+			}
+		case !keep && f.Holds(p) && rt.previous == nil:
+			freed := f.Release(p)
+			n.opts.Log.Info("Released a partition placed on other pods", "filter", f.Name(), "partition", p, "bytes", freed)
+		}
+	}
+}
+
+// PlacementStatus is this pod's view of its partitions under the membership held.
+func (n *Node) PlacementStatus() wire.PlacementStatus {
+	m := n.members.Get()
+	st := wire.PlacementStatus{Epoch: m.Epoch}
+	n.placed.mu.Lock()
+	moved, movedBytes := n.placed.movedEpoch, n.placed.movedBytes
+	n.placed.mu.Unlock()
+	st.MovedBytes = movedBytes
+	st.CaughtUp = n.Ready() && (m.Previous == nil || moved == m.Epoch)
+	placed := placedMembership(m)
+	n.opts.Store.Range(func(f *filter.Filter) bool {
+		var rt *Route
+		if placed {
+			rt = n.Route(f.Name(), f.Partitions())
+		}
+		for p := range f.Partitions() {
+			if rt == nil || rt.Owns(p) {
+				st.PartitionsOwned++
+				if rt != nil && rt.Moving(p) && moved != m.Epoch {
+					st.PartitionsMoving++
+				}
+			}
+			if f.Holds(p) {
+				st.PartitionsHeld++
+			}
+		}
+		st.Bytes += f.SizeBytes()
+		return true
+	})
+	return st
+}
+
+// watchMoves runs the pull of every move the memberships start, one at a time, until ctx ends.
+func (n *Node) watchMoves(ctx context.Context) {
+	var started uint64
+	for {
+		_, changed := n.members.Known() // before Get, so that no change goes unseen
+		m := n.members.Get()
+		if m.Previous != nil && m.Epoch != started {
+			started = m.Epoch
+			n.move(ctx, m)
+			continue // the membership may have changed meanwhile
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
+}
+
+// move pulls, for the move of membership m, every partition this pod owns anew from its previous
+// owners, once every member holds m's epoch (before that a pod may still send a write to the
+// previous owners alone, which the pull must find there). It retries until done or ctx ends.
+func (n *Node) move(ctx context.Context, m wire.Membership) {
+	start := time.Now()
+	for attempt := 0; ; attempt++ {
+		if n.members.Get().Epoch != m.Epoch {
+			return // a newer membership took over
+		}
+		pulled, partitions, err := n.pullMoved(ctx, m)
+		if err == nil {
+			n.placed.mu.Lock()
+			n.placed.movedEpoch = m.Epoch
+			n.placed.mu.Unlock()
+			n.makeDurable(partitions)
+			n.opts.Log.Info("Pulled the partitions this pod owns anew", "epoch", m.Epoch, "partitions", partitions,
+				"bytesPulled", pulled, "duration", time.Since(start).String())
+			return
+		}
+		n.opts.Log.Warn("Move not complete; retrying", "epoch", m.Epoch, "attempt", attempt+1, "partitions", partitions, "error", err.Error())
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(n.opts.Timeout):
+		}
+	}
+}
+
+// pullMoved waits for every member to hold m's epoch, waits out the writes already under way,
+// then OR-merges every partition this pod owns anew from each of its previous owners that
+// answers (one suffices: each holds every acknowledged write of the partition).
+func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, partitions int, err error) {
+	if err := n.awaitEpoch(ctx, m); err != nil {
+		return 0, 0, err
+	}
+	// A write routed by the previous placement just before a pod took the new one may still be
+	// on its way to the previous owners; it reaches them within the replication timeout.
+	select {
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-time.After(n.opts.Timeout):
+	}
+	var errs []error
+	var filters []*filter.Filter
+	n.opts.Store.Range(func(f *filter.Filter) bool {
+		filters = append(filters, f)
+		return true
+	})
+	for _, f := range filters {
+		rt := n.Route(f.Name(), f.Partitions())
+		for p := range f.Partitions() {
+			if !rt.Moving(p) {
+				continue
+			}
+			partitions++
+			got := false
+			for _, owner := range rt.PreviousOwners(p) {
+				size, err := n.pullPartition(ctx, rt.Member(owner), f.Name(), p)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				pulled += size
+				got = true
+			}
+			if !got {
+				return pulled, partitions, fmt.Errorf("no previous owner of %q partition %d answered: %w", f.Name(), p, errors.Join(errs...))
+			}
+		}
+	}
+	n.placed.mu.Lock()
+	n.placed.movedBytes += pulled
+	n.placed.mu.Unlock()
+	return pulled, partitions, nil
+}
+
+// awaitEpoch waits until every member reports m's epoch or a later one.
+func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership) error {
+	for {
+		var behind []string
+		for _, member := range m.Members {
+			if member.Name == m.Self {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+			held, err := n.peer(member).Membership(cctx)
+			cancel()
+			if err != nil || held.Epoch < m.Epoch {
+				behind = append(behind, member.Name)
+			}
+		}
+		if len(behind) == 0 {
+			return nil
+		}
+		if n.members.Get().Epoch != m.Epoch {
+			return fmt.Errorf("membership moved past epoch %d", m.Epoch)
+		}
+		n.opts.Log.Info("Waiting for every member to hold the membership before pulling", "epoch", m.Epoch, "behind", strings.Join(behind, ","))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// pullPartition pulls one partition of the filter from peer and merges it.
+func (n *Node) pullPartition(ctx context.Context, peer wire.Member, name string, partition int) (int64, error) {
+	st, release, err := n.pullDump(ctx, peer, name, []int{partition})
+	if err != nil {
+		return 0, err
+	}
+	defer release()
+	res, err := n.opts.Store.Merge(st)
+	if err != nil {
+		return 0, fmt.Errorf("merging %s's partition %d of %q: %w", peer.Name, partition, name, err)
+	}
+	n.stats.Merges.Add(1)
+	n.stats.MergedBytes.Add(int64(res.BytesChanged))
+	return stateBytes(st), nil
+}
+
+// ReplicateTo is Replicate for a write of partitions that live on writers (this pod among them
+// or not): it goes to the writers that are peers, and level counts the writers.
+func (n *Node) ReplicateTo(ctx context.Context, op Op, writers []string, level wire.Consistency) error {
+	self := n.members.Get().Self
+	var senders []*sender
+	for _, s := range n.currentSenders() {
+		if slices.Contains(writers, s.peer.Name) {
+			senders = append(senders, s)
+		}
+	}
+	mine := 0
+	if slices.Contains(writers, self) {
+		mine = 1
+	}
+	return n.replicateVia(ctx, op, senders, level, level.Count(len(writers)), mine)
+}

@@ -1,0 +1,155 @@
+package replication
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/bloomery/bloomery/dataplane/placement"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// A membership places each partition of each filter on some of its members (wire.Placement). A
+// membership whose placement puts every partition on every member, with no move under way, is
+// served as a cluster of full replicas: every pod holds everything, a write is applied where it
+// arrives (a check-and-set at the filter's home) and sent to every peer. Any other placement is
+// served by routing: every request for a value goes to the owners of the value's partition.
+
+// resolved is a wire.Placement against the members: owners by name, and R.
+type resolved struct {
+	owners []string
+	r      int
+}
+
+func resolve(p wire.Placement, members []wire.Member) resolved {
+	owners := p.Owners
+	if len(owners) == 0 {
+		owners = make([]string, len(members))
+		for i, m := range members {
+			owners[i] = m.Name
+		}
+	}
+	r := p.ReplicationFactor
+	if r <= 0 || r > len(owners) {
+		r = len(owners)
+	}
+	return resolved{owners: slices.Sorted(slices.Values(owners)), r: r}
+}
+
+// full reports whether the placement puts every partition on every member.
+func (r resolved) full(members []wire.Member) bool { return r.r == len(members) }
+
+// validatePlacement checks a membership's placements against its members: owners are members,
+// named once, and R is between 0 and their number.
+func validatePlacement(m wire.Membership) error {
+	names := make(map[string]bool, len(m.Members))
+	for _, member := range m.Members {
+		names[member.Name] = true
+	}
+	check := func(what string, p wire.Placement) error {
+		seen := make(map[string]bool, len(p.Owners))
+		for i, o := range p.Owners {
+			if !names[o] {
+				return fmt.Errorf("%sowners[%d]: %q is not one of the members", what, i, o)
+			}
+			if seen[o] {
+				return fmt.Errorf("%sowners[%d]: %q appears twice", what, i, o)
+			}
+			seen[o] = true
+		}
+		owners := len(p.Owners)
+		if owners == 0 {
+			owners = len(m.Members)
+		}
+		if p.ReplicationFactor < 0 || p.ReplicationFactor > owners {
+			return fmt.Errorf("%sreplicationFactor: must be between 1 and the %d owners, got %d", what, owners, p.ReplicationFactor)
+		}
+		return nil
+	}
+	if err := check("", m.Placement); err != nil {
+		return err
+	}
+	if m.Previous != nil {
+		return check("previous.", *m.Previous)
+	}
+	return nil
+}
+
+// Route says where the partitions of one filter live under one membership.
+type Route struct {
+	self    string
+	members map[string]wire.Member
+	// owners[p] are partition p's owners under the membership's placement, its home first;
+	// previous[p] under the previous placement while a move is under way, else nil.
+	owners, previous [][]string
+}
+
+// newRoute places a filter of partitions partitions under m.
+func newRoute(m wire.Membership, name string, partitions int) *Route {
+	rt := &Route{self: m.Self, members: make(map[string]wire.Member, len(m.Members))}
+	for _, member := range m.Members {
+		rt.members[member.Name] = member
+	}
+	cur := resolve(m.Placement, m.Members)
+	rt.owners = placement.Owners(name, partitions, cur.owners, cur.r)
+	if m.Previous != nil {
+		prev := resolve(*m.Previous, m.Members)
+		rt.previous = placement.Owners(name, partitions, prev.owners, prev.r)
+	}
+	return rt
+}
+
+// Partitions is how many partitions the route places.
+func (rt *Route) Partitions() int { return len(rt.owners) }
+
+// Readers are the members that a read of partition p asks, in order: during a move the previous
+// owners, which hold everything, else the owners.
+func (rt *Route) Readers(p int) []string {
+	if rt.previous != nil {
+		return rt.previous[p]
+	}
+	return rt.owners[p]
+}
+
+// Writers are the members a write of partition p goes to, the partition's home first: the
+// readers, then, during a move, the new owners, so that both placements hold every write.
+func (rt *Route) Writers(p int) []string {
+	if rt.previous == nil {
+		return rt.owners[p]
+	}
+	out := slices.Clone(rt.previous[p])
+	for _, o := range rt.owners[p] {
+		if !slices.Contains(out, o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// Owns reports whether this pod owns partition p under the membership's placement.
+func (rt *Route) Owns(p int) bool { return slices.Contains(rt.owners[p], rt.self) }
+
+// Keeps reports whether this pod holds partition p: it owns it, or owned it before the move
+// under way and serves its reads until the move ends.
+func (rt *Route) Keeps(p int) bool {
+	return rt.Owns(p) || rt.previous != nil && slices.Contains(rt.previous[p], rt.self)
+}
+
+// Moving reports whether this pod owns partition p anew in the move under way: it pulls the
+// partition from the previous owners.
+func (rt *Route) Moving(p int) bool {
+	return rt.previous != nil && rt.Owns(p) && !slices.Contains(rt.previous[p], rt.self)
+}
+
+// PreviousOwners are partition p's owners before the move under way (nil without one).
+func (rt *Route) PreviousOwners(p int) []string {
+	if rt.previous == nil {
+		return nil
+	}
+	return rt.previous[p]
+}
+
+// Member is the member of that name.
+func (rt *Route) Member(name string) wire.Member { return rt.members[name] }
+
+// Self is this pod's name.
+func (rt *Route) Self() string { return rt.self }
