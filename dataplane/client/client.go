@@ -50,6 +50,13 @@ func WithConsistency(level wire.Consistency) Option {
 	return func(c *Client) { c.query = "?" + wire.ConsistencyParam + "=" + url.QueryEscape(string(level)) }
 }
 
+// At is a copy of the client that asks its filter requests for the consistency level.
+func (c *Client) At(level wire.Consistency) *Client {
+	copied := *c
+	WithConsistency(level)(&copied)
+	return &copied
+}
+
 // Forwarded marks every request as sent by another pod of the cluster (wire.ForwardedHeader): the
 // receiver serves it itself, neither forwarding it to the filter's home nor asking its own peers.
 // The pods set it on the clients they call each other with.
@@ -429,6 +436,14 @@ func (c *Client) Membership(ctx context.Context) (wire.Membership, error) {
 	var m wire.Membership
 	_, err := c.do(ctx, http.MethodGet, wire.MembershipPath, nil, &m)
 	return m, err
+}
+
+// PlacementStatus answers the pod's part in its membership's placement: what it owns and holds,
+// and whether it pulled what a move under way gave it.
+func (c *Client) PlacementStatus(ctx context.Context) (wire.PlacementStatus, error) {
+	var st wire.PlacementStatus
+	_, err := c.do(ctx, http.MethodGet, wire.PlacementStatusPath, nil, &st)
+	return st, err
 }
 
 // SetMembership tells the pod its membership. A membership older than the pod's (lower epoch) is

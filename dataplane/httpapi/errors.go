@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -58,8 +59,11 @@ func writeError(err error, creating bool) error {
 	if nh, ok := errors.AsType[*writes.NotHomeError](err); ok {
 		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, nh.Reason}
 	}
+	if peer, ok := errors.AsType[*client.Error](err); ok && peer.Code != 0 { // the answer of the pod a request was routed to
+		return &apiError{peer.Status, peer.Code, err.Error()}
+	}
 	switch {
-	case errors.Is(err, writes.ErrCatchingUp):
+	case errors.Is(err, writes.ErrCatchingUp), errors.Is(err, filter.ErrNotHeld):
 		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()}
 	case errors.Is(err, replication.ErrReplication):
 		return &apiError{http.StatusServiceUnavailable, wire.CodeReplication, err.Error()}

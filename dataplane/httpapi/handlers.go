@@ -274,6 +274,13 @@ func (s *Server) check(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.Writes.Placed() {
+		answers, err := s.Writes.Routed(c.Request().Context(), level, f, wire.OpMultiCheck, []string{value}, forwarded(c))
+		if err != nil {
+			return writeError(err, false)
+		}
+		return writeBool(c, answers[0])
+	}
 	present := f.Check(value)
 	if !present && level != wire.ConsistencyOne {
 		answers := []bool{false}
@@ -294,6 +301,13 @@ func (s *Server) multiCheck(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.Writes.Placed() {
+		answers, err := s.Writes.Routed(c.Request().Context(), level, f, wire.OpMultiCheck, values, forwarded(c))
+		if err != nil {
+			return writeError(err, false)
+		}
+		return writeBools(c, answers)
+	}
 	present := f.CheckMany(values)
 	if err := s.checkPeers(c, level, f.Name(), values, present); err != nil {
 		return err
@@ -304,17 +318,33 @@ func (s *Server) multiCheck(c echo.Context) error {
 // The writes below go through the write service, which applies, journals and replicates them;
 // check-and-sets are served by the filter's home pod.
 
+// forwardCheckAndSet sends a check-and-set to the filter's home, unless the membership is placed:
+// the write service then routes each value to its partition's home.
+func (s *Server) forwardCheckAndSet(c echo.Context) (bool, error) {
+	if s.Writes.Placed() {
+		return false, nil
+	}
+	return s.forwardToHome(c)
+}
+
 func (s *Server) checkAndSet(c echo.Context) error {
 	level, err := s.writeLevel(c)
 	if err != nil {
 		return err
 	}
-	if handled, err := s.forwardToHome(c); handled || err != nil {
+	if handled, err := s.forwardCheckAndSet(c); handled || err != nil {
 		return err
 	}
 	f, value, err := s.readValue(c)
 	if err != nil {
 		return err
+	}
+	if s.Writes.Placed() {
+		answers, err := s.Writes.Routed(c.Request().Context(), level, f, wire.OpMultiCheckAndSet, []string{value}, forwarded(c))
+		if err != nil {
+			return writeError(err, false)
+		}
+		return writeBool(c, answers[0])
 	}
 	present, err := s.Writes.CheckAndSet(c.Request().Context(), level, f, value)
 	if err != nil {
@@ -328,12 +358,19 @@ func (s *Server) multiCheckAndSet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if handled, err := s.forwardToHome(c); handled || err != nil {
+	if handled, err := s.forwardCheckAndSet(c); handled || err != nil {
 		return err
 	}
 	f, values, err := s.readValues(c)
 	if err != nil {
 		return err
+	}
+	if s.Writes.Placed() {
+		answers, err := s.Writes.Routed(c.Request().Context(), level, f, wire.OpMultiCheckAndSet, values, forwarded(c))
+		if err != nil {
+			return writeError(err, false)
+		}
+		return writeBools(c, answers)
 	}
 	present, err := s.Writes.CheckAndSetMany(c.Request().Context(), level, f, values)
 	if err != nil {
@@ -351,6 +388,12 @@ func (s *Server) set(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.Writes.Placed() {
+		if _, err := s.Writes.Routed(c.Request().Context(), level, f, wire.OpMultiSet, []string{value}, forwarded(c)); err != nil {
+			return writeError(err, false)
+		}
+		return c.NoContent(http.StatusOK)
+	}
 	if err := s.Writes.Set(c.Request().Context(), level, f, value); err != nil {
 		return writeError(err, false)
 	}
@@ -365,6 +408,12 @@ func (s *Server) multiSet(c echo.Context) error {
 	f, values, err := s.readValues(c)
 	if err != nil {
 		return err
+	}
+	if s.Writes.Placed() {
+		if _, err := s.Writes.Routed(c.Request().Context(), level, f, wire.OpMultiSet, values, forwarded(c)); err != nil {
+			return writeError(err, false)
+		}
+		return c.NoContent(http.StatusOK)
 	}
 	if err := s.Writes.SetMany(c.Request().Context(), level, f, values); err != nil {
 		return writeError(err, false)

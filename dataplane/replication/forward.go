@@ -2,6 +2,7 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -82,4 +83,40 @@ func (n *Node) CheckPeers(ctx context.Context, name string, values []string, lev
 		}
 	}
 	return nil
+}
+
+// errNotServed marks a peer's failure to serve values routed to it: the caller tries the next
+// owner.
+var errNotServed = errors.New("not served")
+
+// IsNotServed reports whether a routed request was not served by the peer it was sent to
+// (unreachable, or unavailable: 503 with code 7), so that another owner may serve it.
+func IsNotServed(err error) bool { return errors.Is(err, errNotServed) }
+
+// ServeOn sends values of the filter name to peer for op (multi-check, multi-check-and-set or
+// multi-set), marked as forwarded so that peer serves them itself, at level. Answers are nil for
+// a multi-set. Errors are the peer's answer, or IsNotServed.
+func (n *Node) ServeOn(ctx context.Context, peer wire.Member, op wire.FilterOp, name string, values []string, level wire.Consistency) ([]bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*n.opts.Timeout)
+	defer cancel()
+	n.stats.ForwardedRequests.Add(1)
+	c := n.peer(peer).At(level)
+	var answers []bool
+	var err error
+	switch op {
+	case wire.OpMultiCheck:
+		answers, err = c.MultiCheck(ctx, name, values)
+	case wire.OpMultiCheckAndSet:
+		answers, err = c.MultiCheckAndSet(ctx, name, values)
+	default:
+		err = c.MultiSet(ctx, name, values)
+	}
+	var apiErr *client.Error
+	switch {
+	case err == nil:
+		return answers, nil
+	case !errors.As(err, &apiErr) || apiErr.Code == wire.CodeUnavailable:
+		return nil, fmt.Errorf("%w by %s: %w", errNotServed, peer.Name, err)
+	}
+	return nil, fmt.Errorf("%s: %w", peer.Name, err)
 }

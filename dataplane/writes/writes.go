@@ -52,7 +52,7 @@ func (s *Service) Create(ctx context.Context, level wire.Consistency, name strin
 	if opts.Partitions == 0 {
 		opts.Partitions = opts.AutoPartitions(s.store.Limits().FilterBytes)
 	}
-	f, created, err = s.store.Create(name, opts, overwrite)
+	f, created, err = s.store.CreateHolding(name, opts, overwrite, s.node.Holds(name, opts))
 	if err != nil || !created {
 		return f, created, err
 	}

@@ -1,0 +1,230 @@
+package run_test
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/placement"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// placedCluster runs pods that know each other under a placement.
+type placedCluster struct {
+	t     *testing.T
+	pods  []*testServer
+	names []string
+	epoch uint64
+}
+
+func newPlacedCluster(t *testing.T, n int, configure func(*config.Config)) *placedCluster {
+	t.Helper()
+	c := &placedCluster{t: t}
+	for range n {
+		c.add(configure)
+	}
+	return c
+}
+
+func (c *placedCluster) add(configure func(*config.Config)) {
+	c.pods = append(c.pods, runServer(c.t, configure))
+	c.names = append(c.names, "p"+strconv.Itoa(len(c.names)))
+}
+
+func (c *placedCluster) members() []wire.Member {
+	out := make([]wire.Member, len(c.pods))
+	for i, ts := range c.pods {
+		out[i] = wire.Member{Name: c.names[i], URL: ts.internal.url}
+	}
+	return out
+}
+
+// push sends every pod the next epoch of the members with placement and previous.
+func (c *placedCluster) push(p wire.Placement, previous *wire.Placement) {
+	c.t.Helper()
+	c.epoch++
+	for i, ts := range c.pods {
+		m := wire.Membership{Epoch: c.epoch, Self: c.names[i], Members: c.members(), Placement: p, Previous: previous}
+		if err := ts.internal.client.SetMembership(c.t.Context(), m); err != nil {
+			c.t.Fatalf("membership to %s: %v", c.names[i], err)
+		}
+	}
+	for _, ts := range c.pods {
+		waitUntilReady(c.t, ts)
+	}
+}
+
+// status reads every pod's placement status.
+func (c *placedCluster) status() []wire.PlacementStatus {
+	c.t.Helper()
+	out := make([]wire.PlacementStatus, len(c.pods))
+	for i, ts := range c.pods {
+		st, err := ts.internal.client.PlacementStatus(c.t.Context())
+		if err != nil {
+			c.t.Fatalf("placement status of %s: %v", c.names[i], err)
+		}
+		out[i] = st
+	}
+	return out
+}
+
+func values(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = prefix + strconv.Itoa(i)
+	}
+	return out
+}
+
+// everyValueEverywhere checks that every pod finds every value, one at a time and in batches.
+func (c *placedCluster) everyValueEverywhere(name string, vals []string) {
+	c.t.Helper()
+	for i, ts := range c.pods {
+		got, err := ts.client.MultiCheck(c.t.Context(), name, vals)
+		if err != nil {
+			c.t.Fatalf("multi-check through %s: %v", c.names[i], err)
+		}
+		if missing := slices.Index(got, false); missing >= 0 {
+			c.t.Fatalf("multi-check through %s: %s missing", c.names[i], vals[missing])
+		}
+		for _, v := range vals[:20] {
+			if present, err := ts.client.Check(c.t.Context(), name, v); err != nil || !present {
+				c.t.Fatalf("check of %s through %s: %v, %v", v, c.names[i], present, err)
+			}
+		}
+	}
+}
+
+// With R = 2 of 4 pods, a filter of 8 partitions larger than any pod's memory limit is created
+// and written through any pod, and every value is found through every pod; each pod holds the
+// partitions placement gives it, no more than the bound, and new values are absent everywhere.
+// Concurrent check-and-sets of one new value through different pods answer false once.
+func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
+	t.Parallel()
+	const partitions = 8
+	opts := client.CreateOptions{ExpectedInsertions: new(uint64(400_000)), FPP: new(0.01), Partitions: new(partitions)}
+	whole := create(t, runServer(t, nil), "probe", opts).SizeBytes // what one pod holding all of it takes
+	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.MaxTotalBytes = whole * 3 / 4 })
+	c.push(wire.Placement{ReplicationFactor: 2}, nil)
+
+	f := create(t, c.pods[1], "big", opts)
+	if f.Partitions != partitions {
+		t.Fatalf("created with %d partitions, want %d", f.Partitions, partitions)
+	}
+	vals := values("v", 20_000)
+	for i, ts := range c.pods { // each pod writes a quarter, in batches and one by one
+		share := vals[i*5000 : (i+1)*5000]
+		if err := ts.client.MultiSet(t.Context(), "big", share[:4000]); err != nil {
+			t.Fatalf("multi-set through %s: %v", c.names[i], err)
+		}
+		for _, v := range share[4000:] {
+			if err := ts.client.Set(t.Context(), "big", v); err != nil {
+				t.Fatalf("set through %s: %v", c.names[i], err)
+			}
+		}
+	}
+	c.everyValueEverywhere("big", vals)
+	for i, ts := range c.pods {
+		got, err := ts.client.MultiCheck(t.Context(), "big", values("absent", 1000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(slices.DeleteFunc(got, func(b bool) bool { return !b })); n > 30 {
+			t.Errorf("through %s, %d of 1000 values never added are present", c.names[i], n)
+		}
+	}
+
+	bound := placement.Bound(partitions, 2, 4)
+	total := 0
+	for i, st := range c.status() {
+		if st.PartitionsOwned > bound || st.PartitionsHeld != st.PartitionsOwned || !st.CaughtUp {
+			t.Errorf("%s: %+v; want at most %d partitions owned, all held, caught up", c.names[i], st, bound)
+		}
+		if st.Bytes > whole*3/4 {
+			t.Errorf("%s holds %d bytes, more than its limit", c.names[i], st.Bytes)
+		}
+		total += st.PartitionsOwned
+	}
+	if total != partitions*2 {
+		t.Errorf("the pods own %d partitions in all, want %d × 2", total, partitions)
+	}
+
+	for round := range 20 {
+		value := fmt.Sprintf("race-%d", round)
+		var wg sync.WaitGroup
+		answers := make([]bool, len(c.pods))
+		for i, ts := range c.pods {
+			wg.Go(func() {
+				present, err := ts.client.CheckAndSet(t.Context(), "big", value)
+				if err != nil {
+					t.Error(err)
+				}
+				answers[i] = present
+			})
+		}
+		wg.Wait()
+		if news := slices.Index(answers, false); news < 0 || slices.Index(answers[news+1:], false) >= 0 {
+			t.Fatalf("check-and-sets of %s through every pod answered %v, want false exactly once", value, answers)
+		}
+	}
+}
+
+// Adding two pods moves partitions to them: while the move is under way every value written
+// before and during it is found through every pod; the new pods pull their partitions and say
+// so, and once the placement is final the old copies are released and the bytes are balanced.
+func TestPlacedClusterMovesPartitionsToNewPods(t *testing.T) {
+	t.Parallel()
+	const partitions = 16
+	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
+	r2 := wire.Placement{ReplicationFactor: 2}
+	c.push(r2, nil)
+	create(t, c.pods[0], "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), Partitions: new(partitions)})
+	before := values("before", 10_000)
+	if err := c.pods[2].client.MultiSet(t.Context(), "f", before); err != nil {
+		t.Fatal(err)
+	}
+
+	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
+	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
+	old := wire.Placement{Owners: c.names[:4], ReplicationFactor: 2}
+	c.push(wire.Placement{ReplicationFactor: 2}, &old)
+	during := values("during", 2000)
+	if err := c.pods[5].client.MultiSet(t.Context(), "f", during); err != nil {
+		t.Fatal(err)
+	}
+	c.everyValueEverywhere("f", append(slices.Clone(before), during...))
+	eventually(t, 30*time.Second, 50*time.Millisecond, "every pod caught up with the move", func() bool {
+		for _, st := range c.status() {
+			if !st.CaughtUp || st.Epoch != c.epoch {
+				return false
+			}
+		}
+		return true
+	})
+	moved := int64(0)
+	for _, st := range c.status()[4:] {
+		if st.PartitionsOwned == 0 || st.PartitionsMoving != 0 || st.MovedBytes == 0 {
+			t.Errorf("a new pod: %+v; want partitions owned, pulled", st)
+		}
+		moved += st.MovedBytes
+	}
+	t.Logf("moved %d bytes to the two new pods", moved)
+
+	c.push(wire.Placement{ReplicationFactor: 2}, nil)
+	after := values("after", 2000)
+	if err := c.pods[3].client.MultiSet(t.Context(), "f", after); err != nil {
+		t.Fatal(err)
+	}
+	c.everyValueEverywhere("f", slices.Concat(before, during, after))
+	bound := placement.Bound(partitions, 2, 6)
+	for i, st := range c.status() {
+		if st.PartitionsOwned > bound || st.PartitionsHeld != st.PartitionsOwned {
+			t.Errorf("%s after the move: %+v; want at most %d owned, and only those held", c.names[i], st, bound)
+		}
+	}
+}

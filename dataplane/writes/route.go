@@ -1,0 +1,198 @@
+package writes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// When the membership places each partition on some pods only (replication.Node.Placed), every
+// request for values is routed: a value's partition decides which pods serve it. Reads go to the
+// partition's readers (this pod first when it is one), writes to its home, which applies them
+// and replicates them to the partition's other writers. A request of many values is split by
+// the pod that serves them, sent in parallel, and answered in the request's order.
+
+// Placed reports whether requests for values are routed to their partitions' owners.
+func (s *Service) Placed() bool { return s.node.Placed() }
+
+// Routed answers a request for values of f as op asks (wire.OpMultiCheck, OpMultiCheckAndSet or
+// OpMultiSet; answers are nil for a set), each served by the owners of its partition. local says
+// that a peer routed the request here: it is served here, or refused with a NotHomeError when
+// this pod cannot serve some of its values.
+func (s *Service) Routed(ctx context.Context, level wire.Consistency, f *filter.Filter, op wire.FilterOp, values []string, local bool) ([]bool, error) {
+	if local {
+		return s.serveHere(ctx, level, f, op, values)
+	}
+	rt := s.node.Route(f.Name(), f.Partitions())
+	groups := groupByServers(f, rt, op, values)
+	answers := make([]bool, len(values))
+	errs := make([]error, len(groups))
+	var wg sync.WaitGroup
+	for i, g := range groups {
+		wg.Go(func() { errs[i] = s.serveGroup(ctx, level, f, rt, op, g, answers) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if op == wire.OpMultiSet {
+		return nil, nil
+	}
+	return answers, nil
+}
+
+// group is the values whose partitions have the same servers, in the order to try them.
+type group struct {
+	servers []string
+	at      []int // the values' indices in the request
+	values  []string
+}
+
+// groupByServers splits values by the pods that serve them: a partition's readers for a check,
+// for a write its readers too, the first being its home (a writer that is not a reader, a new
+// owner during a move, may lack what the partition held before, and so cannot answer a
+// check-and-set).
+func groupByServers(f *filter.Filter, rt *replication.Route, op wire.FilterOp, values []string) []*group {
+	byPartition := make(map[int]*group)
+	byServers := make(map[string]*group)
+	var out []*group
+	for i, v := range values {
+		p := f.PartitionOf(v)
+		g, ok := byPartition[p]
+		if !ok {
+			servers := rt.Readers(p)
+			if op == wire.OpMultiCheck && slices.Contains(servers, rt.Self()) {
+				// This pod first: a read it can answer needs no hop.
+				servers = append([]string{rt.Self()}, slices.DeleteFunc(slices.Clone(servers), func(m string) bool { return m == rt.Self() })...)
+			}
+			key := strings.Join(servers, "\x00")
+			if g, ok = byServers[key]; !ok {
+				g = &group{servers: servers}
+				byServers[key] = g
+				out = append(out, g)
+			}
+			byPartition[p] = g
+		}
+		g.at = append(g.at, i)
+		g.values = append(g.values, v)
+	}
+	return out
+}
+
+// serveGroup has g's values served and writes their answers into answers. A write goes to the
+// first server that serves it; a check to as many servers as level counts, whose answers are
+// ORed.
+func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp, g *group, answers []bool) error {
+	need := 1
+	if op == wire.OpMultiCheck {
+		need = level.Count(len(g.servers))
+	}
+	served := 0
+	var failures []error
+	for _, server := range g.servers {
+		if served == need {
+			break
+		}
+		var got []bool
+		var err error
+		if server == rt.Self() {
+			got, err = s.serveHere(ctx, level, f, op, g.values)
+		} else {
+			got, err = s.node.ServeOn(ctx, rt.Member(server), op, f.Name(), g.values, level)
+		}
+		if errors.As(err, new(*NotHomeError)) || replication.IsNotServed(err) {
+			failures = append(failures, err)
+			if op != wire.OpMultiCheck {
+				s.failedOver(ctx, f.Name(), server, err)
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		served++
+		for j, present := range got {
+			answers[g.at[j]] = answers[g.at[j]] || present
+		}
+	}
+	if served < need {
+		return fmt.Errorf("%w: consistency %q needs %d of the %d pods that hold the values' partitions and %d answered: %w",
+			replication.ErrReplication, level, need, len(g.servers), served, errors.Join(failures...))
+	}
+	return nil
+}
+
+// serveHere serves values of f on this pod, which must hold their partitions: checks them, or
+// applies and journals them and replicates them to their partitions' other writers.
+func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filter.Filter, op wire.FilterOp, values []string) ([]bool, error) {
+	if err := s.AcceptForwarded(); err != nil {
+		return nil, err
+	}
+	for _, v := range values {
+		if p := f.PartitionOf(v); !f.Holds(p) {
+			return nil, &NotHomeError{fmt.Sprintf("this pod does not hold partition %d of %q", p, f.Name())}
+		}
+	}
+	if op == wire.OpMultiCheck {
+		return f.CheckMany(values), nil
+	}
+	present, err := f.CheckAndSetMany(values)
+	if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)]); err == nil {
+		err = rerr
+	}
+	return present, err
+}
+
+// replicatePlaced sends keys added to f to their partitions' other writers, in parallel, and
+// waits for each partition's acknowledgements at level.
+func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	rt := s.node.Route(f.Name(), f.Partitions())
+	type batch struct {
+		writers []string
+		keys    []string
+	}
+	byPartition := make(map[int]*batch)
+	byWriters := make(map[string]*batch)
+	var batches []*batch
+	for _, k := range keys {
+		p := f.PartitionOf(k)
+		b, ok := byPartition[p]
+		if !ok {
+			writers := rt.Writers(p)
+			key := strings.Join(writers, "\x00")
+			if b, ok = byWriters[key]; !ok {
+				b = &batch{writers: writers}
+				byWriters[key] = b
+				batches = append(batches, b)
+			}
+			byPartition[p] = b
+		}
+		b.keys = append(b.keys, k)
+	}
+	errs := make([]error, len(batches))
+	var wg sync.WaitGroup
+	for i, b := range batches {
+		wg.Go(func() {
+			op := replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: b.keys}
+			errs[i] = s.node.ReplicateTo(ctx, op, b.writers, level)
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if errors.Is(err, replication.ErrReplication) {
+		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
+			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
+			"filter", f.Name(), "op", replication.OpAdd, "error", err.Error())
+	}
+	return err
+}
