@@ -175,7 +175,9 @@ func (f *Filter) partOf(key string) *partition {
 }
 
 // PartitionOf is the partition key belongs to.
-func (f *Filter) PartitionOf(key string) int { return placement.Partition(key, f.opts.PartitionCount()) }
+func (f *Filter) PartitionOf(key string) int {
+	return placement.Partition(key, f.opts.PartitionCount())
+}
 
 // ErrNotHeld refuses a write to a partition this pod does not hold.
 var ErrNotHeld = errors.New("partition not held by this pod")
