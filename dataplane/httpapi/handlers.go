@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -190,6 +191,11 @@ func (s *Server) lookup(c echo.Context) (*filter.Filter, error) {
 		return nil, err
 	}
 	f, err := s.Store.Get(name)
+	if errors.Is(err, filter.ErrNotFound) && forwarded(c) && s.Writes.Placed() {
+		// A peer routed values here: the filter's create may not have reached this pod yet, and
+		// another owner may serve them.
+		return nil, &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, fmt.Sprintf("filter %q has not reached this pod", name)}
+	}
 	if err != nil {
 		return nil, engineError(err, false)
 	}

@@ -276,13 +276,20 @@ func (n *Node) pullPartition(ctx context.Context, peer wire.Member, name string,
 }
 
 // ReplicateTo is Replicate for a write of partitions that live on writers (this pod among them
-// or not): it goes to the writers that are peers, and level counts the writers.
-func (n *Node) ReplicateTo(ctx context.Context, op Op, writers []string, level wire.Consistency) error {
+// or not): it goes to the writers that are peers, and level counts the writers. A create, when
+// given, is sent to them first, and its outcome not waited for.
+func (n *Node) ReplicateTo(ctx context.Context, op Op, writers []string, level wire.Consistency, create *Op) error {
 	self := n.members.Get().Self
 	var senders []*sender
 	for _, s := range n.currentSenders() {
 		if slices.Contains(writers, s.peer.Name) {
 			senders = append(senders, s)
+		}
+	}
+	if create != nil {
+		ignored := make(chan error, len(senders))
+		for _, s := range senders {
+			s.enqueue(*create, ignored)
 		}
 	}
 	mine := 0

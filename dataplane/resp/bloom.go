@@ -200,24 +200,35 @@ func added(present bool) int64 {
 }
 
 // BF.EXISTS key item: 0 for a key that is no filter, as in RedisBloom.
-func bfExists(_ context.Context, s *Server, c *call) error {
+func bfExists(ctx context.Context, s *Server, c *call) error {
 	present := false
 	if f, ok := s.lookup(c.arg(1)); ok {
-		present = f.Check(c.arg(2))
+		if !s.opts.Writes.Placed() {
+			present = f.Check(c.arg(2))
+		} else {
+			answers, err := s.check(ctx, f, []string{c.arg(2)})
+			if err != nil {
+				return err
+			}
+			present = answers[0]
+		}
 	}
 	c.w.WriteInt64(1 - added(present))
 	return nil
 }
 
 // BF.MEXISTS key item [item ...]
-func bfMExists(_ context.Context, s *Server, c *call) error {
+func bfMExists(ctx context.Context, s *Server, c *call) error {
 	items := make([]string, len(c.args)-2)
 	for i, a := range c.args[2:] {
 		items[i] = string(a)
 	}
 	present := make([]bool, len(items))
 	if f, ok := s.lookup(c.arg(1)); ok {
-		present = f.CheckMany(items)
+		var err error
+		if present, err = s.check(ctx, f, items); err != nil {
+			return err
+		}
 	}
 	c.w.WriteArray(len(present))
 	for _, p := range present {

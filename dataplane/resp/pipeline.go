@@ -188,16 +188,20 @@ func itemStrings(cmds []redcon.Command, items int, copied bool) []string {
 // the engine stopped, if it stopped part-way: all of them, or none, when the error came after.
 func (s *Server) runBatch(add bool, key string, items []string) ([]int64, error) {
 	answers := make([]int64, len(items))
+	ctx, cancel := s.commandContext()
+	defer cancel()
 	if !add {
 		if f, ok := s.lookup(key); ok {
-			for i, p := range f.CheckMany(items) {
+			present, err := s.check(ctx, f, items)
+			if err != nil {
+				return nil, err
+			}
+			for i, p := range present {
 				answers[i] = 1 - added(p)
 			}
 		}
 		return answers, nil
 	}
-	ctx, cancel := s.commandContext()
-	defer cancel()
 	opts := s.defaults()
 	present, _, err := s.add(ctx, key, &opts, items)
 	if err == nil && len(present) != len(items) {

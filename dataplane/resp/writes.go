@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
@@ -46,6 +47,9 @@ func (s *Server) add(ctx context.Context, name string, create *filter.Options, i
 	if err := filter.ValidateName(name); err != nil {
 		return nil, false, err
 	}
+	if s.opts.Writes.Placed() {
+		return s.addPlaced(ctx, name, create, items)
+	}
 	if s.opts.Writes.HomeElsewhere(name) {
 		if present, served, err := s.addAtHome(ctx, name, create, items); served {
 			return present, false, err
@@ -65,6 +69,50 @@ func (s *Server) add(ctx context.Context, name string, create *filter.Options, i
 	}
 	present, err = s.opts.Writes.CheckAndSetMany(ctx, s.level, f, items)
 	return present, false, err
+}
+
+// addPlaced adds items under a placed membership: the filter is created first when missing
+// and create allows (at the name's home, whose create every pod hears of), then each item goes
+// to its partition's home. A non-scaling filter is not bounded at its capacity, as in addAtHome.
+func (s *Server) addPlaced(ctx context.Context, name string, create *filter.Options, items []string) (present []bool, full bool, err error) {
+	f, err := s.opts.Store.Get(name)
+	if isNotFound(err) && create != nil {
+		if _, err = s.create(ctx, name, *create); err == nil {
+			f, err = s.awaitFilter(ctx, name)
+		}
+	}
+	switch {
+	case isNotFound(err):
+		return nil, false, errNotFound
+	case err != nil:
+		return nil, false, err
+	}
+	present, err = s.opts.Writes.Routed(ctx, s.level, f, wire.OpMultiCheckAndSet, items, false)
+	return present, false, err
+}
+
+// awaitFilter waits for the filter name, just created at its home, to reach this pod.
+func (s *Server) awaitFilter(ctx context.Context, name string) (*filter.Filter, error) {
+	for {
+		f, err := s.opts.Store.Get(name)
+		if !isNotFound(err) {
+			return f, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, errorf("the filter was created at its home pod but has not reached this one yet; retry")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// check answers whether each item may be in f: asked of the owners of its partition under a
+// placed membership, of this pod otherwise.
+func (s *Server) check(ctx context.Context, f *filter.Filter, items []string) ([]bool, error) {
+	if !s.opts.Writes.Placed() {
+		return f.CheckMany(items), nil
+	}
+	return s.opts.Writes.Routed(ctx, wire.ConsistencyOne, f, wire.OpMultiCheck, items, false)
 }
 
 // addBounded adds items to a non-scaling filter one at a time, and stops, as RedisBloom does, at

@@ -73,6 +73,14 @@ func (c *placedCluster) status() []wire.PlacementStatus {
 	return out
 }
 
+func toAny(items []string) []any {
+	out := make([]any, len(items))
+	for i, item := range items {
+		out[i] = item
+	}
+	return out
+}
+
 func values(prefix string, n int) []string {
 	out := make([]string, n)
 	for i := range out {
@@ -112,7 +120,11 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.MaxTotalBytes = whole * 3 / 4 })
 	c.push(wire.Placement{ReplicationFactor: 2}, nil)
 
-	f := create(t, c.pods[1], "big", opts)
+	// Created at consistency=all, so that every pod holds the filter when values are routed to it.
+	f, _, err := c.pods[1].client.At(wire.ConsistencyAll).Create(t.Context(), "big", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if f.Partitions != partitions {
 		t.Fatalf("created with %d partitions, want %d", f.Partitions, partitions)
 	}
@@ -154,6 +166,39 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 		t.Errorf("the pods own %d partitions in all, want %d × 2", total, partitions)
 	}
 
+	// RESP routes as HTTP does: a filter of one partition, reserved through a pod, is held by two
+	// pods and written and answered through all four.
+	items := values("item", 500)
+	if err := redisClient(t, c.pods[0]).BFReserve(t.Context(), "r", 0.001, 1000).Err(); err != nil {
+		t.Fatalf("BF.RESERVE: %v", err)
+	}
+	args := append([]any{"BF.MADD", "r"}, toAny(items[:300])...)
+	if err := redisClient(t, c.pods[2]).Do(t.Context(), args...).Err(); err != nil {
+		t.Fatalf("BF.MADD: %v", err)
+	}
+	pipe := redisClient(t, c.pods[3]).Pipeline()
+	for _, item := range items[300:] {
+		pipe.BFAdd(t.Context(), "r", item)
+	}
+	if _, err := pipe.Exec(t.Context()); err != nil {
+		t.Fatalf("pipelined BF.ADD: %v", err)
+	}
+	holders := 0
+	for i, ts := range c.pods {
+		got, err := redisClient(t, ts).BFMExists(t.Context(), "r", toAny(items)...).Result()
+		if err != nil || slices.Contains(got, false) {
+			t.Fatalf("BF.MEXISTS through %s: %v, %v", c.names[i], got, err)
+		}
+		if f, err := ts.client.Get(t.Context(), "r"); err != nil || f.Partitions != 1 {
+			t.Fatalf("GET r through %s: %+v, %v", c.names[i], f, err)
+		} else if f.SizeBytes > 0 {
+			holders++
+		}
+	}
+	if holders != 2 {
+		t.Errorf("%d pods hold the bits of r, want 2", holders)
+	}
+
 	for round := range 20 {
 		value := fmt.Sprintf("race-%d", round)
 		var wg sync.WaitGroup
@@ -183,7 +228,9 @@ func TestPlacedClusterMovesPartitionsToNewPods(t *testing.T) {
 	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
 	r2 := wire.Placement{ReplicationFactor: 2}
 	c.push(r2, nil)
-	create(t, c.pods[0], "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), Partitions: new(partitions)})
+	if _, _, err := c.pods[0].client.At(wire.ConsistencyAll).Create(t.Context(), "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), Partitions: new(partitions)}); err != nil {
+		t.Fatal(err)
+	}
 	before := values("before", 10_000)
 	if err := c.pods[2].client.MultiSet(t.Context(), "f", before); err != nil {
 		t.Fatal(err)

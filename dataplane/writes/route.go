@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/replication"
@@ -150,6 +151,10 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 	return present, err
 }
 
+// createEcho is how long after a filter's creation its adds carry the create along: far longer
+// than a create takes to reach every pod that is up.
+const createEcho = 30 * time.Second
+
 // replicatePlaced sends keys added to f to their partitions' other writers, in parallel, and
 // waits for each partition's acknowledgements at level.
 func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
@@ -179,12 +184,20 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 		}
 		b.keys = append(b.keys, k)
 	}
+	// A filter's create reaches the pods from the home of its name, its adds from the homes of
+	// their partitions: through other queues, which may overtake the create's while it is young.
+	// Its adds then carry the create ahead of them; a pod that holds the filter ignores it.
+	var create *replication.Op
+	if s.store.Now().Sub(f.Created()) < createEcho {
+		o := f.Options()
+		create = &replication.Op{Kind: replication.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o}
+	}
 	errs := make([]error, len(batches))
 	var wg sync.WaitGroup
 	for i, b := range batches {
 		wg.Go(func() {
 			op := replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: b.keys}
-			errs[i] = s.node.ReplicateTo(ctx, op, b.writers, level)
+			errs[i] = s.node.ReplicateTo(ctx, op, b.writers, level, create)
 		})
 	}
 	wg.Wait()
