@@ -460,22 +460,35 @@ type Info struct {
 	// EstimatedFPP is the false positive probability given the bits set now: the mean of the
 	// partitions', since a key is tested in one partition, each as likely as any other.
 	EstimatedFPP float64
+	// Partitions counts the partitions described: those this pod holds, of the ones asked for.
+	Partitions int
 }
 
 // Info counts the bits set in every layer, which reads the whole bit array: it is meant for
 // status requests, not for the request path.
-func (f *Filter) Info() Info {
+func (f *Filter) Info() Info { return f.InfoOf(All) }
+
+// InfoOf is Info of the held partitions that only holds.
+func (f *Filter) InfoOf(only Holds) Info {
 	info := Info{
-		Name:      f.name,
-		Options:   f.opts,
-		Created:   f.created,
-		Expiry:    f.Expiry(),
-		Items:     f.Items(),
-		SizeBytes: f.SizeBytes(),
+		Name:    f.name,
+		Options: f.opts,
+		Created: f.created,
+		Expiry:  f.Expiry(),
 	}
 	var set uint64
-	held := f.held()
+	var held []*partition
+	for _, p := range f.held() {
+		if only.holds(p.index) {
+			held = append(held, p)
+		}
+	}
+	info.Partitions = len(held)
 	for _, p := range held {
+		info.Items += p.items.Load()
+		p.mu.RLock()
+		info.SizeBytes += p.bitsBytes()
+		p.mu.RUnlock()
 		c := p.count()
 		info.Layers = max(info.Layers, c.layers)
 		info.Hashes = max(info.Hashes, c.hashes)

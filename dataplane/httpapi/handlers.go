@@ -158,6 +158,13 @@ func (s *Server) getFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.Writes.Placed() {
+		out, err := s.describePlaced(c, f)
+		if err != nil {
+			return writeError(err, false)
+		}
+		return c.JSON(http.StatusOK, out)
+	}
 	return c.JSON(http.StatusOK, s.describe(f.Info()))
 }
 

@@ -151,6 +151,15 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 		}
 	}
 
+	// GET sums the partitions, whichever pods hold them.
+	for i, ts := range c.pods {
+		got, err := ts.client.Get(t.Context(), "big")
+		if err != nil || got.Partitions != partitions || got.SizeBytes != whole || got.Items < 19_800 || got.Items > 20_000 ||
+			got.Bits > whole*8 || got.Bits < whole*8-partitions*64 || got.FillRatio <= 0 || got.EstimatedFPP <= 0 || got.EstimatedFPP > 0.01 {
+			t.Errorf("GET through %s: %+v, %v; want 8 partitions of %d bytes holding about 20,000 values", c.names[i], got, err, whole)
+		}
+	}
+
 	bound := placement.Bound(partitions, 2, 4)
 	total := 0
 	for i, st := range c.status() {
@@ -189,9 +198,12 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 		if err != nil || slices.Contains(got, false) {
 			t.Fatalf("BF.MEXISTS through %s: %v, %v", c.names[i], got, err)
 		}
-		if f, err := ts.client.Get(t.Context(), "r"); err != nil || f.Partitions != 1 {
-			t.Fatalf("GET r through %s: %+v, %v", c.names[i], f, err)
-		} else if f.SizeBytes > 0 {
+		if f, err := ts.client.Get(t.Context(), "r"); err != nil || f.Partitions != 1 || f.Items != 500 {
+			t.Fatalf("GET r through %s: %+v, %v; want 1 partition of 500 items", c.names[i], f, err)
+		}
+		if local, err := ts.internal.client.FilterStatus(t.Context(), "r"); err != nil {
+			t.Fatal(err)
+		} else if local.SizeBytes > 0 {
 			holders++
 		}
 	}
