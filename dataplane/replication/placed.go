@@ -208,8 +208,14 @@ func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, 
 				continue
 			}
 			partitions++
+			owners := rt.PreviousOwners(p)
+			if len(owners) == 0 {
+				n.opts.Log.Warn("No previous owner of a partition placed here anew is left to pull it from; it starts empty",
+					"filter", f.Name(), "partition", p, "epoch", m.Epoch)
+				continue
+			}
 			got := false
-			for _, owner := range rt.PreviousOwners(p) {
+			for _, owner := range owners {
 				size, err := n.pullPartition(ctx, rt.Member(owner), f.Name(), p)
 				if err != nil {
 					errs = append(errs, err)

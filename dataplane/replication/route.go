@@ -38,8 +38,9 @@ func resolve(p wire.Placement, members []wire.Member) resolved {
 // full reports whether the placement puts every partition on every member.
 func (r resolved) full(members []wire.Member) bool { return r.r == len(members) }
 
-// validatePlacement checks a membership's placements against its members: owners are members,
-// named once, and R is between 0 and their number.
+// validatePlacement checks a membership's placements against its members: owners are named
+// once, and R is between 0 and their number; the current owners are members. A previous owner
+// may be gone (a pod lost during the move): what it held is pulled from the others.
 func validatePlacement(m wire.Membership) error {
 	names := make(map[string]bool, len(m.Members))
 	for _, member := range m.Members {
@@ -48,8 +49,8 @@ func validatePlacement(m wire.Membership) error {
 	check := func(what string, p wire.Placement) error {
 		seen := make(map[string]bool, len(p.Owners))
 		for i, o := range p.Owners {
-			if !names[o] {
-				return fmt.Errorf("%sowners[%d]: %q is not one of the members", what, i, o)
+			if !names[o] && what == "" {
+				return fmt.Errorf("owners[%d]: %q is not one of the members", i, o)
 			}
 			if seen[o] {
 				return fmt.Errorf("%sowners[%d]: %q appears twice", what, i, o)
@@ -102,12 +103,25 @@ func newRoute(m wire.Membership, name string, partitions int) *Route {
 func (rt *Route) Partitions() int { return len(rt.owners) }
 
 // Readers are the members that a read of partition p asks, in order: during a move the previous
-// owners, which hold everything, else the owners.
+// owners, which hold everything, else the owners. It is never empty.
 func (rt *Route) Readers(p int) []string {
 	if rt.previous != nil {
-		return rt.previous[p]
+		if readers := rt.present(rt.previous[p]); len(readers) > 0 {
+			return readers
+		}
 	}
-	return rt.owners[p]
+	return rt.owners[p] // no previous owner is left: the new ones hold what remains
+}
+
+// present is the names that are members: a previous owner may have left.
+func (rt *Route) present(names []string) []string {
+	out := names[:0:0]
+	for _, name := range names {
+		if _, ok := rt.members[name]; ok {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // Writers are the members a write of partition p goes to, the partition's home first: the
@@ -116,7 +130,7 @@ func (rt *Route) Writers(p int) []string {
 	if rt.previous == nil {
 		return rt.owners[p]
 	}
-	out := slices.Clone(rt.previous[p])
+	out := rt.present(rt.previous[p])
 	for _, o := range rt.owners[p] {
 		if !slices.Contains(out, o) {
 			out = append(out, o)
@@ -140,12 +154,13 @@ func (rt *Route) Moving(p int) bool {
 	return rt.previous != nil && rt.Owns(p) && !slices.Contains(rt.previous[p], rt.self)
 }
 
-// PreviousOwners are partition p's owners before the move under way (nil without one).
+// PreviousOwners are partition p's owners before the move under way that are still members
+// (nil without a move).
 func (rt *Route) PreviousOwners(p int) []string {
 	if rt.previous == nil {
 		return nil
 	}
-	return rt.previous[p]
+	return rt.present(rt.previous[p])
 }
 
 // Member is the member of that name.
