@@ -159,12 +159,15 @@ func leavingPod(c *bloomeryv1alpha1.BloomCluster, pod string) bool {
 }
 
 // replicationFactor is R for a placement on owners pods: spec.replication.factor, or the smaller
-// of 3 and spec.replicas, and between 1 and owners.
+// of 3 and spec.replicas (3 at 0 replicas), and between 1 and owners.
 func replicationFactor(c *bloomeryv1alpha1.BloomCluster, owners int) int32 {
 	if owners == 0 {
 		return 0
 	}
 	r := min(defaultReplicationFactor, c.DesiredReplicas())
+	if r == 0 { // scaled to 0: the pods that are still members keep the default
+		r = defaultReplicationFactor
+	}
 	if c.Spec.Replication.Factor != nil {
 		r = *c.Spec.Replication.Factor
 	}

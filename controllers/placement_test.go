@@ -61,7 +61,15 @@ func startPlacementReconciler(t *testing.T, ns string) *placementDataPlane {
 	t.Helper()
 	dp := &placementDataPlane{DataPlane: NewHTTPDataPlane(2 * time.Second)}
 	dp.caughtUp.Store(true)
-	startManager(t, ns, func(mgr ctrl.Manager) error {
+	startPlacementReconcilerOn(t, ns, dp)
+	return dp
+}
+
+// startPlacementReconcilerOn runs the BloomCluster reconciler in ns over dp until the returned
+// function stops it.
+func startPlacementReconcilerOn(t *testing.T, ns string, dp *placementDataPlane) func() {
+	t.Helper()
+	_, stop := startStoppableManager(t, restConfig, ns, func(mgr ctrl.Manager) error {
 		return (&BloomClusterReconciler{
 			Client:         mgr.GetClient(),
 			Scheme:         mgr.GetScheme(),
@@ -72,7 +80,7 @@ func startPlacementReconciler(t *testing.T, ns string) *placementDataPlane {
 			PodParallelism: 2,
 		}).SetupWithManager(mgr)
 	})
-	return dp
+	return stop
 }
 
 // waitPlacement waits until status records members and want, and every member holds that
@@ -120,20 +128,24 @@ func movingFrom(p bloomeryv1alpha1.ClusterPlacement, factor int32, owners ...str
 
 // A cluster of three pods places every partition on all three (R defaults to 3); a new
 // spec.replication.factor is pushed with the placement it moves from, and once every pod reports
-// it holds its partitions, the next epoch drops it.
+// it holds its partitions, the next epoch drops it. An operator that restarts in between resumes
+// the move from status.
 func TestPlacementMovesToANewFactor(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
 	createBloomCluster(t, ns, "p", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replicas = new(int32(3)) })
-	dp := startPlacementReconciler(t, ns)
+	dp := &placementDataPlane{DataPlane: NewHTTPDataPlane(2 * time.Second)}
+	dp.caughtUp.Store(true)
+	stop := startPlacementReconcilerOn(t, ns, dp)
 	dp.bytes.Store(1 << 20)
 	pods := []*fakePod{addPod(t, ns, "p", "p-0"), addPod(t, ns, "p", "p-1"), addPod(t, ns, "p", "p-2")}
 	all := []string{"p-0", "p-1", "p-2"}
 
-	stable := waitPlacement(t, ns, "p", pods, placementOn(bloomeryv1alpha1.PlacementStable, 3, all...))
-	if got := stable.Status.Placement.BytesPerPod; len(got) != 3 || got[0] != (bloomeryv1alpha1.PodBytes{Pod: "p-0", Bytes: 1 << 20}) {
-		t.Errorf("status.placement.bytesPerPod %+v, want 1Mi for each of the three pods", got)
-	}
+	waitPlacement(t, ns, "p", pods, placementOn(bloomeryv1alpha1.PlacementStable, 3, all...))
+	eventually(t, 10*time.Second, "bytes of each pod in status", func() (bool, string) {
+		got := getCluster(t, ns, "p").Status.Placement.BytesPerPod
+		return len(got) == 3 && got[0] == (bloomeryv1alpha1.PodBytes{Pod: "p-0", Bytes: 1 << 20}), fmt.Sprintf("%+v", got)
+	})
 	dp.mu.Lock()
 	for _, m := range dp.pushed {
 		if m.ReplicationFactor == 0 || len(m.Owners) == 0 {
@@ -155,6 +167,15 @@ func TestPlacementMovesToANewFactor(t *testing.T) {
 	if c := getCluster(t, ns, "p"); c.Status.MembershipEpoch != moving.Status.MembershipEpoch || c.Status.Placement.Previous == nil {
 		t.Fatalf("the move ended before the pods caught up: epoch %d, placement %+v", c.Status.MembershipEpoch, c.Status.Placement)
 	}
+
+	// The operator restarts: the new one pushes the recorded move, and no new epoch.
+	stop()
+	startPlacementReconcilerOn(t, ns, dp)
+	waitPasses(t, 5)
+	if c := getCluster(t, ns, "p"); c.Status.MembershipEpoch != moving.Status.MembershipEpoch || c.Status.Placement.Previous == nil {
+		t.Fatalf("after a restart of the operator: epoch %d, placement %+v; want the move of epoch %d", c.Status.MembershipEpoch, c.Status.Placement, moving.Status.MembershipEpoch)
+	}
+	waitPlacement(t, ns, "p", pods, movingFrom(placementOn(bloomeryv1alpha1.PlacementMoving, 2, all...), 3, all...))
 
 	// Caught up: the next epoch moves nothing.
 	dp.caughtUp.Store(true)
@@ -298,4 +319,81 @@ func TestHTTPDataPlanePlacementStatusOfARealPod(t *testing.T) {
 		t.Errorf("PlacementStatus = %+v, %v; want a status or ErrPlacementUnsupported", st, err)
 	}
 	t.Logf("placement status %+v, %v", st, err)
+}
+
+// R is spec.replication.factor, or the smaller of 3 and replicas, and never more than the owners.
+func TestReplicationFactor(t *testing.T) {
+	t.Parallel()
+	cluster := func(replicas int32, factor *int32) *bloomeryv1alpha1.BloomCluster {
+		c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+		c.Spec.Replicas, c.Spec.Replication.Factor = new(replicas), factor
+		return c
+	}
+	tests := []struct {
+		replicas int32
+		factor   *int32
+		owners   int
+		want     int32
+	}{
+		{1, nil, 1, 1}, {3, nil, 3, 3}, {5, nil, 5, 3}, {2, nil, 2, 2},
+		{5, new(int32(2)), 5, 2}, {5, new(int32(5)), 5, 5},
+		{3, nil, 2, 2},           // a pod is away: at most the owners
+		{5, new(int32(4)), 3, 3}, // draining to 3 of 5 (the CRD keeps factor <= replicas)
+		{0, nil, 2, 2},           // scaled to 0, pods still stopping
+		{3, nil, 0, 0},
+	}
+	for _, tt := range tests {
+		if got := replicationFactor(cluster(tt.replicas, tt.factor), tt.owners); got != tt.want {
+			t.Errorf("replicas %d, factor %v, %d owners: R %d, want %d", tt.replicas, tt.factor, tt.owners, got, tt.want)
+		}
+	}
+}
+
+// The pods a scale-down removes are the StatefulSet's highest ordinals; a scale to 0 drains none.
+func TestLeavingPod(t *testing.T) {
+	t.Parallel()
+	c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c"}}
+	c.Spec.Replicas = new(int32(2))
+	for pod, want := range map[string]bool{"c-0": false, "c-1": false, "c-2": true, "c-10": true, "c-x": false, "other-5": false, "c--1": false} {
+		if got := leavingPod(c, pod); got != want {
+			t.Errorf("leavingPod(%s) with 2 replicas = %v, want %v", pod, got, want)
+		}
+	}
+	c.Spec.Replicas = new(int32(0))
+	if leavingPod(c, "c-0") {
+		t.Error("a scale to 0 drains c-0")
+	}
+}
+
+// A new epoch moves from the last placement whose owners hold everything: the recorded one, the
+// previous one while a move is under way, every member for an epoch from before placement, and
+// none when the new placement is that one.
+func TestPreviousFor(t *testing.T) {
+	t.Parallel()
+	members := []bloomeryv1alpha1.ClusterMember{{Pod: "c-0"}, {Pod: "c-1"}, {Pod: "c-2"}, {Pod: "c-3"}}
+	all := placement{owners: []string{"c-0", "c-1", "c-2", "c-3"}, factor: 3}
+	three := placement{owners: []string{"c-0", "c-1", "c-2"}, factor: 3}
+	c := &bloomeryv1alpha1.BloomCluster{}
+	if p := previousFor(c, all); p != nil {
+		t.Errorf("first epoch: previous %+v, want none", p)
+	}
+	c.Status.MembershipEpoch, c.Status.Members = 4, members
+	if p := previousFor(c, all); p == nil || !p.equal(placement{owners: all.owners, factor: 4}) {
+		t.Errorf("after an epoch from before placement: previous %+v, want every member at R 4", p)
+	}
+	setPlacement(c, members, all, nil)
+	if p := previousFor(c, three); p == nil || !p.equal(all) {
+		t.Errorf("from a stable placement: previous %+v, want %+v", p, all)
+	}
+	setPlacement(c, members, three, &all)
+	if c.Status.Placement.Phase != bloomeryv1alpha1.PlacementDraining {
+		t.Errorf("c-3 a member without partitions: phase %s, want Draining", c.Status.Placement.Phase)
+	}
+	two := placement{owners: []string{"c-0", "c-1"}, factor: 2}
+	if p := previousFor(c, two); p == nil || !p.equal(all) {
+		t.Errorf("during a move: previous %+v, want the held %+v", p, all)
+	}
+	if p := previousFor(c, all); p != nil {
+		t.Errorf("back to the held placement: previous %+v, want none", p)
+	}
 }
