@@ -88,6 +88,10 @@ type clusterState struct {
 	respRefused bool
 	// respPasswordHash identifies the RESP password in the pod template; "" without one.
 	respPasswordHash string
+	// drained is true when the StatefulSet may remove the pods a scale-down takes away: the
+	// membership step found that none of them owns partitions any more and every member holds a
+	// membership that moves nothing (placement.go). False, the StatefulSet keeps its pods.
+	drained bool
 	// warnings are risks of a spec that is applied as it is: the Degraded condition's message
 	// names them (its reason stays), and they do not make the cluster Degraded.
 	warnings []degradation

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -80,6 +81,8 @@ func (r *BloomClusterReconciler) reconcileStatefulSet(ctx context.Context, st *c
 		}
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("getting StatefulSet %s: %w", desired.Name, err)
+	default:
+		keepLeavingPods(ctx, st, &existing, desired)
 	}
 	sts, err := ensureChild(ctx, r, c, desired, &appsv1.StatefulSet{}, mergeStatefulSet)
 	if sts.Name != "" && metav1.IsControlledBy(sts, c) { // even after a failed update, status reports what exists
@@ -105,6 +108,22 @@ func (r *BloomClusterReconciler) reconcileStatefulSet(ctx context.Context, st *c
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// keepLeavingPods holds a scale-down until the pods it removes are drained (placement.go): the
+// StatefulSet keeps the replicas it has while spec.replicas is lower, above 0, and the membership
+// step did not find the drain complete. A scale-up, or to 0, is not held.
+func keepLeavingPods(ctx context.Context, st *clusterState, existing, desired *appsv1.StatefulSet) {
+	if existing.Spec.Replicas == nil || desired.Spec.Replicas == nil {
+		return
+	}
+	current, target := *existing.Spec.Replicas, *desired.Spec.Replicas
+	if target == 0 || current <= target || st.drained {
+		return
+	}
+	desired.Spec.Replicas = new(current)
+	log.FromContext(ctx).Info("StatefulSet keeps its replicas until the pods that leave are drained",
+		"replicas", current, "desiredReplicas", target)
 }
 
 // image is the data plane's image: the spec's, or the operator's default.

@@ -52,6 +52,10 @@ const (
 	// Pods hold the largest membership epoch there is (only pushed by someone other than the
 	// operator): no newer membership can reach them until they restart.
 	ReasonMembershipEpochExhausted = "MembershipEpochExhausted"
+	// spec.replicas is lower than the StatefulSet's, and the remaining pods could not hold the
+	// data the pods report within maxTotalBytes: the scale-down does not start, and the
+	// StatefulSet keeps its pods.
+	ReasonScaleDownRefused = "ScaleDownRefused"
 	// spec.resp.passwordSecret names a Secret that does not exist, lacks the key or holds a
 	// password too short: the ConfigMap and the StatefulSet are not changed.
 	ReasonRESPPasswordSecretNotUsable = "RESPPasswordSecretNotUsable"

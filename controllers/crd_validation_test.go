@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -287,4 +288,46 @@ func TestBloomClusterDefaults(t *testing.T) {
 		t.Errorf("after an update of spec and status: replicas %d (want 0), status.filters %d (want 0: status is a subresource)",
 			*got.Spec.Replicas, got.Status.Filters)
 	}
+}
+
+// spec.replication.factor is at least 1 and at most replicas, the defaulted replicas (1) included;
+// a cluster scaled to 0 keeps its factor.
+func TestBloomClusterReplicationFactorValidation(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	withFactor := func(name string, replicas *int32, factor int32) *bloomeryv1alpha1.BloomCluster {
+		c := validCluster(ns, name)
+		c.Spec.Replicas = replicas
+		c.Spec.Replication.Factor = new(factor)
+		return c
+	}
+	expectRejected(t, "factor 0", k8s.Create(t.Context(), withFactor("factor-zero", new(int32(3)), 0)),
+		"spec.replication.factor in body should be greater than or equal to 1")
+	expectRejected(t, "factor above replicas", k8s.Create(t.Context(), withFactor("factor-above", new(int32(2)), 3)),
+		"replication.factor must not be more than replicas")
+	expectRejected(t, "factor above the default replicas", k8s.Create(t.Context(), withFactor("factor-default", nil, 2)),
+		"replication.factor must not be more than replicas")
+
+	for _, c := range []*bloomeryv1alpha1.BloomCluster{
+		withFactor("factor-equal", new(int32(3)), 3),
+		withFactor("factor-below", new(int32(5)), 2),
+		withFactor("factor-one", nil, 1),
+		withFactor("factor-stopped", new(int32(0)), 2),
+	} {
+		if err := k8s.Create(t.Context(), c); err != nil {
+			t.Errorf("%s (replicas %v, factor %d) must be valid: %v", c.Name, c.Spec.Replicas, *c.Spec.Replication.Factor, err)
+		}
+	}
+
+	// A scale below the factor is refused, through the spec as through the scale subresource.
+	c := getCluster(t, ns, "factor-below")
+	c.Spec.Replicas = new(int32(1))
+	expectRejected(t, "replicas below factor", k8s.Update(t.Context(), c), "replication.factor must not be more than replicas")
+	scale := &autoscalingv1.Scale{}
+	if err := k8s.SubResource("scale").Get(t.Context(), getCluster(t, ns, "factor-below"), scale); err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 1
+	expectRejected(t, "scale below factor", k8s.SubResource("scale").Update(t.Context(), getCluster(t, ns, "factor-below"), client.WithSubResourceBody(scale)),
+		"replication.factor must not be more than replicas")
 }

@@ -4,11 +4,14 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
@@ -92,7 +95,15 @@ type DataPlane interface {
 	// SetMembership tells the pod its membership; an error wrapping ErrStaleEpoch means the pod
 	// holds a higher epoch and kept it.
 	SetMembership(ctx context.Context, pod Pod, m wire.Membership) error
+	// PlacementStatus returns the pod's part in the placement of the membership it holds; an
+	// error wrapping ErrPlacementUnsupported means its data plane predates placement.
+	PlacementStatus(ctx context.Context, pod Pod) (wire.PlacementStatus, error)
 }
+
+// ErrPlacementUnsupported is the answer of a pod whose data plane has no placement endpoint: it
+// ignores a membership's owners and holds every partition of every filter, as every pod did
+// before placement, so it holds whatever it owns in any move.
+var ErrPlacementUnsupported = errors.New("the pod's data plane does not report placement: it holds every partition")
 
 // DefaultPodTimeout bounds each call to a pod when nothing else does (the operator's
 // --pod-timeout flag).
@@ -123,11 +134,15 @@ func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
 
 // client calls the pod's internal port with the token, over https with the pod's TLS.
 func (d *HTTPDataPlane) client(pod Pod) *client.Client {
-	httpClient := d.HTTP
+	return client.New(pod.baseURL(), client.WithHTTPClient(d.httpClient(pod)), client.Internal(pod.Token))
+}
+
+// httpClient is the HTTP client of the pod's scheme: the shared one, or its TLS Secret's.
+func (d *HTTPDataPlane) httpClient(pod Pod) *http.Client {
 	if pod.TLS != nil {
-		httpClient = d.tls.get(pod.TLS, d.transport)
+		return d.tls.get(pod.TLS, d.transport)
 	}
-	return client.New(pod.baseURL(), client.WithHTTPClient(httpClient), client.Internal(pod.Token))
+	return d.HTTP
 }
 
 func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -192,4 +207,47 @@ func (d *HTTPDataPlane) SetMembership(ctx context.Context, pod Pod, m wire.Membe
 		return fmt.Errorf("%w: %w", ErrStaleEpoch, err)
 	}
 	return err
+}
+
+// maxPlacementAnswer bounds a pod's placement status, a few numbers.
+const maxPlacementAnswer = 64 << 10
+
+// PlacementStatus implements DataPlane. The data plane's client has no method for it yet, so the
+// GET is made here, as the client makes the others: the internal port, the bearer token and the
+// pod's HTTP client. A 404 of the data plane's "no such route" (code 5) is a data plane from
+// before placement: ErrPlacementUnsupported.
+func (d *HTTPDataPlane) PlacementStatus(ctx context.Context, pod Pod) (wire.PlacementStatus, error) {
+	ctx, cancel := d.bounded(ctx)
+	defer cancel()
+	var st wire.PlacementStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, pod.baseURL()+wire.PlacementStatusPath, nil)
+	if err != nil {
+		return st, fmt.Errorf("building the GET %s request: %w", wire.PlacementStatusPath, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+pod.Token)
+	resp, err := d.httpClient(pod).Do(req)
+	if err != nil {
+		return st, fmt.Errorf("GET %s: %w", wire.PlacementStatusPath, err)
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxPlacementAnswer))
+		_ = resp.Body.Close()
+	}()
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxPlacementAnswer))
+		var body wire.ErrorBody
+		decoded := json.Unmarshal(raw, &body) == nil && body.Code != 0
+		if resp.StatusCode == http.StatusNotFound && decoded && body.Code == wire.CodeNoSuchRoute {
+			return st, fmt.Errorf("GET %s: %w", wire.PlacementStatusPath, ErrPlacementUnsupported)
+		}
+		msg := strings.ToValidUTF8(strings.TrimSpace(string(raw[:min(len(raw), 200)])), "")
+		if decoded {
+			msg = fmt.Sprintf("%s (code %d)", body.Error, body.Code)
+		}
+		return st, fmt.Errorf("GET %s: HTTP %d: %s", wire.PlacementStatusPath, resp.StatusCode, msg)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxPlacementAnswer)).Decode(&st); err != nil {
+		return st, fmt.Errorf("GET %s: decoding the answer: %w", wire.PlacementStatusPath, err)
+	}
+	return st, nil
 }

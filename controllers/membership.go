@@ -24,7 +24,8 @@ import (
 // later pass, which reads it back from the API server, pushes it to the pods. An operator that
 // restarts, or a pass whose status write fails, therefore never pushes an epoch that is not
 // recorded. If the pods hold a higher epoch than status (status was lost or edited), the next
-// epoch is taken past theirs.
+// epoch is taken past theirs. The placement of each epoch (placement.go) is recorded and pushed
+// with it.
 
 // membershipRetry is how soon a pass repeats while some pod has not taken the membership: a
 // starting pod answers within seconds, and it reports ready only once it has been told.
@@ -53,14 +54,22 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 		return ctrl.Result{RequeueAfter: tlsRetry}, nil
 	}
 	members, targets := membersOf(pods, st.token, st.tls)
-	if !slices.Equal(members, c.Status.Members) {
-		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, "the set of pods changed")
+	reports := r.readPlacement(ctx, targets)
+	recordReports(c, targets, reports)
+	want := r.planPlacement(st, members, reports)
+	recorded, ok := recordedPlacement(c)
+	switch {
+	case !slices.Equal(members, c.Status.Members):
+		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, want, previousFor(c, want), "the set of pods changed")
 		// The status write at the end of this pass records the epoch; its event brings the pass
 		// that pushes it.
 		return ctrl.Result{RequeueAfter: membershipRetry}, nil
-	}
-	if len(members) == 0 {
+	case len(members) == 0:
+		st.drained = true // no pod holds anything the operator could move
 		return ctrl.Result{}, nil
+	case !ok || !recorded.equal(want):
+		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, want, previousFor(c, want), "the placement changed")
+		return ctrl.Result{RequeueAfter: membershipRetry}, nil
 	}
 
 	outcomes := r.pushMembership(ctx, c, targets)
@@ -89,7 +98,7 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 		return ctrl.Result{RequeueAfter: membershipRetry}, nil
 	}
 	if next > 0 {
-		r.startEpoch(ctx, c, int64(next), members, "a pod holds an epoch at least as high as status.membershipEpoch")
+		r.startEpoch(ctx, c, int64(next), members, recorded, previousFor(c, recorded), "a pod holds an epoch at least as high as status.membershipEpoch")
 		return ctrl.Result{RequeueAfter: membershipRetry}, nil
 	}
 	if len(unreachable) > 0 {
@@ -100,7 +109,19 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 	if retry {
 		return ctrl.Result{RequeueAfter: membershipRetry}, nil
 	}
-	return ctrl.Result{}, nil
+	// Every member holds the recorded membership.
+	if c.Status.Placement.Previous == nil {
+		st.drained = drained(c)
+		return ctrl.Result{}, nil
+	}
+	logMove(ctx, c, targets, reports)
+	for _, rep := range reports {
+		if !rep.holdsEpoch(uint64(c.Status.MembershipEpoch)) {
+			return ctrl.Result{RequeueAfter: placementRetry}, nil
+		}
+	}
+	r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, recorded, nil, "every member holds the partitions it owns")
+	return ctrl.Result{RequeueAfter: membershipRetry}, nil
 }
 
 // reportIgnored counts in status the pods with the cluster's labels that are not its
@@ -154,17 +175,19 @@ func containerStarted(pod *corev1.Pod) bool {
 	return false
 }
 
-// startEpoch records a new membership in status; the caller's status write persists it.
+// startEpoch records a new membership in status, with its placement and the one it moves from
+// (nil: none); the caller's status write persists it.
 func (r *BloomClusterReconciler) startEpoch(ctx context.Context, c *bloomeryv1alpha1.BloomCluster, epoch int64,
-	members []bloomeryv1alpha1.ClusterMember, why string) {
-	names := make([]string, len(members))
-	for i, m := range members {
-		names[i] = m.Pod
+	members []bloomeryv1alpha1.ClusterMember, current placement, previous *placement, why string) {
+	kv := []any{"epoch", epoch, "previousEpoch", c.Status.MembershipEpoch, "members", memberNames(members),
+		"owners", current.owners, "replicationFactor", current.factor, "reason", why}
+	if previous != nil {
+		kv = append(kv, "previousOwners", previous.owners, "previousReplicationFactor", previous.factor)
 	}
-	log.FromContext(ctx).Info("Started a new membership epoch of BloomCluster", "epoch", epoch,
-		"previousEpoch", c.Status.MembershipEpoch, "members", names, "reason", why)
+	log.FromContext(ctx).Info("Started a new membership epoch of BloomCluster", kv...)
 	c.Status.MembershipEpoch = epoch
 	c.Status.Members = members
+	setPlacement(c, members, current, previous)
 }
 
 // pushOutcome is what became of one pod's membership in a pass.
@@ -185,12 +208,22 @@ func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomery
 		members[i] = wire.Member{Name: m.Pod, URL: m.URL}
 	}
 	epoch := uint64(c.Status.MembershipEpoch)
+	var current wire.Placement
+	var previous *wire.Placement
+	if p := c.Status.Placement; p != nil {
+		current = placementOf(p.PartitionPlacement).wire()
+		if p.Previous != nil {
+			prev := placementOf(*p.Previous).wire()
+			previous = &prev
+		}
+	}
 	outcomes := make([]pushOutcome, len(targets))
 	var g errgroup.Group
 	g.SetLimit(r.podParallelism())
 	for i, t := range targets {
 		g.Go(func() error {
-			outcomes[i] = r.pushTo(ctx, t.addr, wire.Membership{Epoch: epoch, Self: t.addr.Name, Members: members})
+			want := wire.Membership{Epoch: epoch, Self: t.addr.Name, Members: members, Placement: current, Previous: previous}
+			outcomes[i] = r.pushTo(ctx, t.addr, want)
 			return nil
 		})
 	}
@@ -209,8 +242,10 @@ func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want wire.
 	if held.Epoch == want.Epoch && sameMembership(held, want) {
 		return pushOutcome{}
 	}
-	if held.Epoch >= want.Epoch {
+	if held.Epoch > want.Epoch || (held.Epoch == want.Epoch && !sameMembers(held, want)) {
 		// Pushing would be refused (higher epoch) or would give one epoch two meanings (same).
+		// The same members with another placement are pushed again: a pod whose data plane
+		// predates placement answers without it, and the same epoch is accepted again.
 		logger.Info("Pod holds a membership epoch at least as high as the operator's", "podEpoch", held.Epoch)
 		return pushOutcome{ahead: true, podEpoch: held.Epoch}
 	}
@@ -231,7 +266,17 @@ func (r *BloomClusterReconciler) pushTo(ctx context.Context, pod Pod, want wire.
 
 // sameMembership compares what defines a membership besides its epoch.
 func sameMembership(a, b wire.Membership) bool {
+	return sameMembers(a, b) && samePlacement(a.Placement, b.Placement) &&
+		(a.Previous == nil) == (b.Previous == nil) && (a.Previous == nil || samePlacement(*a.Previous, *b.Previous))
+}
+
+// sameMembers compares the pods of two memberships.
+func sameMembers(a, b wire.Membership) bool {
 	return a.Self == b.Self && slices.Equal(a.Members, b.Members)
+}
+
+func samePlacement(a, b wire.Placement) bool {
+	return a.ReplicationFactor == b.ReplicationFactor && slices.Equal(a.Owners, b.Owners)
 }
 
 func (r *BloomClusterReconciler) podParallelism() int {

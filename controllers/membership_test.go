@@ -60,8 +60,9 @@ func getCluster(t *testing.T, ns, name string) *bloomeryv1alpha1.BloomCluster {
 	return &c
 }
 
-// waitMembership waits until the cluster's status records exactly members and every member's
-// data plane holds that membership, with its own name as Self; it returns the epoch.
+// waitMembership waits until the cluster's status records exactly members, with a placement that
+// moves nothing, and every member's data plane holds that membership, with its own name as Self
+// and the recorded placement; it returns the epoch.
 func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint64 {
 	t.Helper()
 	want := make([]wire.Member, len(members))
@@ -79,12 +80,18 @@ func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint6
 			return false, fmt.Sprintf("status.members %v at epoch %d", recorded, c.Status.MembershipEpoch)
 		}
 		epoch = uint64(c.Status.MembershipEpoch)
+		p := c.Status.Placement
+		if p == nil || p.Previous != nil {
+			return false, fmt.Sprintf("status.placement %+v at epoch %d: a move is under way", p, epoch)
+		}
+		placement := wire.Placement{Owners: p.Owners, ReplicationFactor: int(p.ReplicationFactor)}
 		for _, p := range members {
 			held, err := p.internal.Membership(t.Context())
 			if err != nil {
 				return false, fmt.Sprintf("pod %s: %v", p.name, err)
 			}
-			if held.Epoch != epoch || held.Self != p.name || !slices.Equal(held.Members, want) {
+			if held.Epoch != epoch || held.Self != p.name || !slices.Equal(held.Members, want) ||
+				held.Previous != nil || !samePlacement(held.Placement, placement) {
 				return false, fmt.Sprintf("pod %s holds %+v; status has epoch %d", p.name, held, epoch)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -139,6 +140,14 @@ func startManager(t testing.TB, namespace string, setup func(mgr ctrl.Manager) e
 // startManagerAs is startManager with the identity of cfg.
 func startManagerAs(t testing.TB, cfg *rest.Config, namespace string, setup func(mgr ctrl.Manager) error) *writeCounter {
 	t.Helper()
+	writes, _ := startStoppableManager(t, cfg, namespace, setup)
+	return writes
+}
+
+// startStoppableManager is startManagerAs, and a function that stops the manager before the test
+// ends (an operator that restarts).
+func startStoppableManager(t testing.TB, cfg *rest.Config, namespace string, setup func(mgr ctrl.Manager) error) (*writeCounter, func()) {
+	t.Helper()
 	writes := &writeCounter{}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:  testScheme,
@@ -167,13 +176,17 @@ func startManagerAs(t testing.TB, cfg *rest.Config, namespace string, setup func
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return writes
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return writes, stop
 }
 
 // eventually polls cond until it holds or the timeout passes.

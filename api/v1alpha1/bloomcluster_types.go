@@ -24,10 +24,15 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// BloomClusterSpec describes a data plane: a StatefulSet of pods that each hold every filter of
-// the cluster and keep them on their own volume.
+// BloomClusterSpec describes a data plane: a StatefulSet of pods that hold the partitions of the
+// cluster's filters, each partition on replication.factor of them, and keep them on their own
+// volume.
+// +kubebuilder:validation:XValidation:rule="!has(self.replication) || !has(self.replication.factor) || (has(self.replicas) ? self.replicas : 1) == 0 || self.replication.factor <= (has(self.replicas) ? self.replicas : 1)",message="replication.factor must not be more than replicas"
 type BloomClusterSpec struct {
-	// replicas is the number of data-plane pods. Every pod holds every filter.
+	// replicas is the number of data-plane pods. Each partition of each filter lives on
+	// replication.factor of them. A scale-down first moves the partitions off the pods that
+	// leave (status.placement.phase Draining), and is refused while the remaining pods could not
+	// hold the data within limits.maxTotalBytes (Degraded, ScaleDownRefused).
 	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=64
@@ -110,7 +115,8 @@ type BloomClusterSpec struct {
 	// +optional
 	Monitoring MonitoringSpec `json:"monitoring,omitempty"`
 
-	// replication says how the pods, which each hold every filter, share writes.
+	// replication says on how many pods each partition of a filter lives, and how the pods share
+	// writes.
 	// +kubebuilder:default={}
 	// +optional
 	Replication ReplicationSpec `json:"replication,omitempty"`
@@ -234,6 +240,16 @@ type ReplicationSpec struct {
 	// +kubebuilder:default=Quorum
 	// +optional
 	WriteConsistency Consistency `json:"writeConsistency,omitempty"`
+
+	// factor is R, how many pods hold each partition of each filter; at most replicas (a cluster
+	// scaled to 0 may keep it). Absent means the smaller of 3 and replicas: up to three pods,
+	// every pod holds every filter. A change moves partitions between the pods
+	// (status.placement.phase Moving): they are served where they were until every pod holds
+	// what it owns under the new factor, and only then dropped where they are no longer owned.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=64
+	// +optional
+	Factor *int32 `json:"factor,omitempty"`
 }
 
 // Consistency is how many of a cluster's pods a request involves.
@@ -445,6 +461,13 @@ type BloomClusterStatus struct {
 	// +optional
 	Members []ClusterMember `json:"members,omitempty"`
 
+	// placement is where the partitions of the filters live under membershipEpoch: its owners and
+	// replication factor, the placement the cluster moves from while a move is under way, and
+	// what the pods report of their partitions. It is written with membershipEpoch, before any pod
+	// is told, so that a restarted operator resumes a move where it was.
+	// +optional
+	Placement *ClusterPlacement `json:"placement,omitempty"`
+
 	// ignoredPods counts the pods that carry the cluster's labels but are not pods of its
 	// StatefulSet: the operator never makes them members nor sends them the cluster's token.
 	// Each pass names them in a Warning event.
@@ -467,6 +490,90 @@ type ClusterMember struct {
 	URL string `json:"url"`
 }
 
+// PlacementPhase says whether partitions are moving between a cluster's pods.
+// +kubebuilder:validation:Enum=Stable;Moving;Draining
+type PlacementPhase string
+
+// Placement phases.
+const (
+	// PlacementStable: every member owns partitions and holds the ones it owns; no move is under
+	// way.
+	PlacementStable PlacementPhase = "Stable"
+	// PlacementMoving: the owners or the replication factor changed, and the pods pull the
+	// partitions they newly own; reads are served by the previous owners meanwhile.
+	PlacementMoving PlacementPhase = "Moving"
+	// PlacementDraining: a scale-down waits for the pods that leave (the highest ordinals), still
+	// members but no longer owners, to have their partitions moved to the others; the StatefulSet
+	// is scaled down once they have.
+	PlacementDraining PlacementPhase = "Draining"
+)
+
+// PartitionPlacement says which pods hold the partitions of the filters: each partition on
+// replicationFactor of the owners, chosen by the data plane alike on every pod.
+type PartitionPlacement struct {
+	// owners are the pods that hold partitions, sorted; the other members hold none.
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=253
+	// +optional
+	Owners []string `json:"owners,omitempty"`
+
+	// replicationFactor is how many owners hold each partition: spec.replication.factor, or the
+	// smaller of 3 and spec.replicas, and at most the number of owners.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ReplicationFactor int32 `json:"replicationFactor"`
+}
+
+// ClusterPlacement is the placement of membershipEpoch's membership and the pods' progress in it.
+type ClusterPlacement struct {
+	PartitionPlacement `json:",inline"`
+
+	// phase is Stable, Moving (a move to this placement is under way) or Draining (pods about to
+	// leave are members that own nothing, while their partitions move or until the StatefulSet
+	// removes them).
+	// +optional
+	Phase PlacementPhase `json:"phase,omitempty"`
+
+	// previous is the placement the cluster moves from, whose owners hold every partition, while
+	// a move is under way: the pods pull what they newly own from them. It is cleared by the next
+	// epoch once every member reported it holds its partitions.
+	// +optional
+	Previous *PartitionPlacement `json:"previous,omitempty"`
+
+	// partitionsOwned sums, over the pods that report placement, the (filter, partition) pairs
+	// each owns under membershipEpoch.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PartitionsOwned int64 `json:"partitionsOwned"`
+
+	// partitionsMoving sums the owned pairs the pods have not pulled yet.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PartitionsMoving int64 `json:"partitionsMoving"`
+
+	// bytesPerPod is the memory of the bits each pod holds, as it reports it. A scale-down is
+	// refused when their sum, spread over the remaining pods, exceeds limits.maxTotalBytes.
+	// +listType=map
+	// +listMapKey=pod
+	// +kubebuilder:validation:MaxItems=256
+	// +optional
+	BytesPerPod []PodBytes `json:"bytesPerPod,omitempty"`
+}
+
+// PodBytes is the memory of one pod's filters.
+type PodBytes struct {
+	// pod is the pod's name.
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Pod string `json:"pod"`
+
+	// bytes of the bits the pod holds.
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	Bytes int64 `json:"bytes"`
+}
+
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:subresource:scale:specpath=.spec.replicas,statuspath=.status.replicas,selectorpath=.status.selector
@@ -477,6 +584,8 @@ type ClusterMember struct {
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.endpoint`,priority=1
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.membershipEpoch`,priority=1
+// +kubebuilder:printcolumn:name="R",type=integer,JSONPath=`.status.placement.replicationFactor`,priority=1
+// +kubebuilder:printcolumn:name="Placement",type=string,JSONPath=`.status.placement.phase`,priority=1
 // +kubebuilder:printcolumn:name="Ignored",type=integer,JSONPath=`.status.ignoredPods`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
