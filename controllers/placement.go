@@ -248,12 +248,21 @@ func (r *BloomClusterReconciler) planPlacement(st *clusterState, members []bloom
 		// No remaining pod is a member yet: nothing to move the partitions to, so they stay.
 		owners, leaving = names, nil
 	}
-	want := placement{owners: owners, factor: replicationFactor(c, len(owners))}
-	// The pods that stop owning now: the drain of a scale-down starts (or grows) with them.
 	recorded, ok := recordedPlacement(c)
 	if !ok {
 		recorded, _ = heldPlacement(c) // every member of an epoch from before placement
 	}
+	// An owner that is away for a moment (deleted by a rolling update, its node lost) stays one:
+	// the other owners serve its partitions meanwhile, and it catches up from them when back.
+	// Moving its partitions away and back would copy them twice for nothing.
+	for _, o := range recorded.owners {
+		if _, desired := ordinalOf(c.Name, o); desired && !leavingPod(c, o) && !slices.Contains(owners, o) {
+			owners = append(owners, o)
+		}
+	}
+	slices.Sort(owners)
+	want := placement{owners: owners, factor: replicationFactor(c, len(owners))}
+	// The pods that stop owning now: the drain of a scale-down starts (or grows) with them.
 	var starting []string
 	for _, n := range leaving {
 		if slices.Contains(recorded.owners, n) {

@@ -38,20 +38,13 @@ func resolve(p wire.Placement, members []wire.Member) resolved {
 // full reports whether the placement puts every partition on every member.
 func (r resolved) full(members []wire.Member) bool { return r.r == len(members) }
 
-// validatePlacement checks a membership's placements against its members: owners are named
-// once, and R is between 0 and their number; the current owners are members. A previous owner
-// may be gone (a pod lost during the move): what it held is pulled from the others.
+// validatePlacement checks a membership's placements: owners are named once, and R is between 0
+// and their number. An owner need not be a member: a pod away for a moment stays an owner, and
+// the other owners serve its partitions meanwhile; a previous owner may be gone for good.
 func validatePlacement(m wire.Membership) error {
-	names := make(map[string]bool, len(m.Members))
-	for _, member := range m.Members {
-		names[member.Name] = true
-	}
 	check := func(what string, p wire.Placement) error {
 		seen := make(map[string]bool, len(p.Owners))
 		for i, o := range p.Owners {
-			if !names[o] && what == "" {
-				return fmt.Errorf("owners[%d]: %q is not one of the members", i, o)
-			}
 			if seen[o] {
 				return fmt.Errorf("%sowners[%d]: %q appears twice", what, i, o)
 			}
@@ -110,7 +103,11 @@ func (rt *Route) Readers(p int) []string {
 			return readers
 		}
 	}
-	return rt.owners[p] // no previous owner is left: the new ones hold what remains
+	// No previous owner is left: the new ones hold what remains.
+	if readers := rt.present(rt.owners[p]); len(readers) > 0 {
+		return readers
+	}
+	return rt.owners[p] // none is a member: requests fail until one is
 }
 
 // present is the names that are members: a previous owner may have left.
@@ -124,13 +121,14 @@ func (rt *Route) present(names []string) []string {
 	return out
 }
 
-// Writers are the members a write of partition p goes to, the partition's home first: the
-// readers, then, during a move, the new owners, so that both placements hold every write.
+// Writers are the owners a write of partition p goes to: the previous owners during a move, then
+// the owners, so that both placements hold every write. A consistency level counts them all,
+// members or not: a write to a partition with an owner away waits for it like any other.
 func (rt *Route) Writers(p int) []string {
 	if rt.previous == nil {
 		return rt.owners[p]
 	}
-	out := rt.present(rt.previous[p])
+	out := slices.Clone(rt.previous[p])
 	for _, o := range rt.owners[p] {
 		if !slices.Contains(out, o) {
 			out = append(out, o)
