@@ -11,6 +11,8 @@ type replicationCollector struct {
 	node *replication.Node
 
 	queued, replicated, failures, dropped, batches, forwarded, failovers, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
+	// Of the placement: partitions by state, bytes pulled by moves, whether the pod caught up.
+	partitions, movedBytes, caughtUp *prometheus.Desc
 }
 
 func newReplicationCollector(node *replication.Node) *replicationCollector {
@@ -32,12 +34,18 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 		differences: desc("differences_total", "Filters found missing, older, different or deleted by catch-up and anti-entropy."),
 		epoch:       desc("membership_epoch", "Epoch of the membership the operator last told this pod; 0 before the first."),
 		peers:       desc("peers", "Peers in the current membership."),
+		partitions: prometheus.NewDesc(prometheus.BuildFQName(namespace, "placement", "partitions"),
+			"Partitions of all filters (pairs of filter and partition) by state: owned under the membership's placement, moving (owned anew and not pulled yet), held here.", []string{"state"}, nil),
+		movedBytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "placement", "moved_bytes_total"),
+			"Bytes of partitions pulled from their previous owners by moves.", nil, nil),
+		caughtUp: prometheus.NewDesc(prometheus.BuildFQName(namespace, "placement", "caught_up"),
+			"1 when the pod holds every partition it owns under the membership's placement, 0 while a move's pull or the catch-up is under way.", nil, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (r *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers} {
+	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.partitions, r.movedBytes, r.caughtUp} {
 		ch <- d
 	}
 }
@@ -64,4 +72,14 @@ func (r *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	for peer, n := range r.node.QueuedWrites() {
 		ch <- prometheus.MustNewConstMetric(r.queued, prometheus.GaugeValue, float64(n), peer)
 	}
+	p := r.node.PlacementStatus()
+	for state, n := range map[string]int{"owned": p.PartitionsOwned, "moving": p.PartitionsMoving, "held": p.PartitionsHeld} {
+		ch <- prometheus.MustNewConstMetric(r.partitions, prometheus.GaugeValue, float64(n), state)
+	}
+	counter(r.movedBytes, p.MovedBytes)
+	caughtUp := 0.0
+	if p.CaughtUp {
+		caughtUp = 1
+	}
+	ch <- prometheus.MustNewConstMetric(r.caughtUp, prometheus.GaugeValue, caughtUp)
 }
