@@ -258,6 +258,14 @@ func (s *Server) merge(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.Writes.Placed() && len(st.Parts) == f.Partitions() {
+		// The pod takes the partitions it holds; the others' owners are not asked.
+		for p := range st.Parts {
+			if !f.Holds(p) {
+				st.Parts[p].Layers = nil
+			}
+		}
+	}
 	res, err := f.MergeBits(st)
 	if err != nil {
 		return engineError(err, false)

@@ -265,8 +265,9 @@ func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership) error {
 	}
 }
 
-// pullPartition pulls one partition of the filter from peer and merges it.
+// pullPartition pulls one partition of the filter from peer and merges it, paced as anti-entropy.
 func (n *Node) pullPartition(ctx context.Context, peer wire.Member, name string, partition int) (int64, error) {
+	start := time.Now()
 	st, release, err := n.pullDump(ctx, peer, name, []int{partition})
 	if err != nil {
 		return 0, err
@@ -278,7 +279,7 @@ func (n *Node) pullPartition(ctx context.Context, peer wire.Member, name string,
 	}
 	n.stats.Merges.Add(1)
 	n.stats.MergedBytes.Add(int64(res.BytesChanged))
-	return stateBytes(st), nil
+	return stateBytes(st), pace(ctx, st, n.opts.AntiEntropyBytesPerSecond, time.Since(start))
 }
 
 // ReplicateTo is Replicate for a write of partitions that live on writers (this pod among them
