@@ -118,6 +118,9 @@ func (n *Node) PlacementStatus() wire.PlacementStatus {
 			rt = n.Route(f.Name(), f.Partitions())
 		}
 		for p := range f.Partitions() {
+			if rt != nil && rt.ownerAway(p) {
+				st.PartitionsUnderReplicated++
+			}
 			if rt == nil || rt.Owns(p) {
 				st.PartitionsOwned++
 				if rt != nil && rt.Moving(p) && moved != m.Epoch {

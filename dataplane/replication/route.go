@@ -137,6 +137,9 @@ func (rt *Route) Writers(p int) []string {
 	return out
 }
 
+// ownerAway reports whether one of partition p's owners is not a member.
+func (rt *Route) ownerAway(p int) bool { return len(rt.present(rt.owners[p])) < len(rt.owners[p]) }
+
 // Owns reports whether this pod owns partition p under the membership's placement.
 func (rt *Route) Owns(p int) bool { return slices.Contains(rt.owners[p], rt.self) }
 

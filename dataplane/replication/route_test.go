@@ -69,7 +69,7 @@ func TestRouteSkipsOwnersAway(t *testing.T) {
 	for p := range 32 {
 		if slices.Contains(rt.owners[p], "d") {
 			away++
-			if slices.Contains(rt.Readers(p), "d") || len(rt.Readers(p)) != 1 || !slices.Contains(rt.Writers(p), "d") {
+			if slices.Contains(rt.Readers(p), "d") || len(rt.Readers(p)) != 1 || !slices.Contains(rt.Writers(p), "d") || !rt.ownerAway(p) {
 				t.Errorf("partition %d owned by %v: readers %v, writers %v", p, rt.owners[p], rt.Readers(p), rt.Writers(p))
 			}
 		}

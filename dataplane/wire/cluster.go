@@ -70,6 +70,9 @@ type PlacementStatus struct {
 	// PartitionsHeld counts the pairs whose bits the pod holds: the owned ones and, during a
 	// move, those it owned before and still serves.
 	PartitionsHeld int `json:"partitionsHeld"`
+	// PartitionsUnderReplicated counts the pairs of the whole cluster (every pod counts the same)
+	// with an owner that is not a member: fewer than R pods hold them until it is back.
+	PartitionsUnderReplicated int `json:"partitionsUnderReplicated"`
 	// Bytes is the memory of the bits the pod holds.
 	Bytes uint64 `json:"bytes"`
 	// MovedBytes counts the bytes of partitions pulled from peers since the pod started.
