@@ -24,6 +24,7 @@ func (s *Server) filterStatus(c echo.Context) error {
 		FPP:                o.FPP,
 		Scalable:           o.Scalable,
 		Partitions:         o.PartitionCount(),
+		PartitionsHeld:     f.HeldPartitions(),
 		Items:              u.Items,
 		Layers:             u.Layers,
 		SizeBytes:          u.SizeBytes,

@@ -16,6 +16,9 @@ type FilterStatus struct {
 	Scalable           bool    `json:"scalable"`
 	Growth             uint    `json:"growth,omitempty"`
 	Partitions         int     `json:"partitions"`
+	// PartitionsHeld counts the partitions whose bits this pod holds: all of them unless the
+	// membership places partitions on some pods only. Items and SizeBytes are of those.
+	PartitionsHeld int `json:"partitionsHeld"`
 
 	Items              uint64  `json:"items"`
 	Layers             int     `json:"layers"`
@@ -35,6 +38,7 @@ func (f Filter) Status() FilterStatus {
 		Scalable:           f.Scalable,
 		Growth:             f.Growth,
 		Partitions:         f.Partitions,
+		PartitionsHeld:     f.Partitions, // a description sums every partition
 		Items:              f.Items,
 		Layers:             f.Layers,
 		SizeBytes:          f.SizeBytes,
