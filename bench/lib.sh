@@ -52,11 +52,12 @@ stop_pids() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
-# free_port prints a port nothing listens on.
+# free_port prints a port nothing listens on, below the kernel's ephemeral range (32768 and up
+# by default), which the load generators' connections take from.
 free_port() {
 	local p
 	while :; do
-		p=$((20000 + RANDOM % 40000))
+		p=$((20000 + RANDOM % 12000))
 		port_in_use "$p" || {
 			echo "$p"
 			return

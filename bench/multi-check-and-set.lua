@@ -11,8 +11,9 @@
 -- Env: BENCH_FILTER  filter name (default "bench"; bench/run.sh creates it).
 
 local filter = os.getenv("BENCH_FILTER") or "bench"
--- BENCH_QUERY is appended to the path, such as "?consistency=all".
-local path = "/v1/bloomfilter/" .. filter .. "/multi-check-and-set" .. (os.getenv("BENCH_QUERY") or "")
+-- BENCH_QUERY is appended to the path, such as "?consistency=all"; BENCH_OP=multi-set sends the
+-- values to multi-set instead.
+local path = "/v1/bloomfilter/" .. filter .. "/" .. (os.getenv("BENCH_OP") or "multi-check-and-set") .. (os.getenv("BENCH_QUERY") or "")
 local run_id = string.format("%x", os.time())
 
 local next_thread_id = 1

@@ -137,6 +137,13 @@ func (ms *Membership) Get() wire.Membership {
 	return m
 }
 
+// Self is this pod's name in the membership ("" before the first).
+func (ms *Membership) Self() string {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return ms.current.Self
+}
+
 // Peers are the members other than this pod.
 func (ms *Membership) Peers() []wire.Member {
 	ms.mu.RLock()

@@ -252,21 +252,39 @@ func (n *Node) Replicate(ctx context.Context, op Op, level wire.Consistency) err
 // replicateVia sends op to senders and waits until the pods that acknowledged it, with the mine
 // (0 or 1) that this pod counts for, reach need of the pods the level counts.
 func (n *Node) replicateVia(ctx context.Context, op Op, senders []*sender, level wire.Consistency, need, mine int) error {
-	n.stats.ReplicatedOps.Add(1)
-	acks := make(chan error, len(senders))
-	for _, s := range senders {
-		s.enqueue(op, acks)
-	}
+	w := n.send(op, senders, need, mine)
 	timer := time.NewTimer(n.opts.Timeout)
 	defer timer.Stop()
-	acked, failed := mine, 0
+	return n.await(ctx, timer, level, w)
+}
+
+// waiting is a write sent to some peers, whose acknowledgements come on acks.
+type waiting struct {
+	acks            chan error
+	sent, need, mine int
+}
+
+// send enqueues op on senders without waiting.
+func (n *Node) send(op Op, senders []*sender, need, mine int) waiting {
+	n.stats.ReplicatedOps.Add(1)
+	w := waiting{acks: make(chan error, len(senders)), sent: len(senders), need: need, mine: mine}
+	for _, s := range senders {
+		s.enqueue(op, w.acks)
+	}
+	return w
+}
+
+// await waits until the pods that acknowledged w, with the one this pod counts for, reach its
+// need, or timer fires.
+func (n *Node) await(ctx context.Context, timer *time.Timer, level wire.Consistency, w waiting) error {
+	acked, failed := w.mine, 0
 	var failures []string
-	for acked < need {
-		if mine+len(senders)-failed < need {
-			failures = append(failures, fmt.Sprintf("only %d pods to send it to", len(senders)-failed))
+	for acked < w.need {
+		if w.mine+w.sent-failed < w.need {
+			failures = append(failures, fmt.Sprintf("only %d pods to send it to", w.sent-failed))
 		} else {
 			select {
-			case err := <-acks:
+			case err := <-w.acks:
 				if err == nil {
 					acked++
 				} else {
@@ -282,7 +300,7 @@ func (n *Node) replicateVia(ctx context.Context, op Op, senders []*sender, level
 		}
 		n.stats.ReplicationFailures.Add(1)
 		return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
-			ErrReplication, level, need, mine+len(senders), acked, strings.Join(failures, "; "))
+			ErrReplication, level, w.need, w.mine+w.sent, acked, strings.Join(failures, "; "))
 	}
 	return nil
 }

@@ -285,26 +285,47 @@ func (n *Node) pullPartition(ctx context.Context, peer wire.Member, name string,
 	return stateBytes(st), pace(ctx, st, n.opts.AntiEntropyBytesPerSecond, time.Since(start))
 }
 
-// ReplicateTo is Replicate for a write of partitions that live on writers (this pod among them
-// or not): it goes to the writers that are peers, and level counts the writers. A create, when
-// given, is sent to them first, and its outcome not waited for.
-func (n *Node) ReplicateTo(ctx context.Context, op Op, writers []string, level wire.Consistency, create *Op) error {
-	self := n.members.Get().Self
-	var senders []*sender
-	for _, s := range n.currentSenders() {
-		if slices.Contains(writers, s.peer.Name) {
-			senders = append(senders, s)
+// Targeted is a write of the partitions that live on Writers, this pod among them when it
+// applied the write (Applied).
+type Targeted struct {
+	Op      Op
+	Writers []string
+	Applied bool
+}
+
+// ReplicateTo is Replicate for writes of partitions placed on some pods: each goes to its writers
+// that are peers, all at once, and level counts each one's writers. A create, when given, is sent
+// to them first, and its outcome not waited for. It waits for all of them, at most the
+// replication timeout in all, and errs for the first that fell short.
+func (n *Node) ReplicateTo(ctx context.Context, level wire.Consistency, writes []Targeted, create *Op) error {
+	self := n.members.Self()
+	peers := n.currentSenders()
+	ws := make([]waiting, len(writes))
+	for i, t := range writes {
+		var senders []*sender
+		for _, s := range peers {
+			if slices.Contains(t.Writers, s.peer.Name) {
+				senders = append(senders, s)
+			}
+		}
+		if create != nil {
+			ignored := make(chan error, len(senders))
+			for _, s := range senders {
+				s.enqueue(*create, ignored)
+			}
+		}
+		mine := 0
+		if t.Applied && slices.Contains(t.Writers, self) {
+			mine = 1
+		}
+		ws[i] = n.send(t.Op, senders, level.Count(len(t.Writers)), mine)
+	}
+	timer := time.NewTimer(n.opts.Timeout)
+	defer timer.Stop()
+	for _, w := range ws {
+		if err := n.await(ctx, timer, level, w); err != nil {
+			return err
 		}
 	}
-	if create != nil {
-		ignored := make(chan error, len(senders))
-		for _, s := range senders {
-			s.enqueue(*create, ignored)
-		}
-	}
-	mine := 0
-	if slices.Contains(writers, self) {
-		mine = 1
-	}
-	return n.replicateVia(ctx, op, senders, level, level.Count(len(writers)), mine)
+	return nil
 }

@@ -75,6 +75,10 @@ type Route struct {
 	// owners[p] are partition p's owners under the membership's placement, its home first;
 	// previous[p] under the previous placement while a move is under way, else nil.
 	owners, previous [][]string
+	// writerSets are the distinct Writers of the partitions, and writerSet[p] partition p's
+	// index among them: a write is sent once to each set.
+	writerSets [][]string
+	writerSet  []int
 }
 
 // newRoute places a filter of partitions partitions under m.
@@ -89,8 +93,25 @@ func newRoute(m wire.Membership, name string, partitions int) *Route {
 		prev := resolve(*m.Previous, m.Members)
 		rt.previous = placement.Owners(name, partitions, prev.owners, prev.r)
 	}
+	rt.writerSet = make([]int, partitions)
+	for p := range partitions {
+		w := rt.Writers(p)
+		i := slices.IndexFunc(rt.writerSets, func(set []string) bool { return slices.Equal(set, w) })
+		if i < 0 {
+			i = len(rt.writerSets)
+			rt.writerSets = append(rt.writerSets, w)
+		}
+		rt.writerSet[p] = i
+	}
 	return rt
 }
+
+// WriterSets are the distinct writers of the partitions; WriterSet(p) is partition p's index
+// among them.
+func (rt *Route) WriterSets() [][]string { return rt.writerSets }
+
+// WriterSet is partition p's index in WriterSets.
+func (rt *Route) WriterSet(p int) int { return rt.writerSet[p] }
 
 // Partitions is how many partitions the route places.
 func (rt *Route) Partitions() int { return len(rt.owners) }

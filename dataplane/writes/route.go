@@ -31,6 +31,9 @@ func (s *Service) Routed(ctx context.Context, level wire.Consistency, f *filter.
 	if local {
 		return s.serveHere(ctx, level, f, op, values)
 	}
+	if op == wire.OpMultiSet {
+		return nil, s.setPlaced(ctx, level, f, values)
+	}
 	rt := s.node.Route(f.Name(), f.Partitions())
 	groups := groupByServers(f, rt, op, values)
 	answers := make([]bool, len(values))
@@ -130,6 +133,28 @@ func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *fil
 	return nil
 }
 
+// setPlaced adds values to f without answering whether they were there: this pod adds those of
+// the partitions it holds, and sends each value to its partition's writers, as a home replicates
+// a write, waiting for the level's acknowledgements counted over them. No home is involved, and
+// the values travel in the peers' binary batches with the other writes to them.
+func (s *Service) setPlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, values []string) error {
+	if !s.node.Ready() {
+		return ErrCatchingUp // what it holds may be behind, and the peers may lack the filter
+	}
+	var mine []string
+	for _, v := range values {
+		if f.Holds(f.PartitionOf(v)) {
+			mine = append(mine, v)
+		}
+	}
+	if len(mine) > 0 {
+		if err := f.AddMany(mine); err != nil {
+			return err
+		}
+	}
+	return s.replicatePlaced(ctx, level, f, values)
+}
+
 // serveHere serves values of f on this pod, which must hold their partitions: checks them, or
 // applies and journals them and replicates them to their partitions' other writers.
 func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filter.Filter, op wire.FilterOp, values []string) ([]bool, error) {
@@ -162,27 +187,19 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 		return nil
 	}
 	rt := s.node.Route(f.Name(), f.Partitions())
-	type batch struct {
-		writers []string
-		keys    []string
-	}
-	byPartition := make(map[int]*batch)
-	byWriters := make(map[string]*batch)
-	var batches []*batch
+	bySet := make([][]string, len(rt.WriterSets()))
 	for _, k := range keys {
-		p := f.PartitionOf(k)
-		b, ok := byPartition[p]
-		if !ok {
-			writers := rt.Writers(p)
-			key := strings.Join(writers, "\x00")
-			if b, ok = byWriters[key]; !ok {
-				b = &batch{writers: writers}
-				byWriters[key] = b
-				batches = append(batches, b)
-			}
-			byPartition[p] = b
+		set := rt.WriterSet(f.PartitionOf(k))
+		bySet[set] = append(bySet[set], k)
+	}
+	var targeted []replication.Targeted
+	for set, ks := range bySet {
+		if len(ks) > 0 {
+			targeted = append(targeted, replication.Targeted{
+				Op:      replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: ks},
+				Writers: rt.WriterSets()[set], Applied: f.Holds(f.PartitionOf(ks[0])),
+			})
 		}
-		b.keys = append(b.keys, k)
 	}
 	// A filter's create reaches the pods from the home of its name, its adds from the homes of
 	// their partitions: through other queues, which may overtake the create's while it is young.
@@ -192,16 +209,7 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 		o := f.Options()
 		create = &replication.Op{Kind: replication.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o}
 	}
-	errs := make([]error, len(batches))
-	var wg sync.WaitGroup
-	for i, b := range batches {
-		wg.Go(func() {
-			op := replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: b.keys}
-			errs[i] = s.node.ReplicateTo(ctx, op, b.writers, level, create)
-		})
-	}
-	wg.Wait()
-	err := errors.Join(errs...)
+	err := s.node.ReplicateTo(ctx, level, targeted, create)
 	if errors.Is(err, replication.ErrReplication) {
 		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
 			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
