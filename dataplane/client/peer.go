@@ -25,6 +25,13 @@ func (c *Client) Apply(ctx context.Context, batch []byte) ([]bool, error) {
 	return out.Applied, nil
 }
 
+// CheckRoom asks the pod whether it can hold the filters of a batch of creates (in the binary
+// form of wire.OpsContentType); the error is the pod's answer when it cannot.
+func (c *Client) CheckRoom(ctx context.Context, batch []byte) error {
+	_, err := c.roundTrip(ctx, http.MethodPost, wire.RoomPath, wire.OpsContentType, batch, nil)
+	return err
+}
+
 // Inventory answers what the pod holds: a digest of every live filter, and the tombstones.
 func (c *Client) Inventory(ctx context.Context) (wire.Inventory, error) {
 	var inv wire.Inventory

@@ -226,6 +226,33 @@ func (s *Store) roomFor(name string) error {
 	return fmt.Errorf("%w: this pod holds %d filters, the most it may (maxFilters)", ErrOutOfMemory, limit)
 }
 
+// CheckRoom reports whether a new filter of opts, holding the partitions holds names, fits the
+// limits now: each partition's first layer under the per-filter limit, all of them with the
+// overhead under the total one, and the filter under maxFilters. It reserves nothing: a cluster
+// asks every pod before it creates a filter that some cannot hold.
+func (s *Store) CheckRoom(name string, opts Options, holds Holds) error {
+	shape, err := opts.LayerShape(0)
+	if err != nil {
+		return err
+	}
+	held := 0
+	for p := range opts.PartitionCount() {
+		if holds.holds(p) {
+			held++
+		}
+	}
+	if limit := s.memory.limits.FilterBytes; held > 0 && limit > 0 && shape.SizeBytes() > limit {
+		return fmt.Errorf("%w: a partition of filter %q would need %s, above the per-filter limit of %s",
+			ErrTooLarge, name, FormatBytes(shape.SizeBytes()), FormatBytes(limit))
+	}
+	need, used := FilterOverhead+uint64(held)*shape.SizeBytes(), s.memory.used.Load()
+	if limit := s.memory.limits.TotalBytes; limit > 0 && used+need > limit {
+		return fmt.Errorf("%w: filter %q needs %s here (%d partitions), but %s of the total limit of %s are in use",
+			ErrOutOfMemory, name, FormatBytes(need), held, FormatBytes(used), FormatBytes(limit))
+	}
+	return s.roomFor(name)
+}
+
 // retire gives back the memory of a filter already removed from the map and keeps its counts.
 // Removing it first matters to Retired's callers: a filter is never both in the map and retired.
 func (s *Store) retire(f *Filter) {

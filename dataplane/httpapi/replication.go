@@ -200,6 +200,28 @@ func dumpPartitions(c echo.Context, partitions int) (filter.Holds, error) {
 	return func(p int) bool { return want[p] }, nil
 }
 
+// checkRoom answers whether this pod can hold the filters of a batch of creates, as it would
+// answer the creates (507 when it cannot).
+func (s *Server) checkRoom(c echo.Context) error {
+	raw, err := s.readLimited(c, s.Config.MaxHTTPRequestLength)
+	if err != nil {
+		return err
+	}
+	ops, err := replication.DecodeOps(raw)
+	if err != nil {
+		return badRequest(err.Error())
+	}
+	for _, op := range ops {
+		if op.Kind != replication.OpCreate || op.Options == nil {
+			return badRequest(fmt.Sprintf("a room check takes creates, not %q", op.Kind))
+		}
+		if err := s.Node.CheckRoom(op.Name, *op.Options); err != nil {
+			return engineError(err, false)
+		}
+	}
+	return c.NoContent(http.StatusOK)
+}
+
 func (s *Server) placementStatus(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.Node.PlacementStatus())
 }

@@ -138,6 +138,7 @@ func (s *Server) routes() {
 	s.internal.POST(wire.ApplyPath, ready(s.applyOps))
 	s.internal.GET(wire.InventoryPath, ready(s.inventory))
 	s.internal.GET(wire.PlacementStatusPath, s.placementStatus)
+	s.internal.POST(wire.RoomPath, ready(s.checkRoom))
 	s.internal.GET(wire.FilterStatusPath(":"+wire.NameParam), ready(s.filterStatus))
 
 	s.routePaths = make(map[string]bool)

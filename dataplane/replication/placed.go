@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -100,6 +102,61 @@ func (n *Node) arrangeFilter(f *filter.Filter) {
 			n.opts.Log.Info("Released a partition placed on other pods", "filter", f.Name(), "partition", p, "bytes", freed)
 		}
 	}
+}
+
+// CheckRoom reports whether this pod can hold the partitions placed on it of a new filter.
+func (n *Node) CheckRoom(name string, opts filter.Options) error {
+	return n.opts.Store.CheckRoom(name, opts, n.Holds(name, opts))
+}
+
+// CheckRoomEverywhere asks every member that a new filter's placement gives partitions whether
+// it can hold them, this pod included, and returns the refusals, each naming its pod. A member
+// that does not answer is not counted as refusing: it takes the filter when it is back, or
+// reports the refusal then.
+func (n *Node) CheckRoomEverywhere(ctx context.Context, name string, opts filter.Options) error {
+	m := n.members.Get()
+	rt := n.Route(name, opts.PartitionCount())
+	batch := AppendOps(nil, []Op{{Kind: OpCreate, Name: name, Generation: 1, Options: &opts}})
+	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
+	defer cancel()
+	var mu sync.Mutex
+	var refusals []error
+	var wg sync.WaitGroup
+	for _, member := range m.Members {
+		owns := false
+		for p := range opts.PartitionCount() {
+			owns = owns || slices.Contains(rt.Writers(p), member.Name)
+		}
+		if !owns {
+			continue
+		}
+		wg.Go(func() {
+			var err error
+			if member.Name == m.Self {
+				err = n.CheckRoom(name, opts)
+			} else if err = n.peer(member).CheckRoom(ctx, batch); !isRefusal(err) {
+				err = nil
+			}
+			if err != nil {
+				mu.Lock()
+				refusals = append(refusals, fmt.Errorf("pod %s: %w", member.Name, err))
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(refusals) == 0 {
+		return nil
+	}
+	slices.SortFunc(refusals, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return fmt.Errorf("%w: %w", filter.ErrOutOfMemory, errors.Join(refusals...))
+}
+
+// isRefusal reports whether a peer answered that it cannot hold a filter (507, or 400 for a
+// partition above its per-filter limit).
+func isRefusal(err error) bool {
+	var e *client.Error
+	return errors.As(err, &e) && (e.Status == http.StatusInsufficientStorage || e.Status == http.StatusBadRequest)
 }
 
 // PlacementStatus is this pod's view of its partitions under the membership held.

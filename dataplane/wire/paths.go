@@ -86,6 +86,9 @@ const (
 	MembershipPath = InternalBasePath + "/membership"
 	// ApplyPath takes a batch of a peer's writes (POST ApplyRequest, answered ApplyResponse).
 	ApplyPath = InternalBasePath + "/apply"
+	// RoomPath asks whether the pod can hold the filters of a batch of creates (POST, in the
+	// binary form of OpsContentType); 200 when it can, else the error it would answer the create.
+	RoomPath = InternalBasePath + "/room"
 	// InventoryPath answers what the pod holds (GET, answered Inventory).
 	InventoryPath = InternalBasePath + "/inventory"
 )

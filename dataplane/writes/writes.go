@@ -52,6 +52,13 @@ func (s *Service) Create(ctx context.Context, level wire.Consistency, name strin
 	if opts.Partitions == 0 {
 		opts.Partitions = opts.AutoPartitions(s.store.Limits().FilterBytes)
 	}
+	if s.node.Placed() {
+		if _, err := s.store.Get(name); err != nil || overwrite { // a create of an existing filter takes no room
+			if err := s.node.CheckRoomEverywhere(ctx, name, opts); err != nil {
+				return nil, false, err
+			}
+		}
+	}
 	f, created, err = s.store.CreateHolding(name, opts, overwrite, s.node.Holds(name, opts))
 	if err != nil || !created {
 		return f, created, err
