@@ -77,9 +77,13 @@ type clusterState struct {
 	statefulSet *appsv1.StatefulSet // as the API server last returned it; nil if it does not exist
 	// noTLS is true when spec.tls names a Secret the operator cannot use: the pods are not called.
 	noTLS bool
-	// notApplied lists parts of the spec that could not be applied, without a failure: they make
-	// the cluster Degraded but do not stop the pass.
+	// notApplied lists parts of the spec that could not be applied, and pods that do not take
+	// what the operator tells them, without a failure: they make the cluster Degraded but do not
+	// stop the pass.
 	notApplied []degradation
+	// underReplicated is set when the membership step counted partitions held by fewer than R
+	// pods: the cluster is Degraded, with the reason of anything in notApplied first.
+	underReplicated *degradation
 	// limitsRefused is true when the spec's limits cannot fit (checkLimits): the ConfigMap and the
 	// StatefulSet are left as they are.
 	limitsRefused bool
@@ -283,9 +287,13 @@ func (r *BloomClusterReconciler) setStatus(st *clusterState, failure error) {
 		// A race with another writer, not a fault: the condition keeps what it said.
 	case failure != nil:
 		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonChildObjectFailure, failure.Error())
-	case len(st.notApplied) > 0:
-		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, st.notApplied[0].reason,
-			messages(slices.Concat(st.notApplied, st.warnings)))
+	case len(st.notApplied) > 0 || st.underReplicated != nil:
+		degraded := slices.Clone(st.notApplied)
+		if st.underReplicated != nil {
+			degraded = append(degraded, *st.underReplicated)
+		}
+		setCondition(&status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, degraded[0].reason,
+			messages(slices.Concat(degraded, st.warnings)))
 	default:
 		// Warnings leave the reason as it is: the cluster runs as its spec asks.
 		msg := "Every child object matches the spec"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -262,6 +263,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 	o.status.Present = true
 	o.status.Items = int64(f.Items)
 	o.status.SizeBytes = int64(f.SizeBytes)
+	o.status.PartitionsHeld = int32(partitionsHeldOf(f))
 	if !ready {
 		// It holds the filter, but the Service sends it nothing, and with several pods it may
 		// not have caught up from its peers: it does not count as serving the filter.
@@ -280,6 +282,12 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	}
 	var unreachable, mismatched, waiting, created []string
 	var items, size int64
+	// The sums over the pods, and of the copies of a partition they hold (partitions held over
+	// partitions): with partitions placed on some pods only, the filter's items and bytes are the
+	// sums over the copies.
+	var sumItems, sumSize int64
+	var copies float64
+	var partial bool
 	var partitions int32 // 0 until a pod that holds the filter reports it
 	var fill, fpr float64
 	var oldestSnapshot time.Time
@@ -305,6 +313,10 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		}
 		if o.status.Present {
 			items, size = max(items, o.status.Items), max(size, o.status.SizeBytes)
+			sumItems, sumSize = sumItems+o.status.Items, sumSize+o.status.SizeBytes
+			held, all := o.status.PartitionsHeld, int32(partitionsOf(o.filter))
+			copies += float64(held) / float64(all)
+			partial = partial || (held > 0 && held < all)
 			partitions = max(partitions, int32(partitionsOf(o.filter)))
 			fill, fpr = max(fill, o.filter.EstimatedFillRatio), max(fpr, o.filter.EstimatedFPP)
 			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
@@ -314,6 +326,9 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	}
 	if len(created) > 0 {
 		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(created, ", "))
+	}
+	if partial && copies > 0 {
+		items, size = int64(math.Round(float64(sumItems)/copies)), int64(math.Round(float64(sumSize)/copies))
 	}
 	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = items, size, partitions
 	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(fill), formatRate(fpr)

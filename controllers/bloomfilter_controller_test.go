@@ -25,6 +25,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/run"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // fakePod is a data-plane pod for envtest: a Pod object of the cluster's StatefulSet whose status
@@ -354,6 +355,57 @@ func TestBloomFilterWithPartitions(t *testing.T) {
 			t.Errorf("pod %s holds %+v, %v; want 4 partitions", p.name, f, err)
 		}
 	}
+	for _, p := range bf.Status.Pods {
+		if p.PartitionsHeld != 4 {
+			t.Errorf("pod %s reports %d partitions held; want all 4 without placement", p.Pod, p.PartitionsHeld)
+		}
+	}
+}
+
+// heldDataPlane is the real data plane whose filter status plays a placement on its pods: pod
+// c-0 holds 1 of the filter's 4 partitions, c-1 3 and c-2 2, with items and bytes in proportion.
+type heldDataPlane struct{ DataPlane }
+
+func (d heldDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error) {
+	f, err := d.DataPlane.FilterStatus(ctx, pod, name)
+	if err != nil {
+		return f, err
+	}
+	held := map[string]int{"c-0": 1, "c-1": 3, "c-2": 2}[pod.Name]
+	f.PartitionsHeld, f.Items, f.SizeBytes = held, 1000*uint64(held), 4096*uint64(held)
+	return f, nil
+}
+
+// With partitions placed on some pods only, each pod's status says how many it holds, and the
+// filter's items and bytes are the pods' sums over the average number of copies of a partition.
+func TestBloomFilterStatusOfPartitionsPlacedOnSomePods(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 3)
+	addPod(t, ns, "c", "c-0")
+	addPod(t, ns, "c", "c-1")
+	addPod(t, ns, "c", "c-2")
+	startManager(t, ns, func(mgr ctrl.Manager) error {
+		return (&BloomFilterReconciler{
+			Client:         mgr.GetClient(),
+			DataPlane:      heldDataPlane{NewHTTPDataPlane(2 * time.Second)},
+			Recorder:       mgr.GetEventRecorder("bloomfilter"),
+			Resync:         200 * time.Millisecond,
+			PodParallelism: 4,
+		}).SetupWithManager(mgr)
+	})
+	createBloomFilter(t, ns, "placed", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.Partitions = new(int32(4)) })
+
+	// 6 partitions held of 4: 1.5 copies of each; 6000 items and 24576 bytes summed.
+	eventually(t, 10*time.Second, "the sums over 1.5 copies in status", func() (bool, string) {
+		bf := getBloomFilter(t, ns, "placed")
+		held := map[string]int32{}
+		for _, p := range bf.Status.Pods {
+			held[p.Pod] = p.PartitionsHeld
+		}
+		return bf.Status.Items == 4000 && bf.Status.SizeBytes == 16384 && held["c-0"] == 1 && held["c-1"] == 3 && held["c-2"] == 2,
+			fmt.Sprintf("items %d, size %d, pods %+v", bf.Status.Items, bf.Status.SizeBytes, bf.Status.Pods)
+	})
 }
 
 func TestBloomFilterReportsTheLastSnapshot(t *testing.T) {

@@ -303,6 +303,62 @@ func TestBloomFilterStatusReportsTheLargestCopy(t *testing.T) {
 	}
 }
 
+// With partitions placed on some pods only, a pod's copy holds some of them: status sums the
+// copies and divides by the average number of copies of a partition. A pod that holds none adds
+// nothing; when every pod holds all partitions or none, status keeps the largest copy.
+func TestBloomFilterStatusSumsPartialCopies(t *testing.T) {
+	cluster := &bloomeryv1alpha1.BloomCluster{Spec: bloomeryv1alpha1.BloomClusterSpec{Replicas: new(int32(5))}}
+	copyOf := func(pod string, partitions, held int, items, size int64) podObservation {
+		return podObservation{
+			status: bloomeryv1alpha1.PodFilterStatus{Pod: pod, Present: true, Items: items, SizeBytes: size, PartitionsHeld: int32(held)},
+			filter: wire.FilterStatus{Partitions: partitions},
+		}
+	}
+	tests := []struct {
+		name              string
+		observed          []podObservation
+		wantItems, wantSz int64
+	}{
+		// 4 partitions on 2 of 5 pods: 8 copies of a partition, 2 of each.
+		{"some of them", []podObservation{
+			copyOf("c-0", 4, 2, 100, 1000), copyOf("c-1", 4, 2, 120, 1200), copyOf("c-2", 4, 1, 50, 500),
+			copyOf("c-3", 4, 3, 130, 1300), copyOf("c-4", 4, 0, 0, 0),
+		}, 200, 2000},
+		// Partitions of unequal sizes while one scales: the sum over 1.5 copies.
+		{"rounded", []podObservation{copyOf("c-0", 2, 1, 100, 1000), copyOf("c-1", 2, 2, 201, 2001)}, 201, 2001},
+		{"all or none: the largest", []podObservation{copyOf("c-0", 1, 1, 100, 1000), copyOf("c-1", 1, 1, 90, 900), copyOf("c-2", 1, 0, 0, 0)}, 100, 1000},
+		{"every pod all of them", []podObservation{copyOf("c-0", 4, 4, 100, 1000), copyOf("c-1", 4, 4, 110, 900)}, 110, 1000},
+	}
+	for _, tt := range tests {
+		bf := &bloomeryv1alpha1.BloomFilter{}
+		(&BloomFilterReconciler{}).report(bf, cluster, tt.observed)
+		if bf.Status.Items != tt.wantItems || bf.Status.SizeBytes != tt.wantSz {
+			t.Errorf("%s: items %d, size %d; want %d and %d", tt.name, bf.Status.Items, bf.Status.SizeBytes, tt.wantItems, tt.wantSz)
+		}
+	}
+}
+
+// A pod's partitionsHeld is what it reports, and all of them for a data plane from before
+// placement, which reports none but holds bits; a pod with no bytes and no items holds none.
+func TestPartitionsHeldOf(t *testing.T) {
+	tests := []struct {
+		f    wire.FilterStatus
+		want int
+	}{
+		{wire.FilterStatus{Partitions: 8, PartitionsHeld: 3, SizeBytes: 10}, 3},
+		{wire.FilterStatus{Partitions: 8, PartitionsHeld: 8, SizeBytes: 10}, 8},
+		{wire.FilterStatus{Partitions: 8, SizeBytes: 10}, 8}, // from before placement
+		{wire.FilterStatus{Partitions: 0, SizeBytes: 10}, 1}, // from before partitions
+		{wire.FilterStatus{Partitions: 8}, 0},                // holds none
+		{wire.FilterStatus{Partitions: 2, PartitionsHeld: 5, SizeBytes: 10}, 2},
+	}
+	for _, tt := range tests {
+		if got := partitionsHeldOf(tt.f); got != tt.want {
+			t.Errorf("partitionsHeldOf(%+v) = %d, want %d", tt.f, got, tt.want)
+		}
+	}
+}
+
 // status.partitions is the largest number of partitions the pods that hold the filter report, a
 // pod's 0 (one from before partitions) counting as 1; with no pod holding the filter it is unset.
 func TestBloomFilterStatusReportsThePartitions(t *testing.T) {

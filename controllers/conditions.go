@@ -59,6 +59,10 @@ const (
 	// spec.resp.passwordSecret names a Secret that does not exist, lacks the key or holds a
 	// password too short: the ConfigMap and the StatefulSet are not changed.
 	ReasonRESPPasswordSecretNotUsable = "RESPPasswordSecretNotUsable"
+	// Some (filter, partition) pairs are held by fewer pods than the replication factor
+	// (status.placement.partitionsUnderReplicated): an owner is away, restarting and catching up
+	// from its peers, or not answering. Reads and writes of those partitions go to the owners left.
+	ReasonPartitionsUnderReplicated = "PartitionsUnderReplicated"
 
 	// BloomFilter
 	ReasonOnAllPods       = "OnAllPods"

@@ -72,6 +72,19 @@ func (s FilterShape) Matches(f wire.FilterStatus) bool {
 // from before partitions does.
 func partitionsOf(f wire.FilterStatus) int { return max(f.Partitions, 1) }
 
+// partitionsHeldOf is how many of the filter's partitions the pod holds. A data plane from before
+// placement reports none (the field is absent) and holds them all; one that holds none of them
+// reports no bytes either, as every partition it holds has its bits.
+func partitionsHeldOf(f wire.FilterStatus) int {
+	switch {
+	case f.PartitionsHeld > 0:
+		return min(f.PartitionsHeld, partitionsOf(f))
+	case f.SizeBytes == 0 && f.Items == 0:
+		return 0
+	}
+	return partitionsOf(f)
+}
+
 // ErrFilterNotFound is the data plane's answer for a filter a pod does not hold.
 var ErrFilterNotFound = errors.New("filter not found on the pod")
 

@@ -55,7 +55,7 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 	}
 	members, targets := membersOf(pods, st.token, st.tls)
 	reports := r.readPlacement(ctx, targets)
-	recordReports(c, targets, reports)
+	st.underReplicated = underReplication(c, recordReports(c, targets, reports))
 	want := r.planPlacement(st, members, reports)
 	recorded, ok := recordedPlacement(c)
 	switch {

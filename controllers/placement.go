@@ -211,12 +211,15 @@ func (r *BloomClusterReconciler) readPlacement(ctx context.Context, targets []me
 }
 
 // recordReports writes what the pods reported into status.placement: the sums of the partitions
-// they own and still pull, and the bytes each holds. Pods that did not report are left out.
-func recordReports(c *bloomeryv1alpha1.BloomCluster, targets []memberPod, reports []placementReport) {
+// they own and still pull, the bytes each holds, and the pairs held by fewer than R pods
+// (underReplicated). Pods that did not report are left out of the sums. It returns the owners
+// counted as under-replicated: catching up, or not answering.
+func recordReports(c *bloomeryv1alpha1.BloomCluster, targets []memberPod, reports []placementReport) []string {
 	p := c.Status.Placement
 	if p == nil {
-		return
+		return nil
 	}
+	lastOwned := p.PartitionsOwned
 	p.PartitionsOwned, p.PartitionsMoving, p.BytesPerPod = 0, 0, nil
 	for i, rep := range reports {
 		if rep.err != nil {
@@ -228,6 +231,79 @@ func recordReports(c *bloomeryv1alpha1.BloomCluster, targets []memberPod, report
 			Pod: targets[i].addr.Name, Bytes: int64(min(rep.status.Bytes, math.MaxInt64)),
 		})
 	}
+	var pods []string
+	p.PartitionsUnderReplicated, pods = underReplicated(c, targets, reports, lastOwned)
+	return pods
+}
+
+// underReplicated approximates the pairs that fewer than R pods hold: the largest count the pods
+// report (pairs with an owner that is not a member, which every pod counts alike), plus the pairs
+// of each owner that does not hold them: one that reports it has not caught up while no move is
+// under way (a restarted pod pulling from its peers; during a move the previous owners hold
+// everything), and one that does not answer (an owner of the placement or of the one moved from).
+// Such a pod reporting status.membershipEpoch counts what it owns; the others count the average
+// of the owners that report it (one that has not been told the epoch yet would count every pair
+// as its own), or, when none does, lastOwned (the last pass's sum) spread over the owners. A pair
+// owned by two such pods counts twice. It also returns those pods.
+func underReplicated(c *bloomeryv1alpha1.BloomCluster, targets []memberPod, reports []placementReport, lastOwned int64) (int64, []string) {
+	p := c.Status.Placement
+	epoch := uint64(c.Status.MembershipEpoch)
+	moving := p.Previous != nil
+	owner := func(pod string) bool {
+		return slices.Contains(p.Owners, pod) || (moving && slices.Contains(p.Previous.Owners, pod))
+	}
+	var reported, sum, n int64
+	for i, rep := range reports {
+		if rep.err != nil {
+			continue
+		}
+		reported = max(reported, int64(rep.status.PartitionsUnderReplicated))
+		if rep.status.Epoch == epoch && owner(targets[i].addr.Name) {
+			sum += int64(rep.status.PartitionsOwned)
+			n++
+		}
+	}
+	var average int64
+	switch owners := int64(len(p.Owners)); {
+	case n > 0:
+		average = (sum + n - 1) / n
+	case owners > 0:
+		average = (lastOwned + owners - 1) / owners
+	}
+	count := reported
+	var pods []string
+	for i, rep := range reports {
+		name := targets[i].addr.Name
+		switch {
+		case !owner(name) || errors.Is(rep.err, ErrPlacementUnsupported):
+			// Owns nothing, or is a data plane from before placement, which holds everything.
+			continue
+		case rep.err == nil && (rep.status.CaughtUp || moving):
+			continue
+		case rep.err == nil && rep.status.Epoch == epoch:
+			count += int64(rep.status.PartitionsOwned)
+		default:
+			count += average
+		}
+		pods = append(pods, name)
+	}
+	return count, pods
+}
+
+// underReplication is the degradation of a cluster whose status.placement counts pairs held by
+// fewer than R pods, naming the pods catching up or not answering; nil when it counts none.
+func underReplication(c *bloomeryv1alpha1.BloomCluster, pods []string) *degradation {
+	p := c.Status.Placement
+	if p == nil || p.PartitionsUnderReplicated <= 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%d partitions are held by fewer pods than the replication factor %d", p.PartitionsUnderReplicated, p.ReplicationFactor)
+	if len(pods) > 0 {
+		msg += fmt.Sprintf(" (pods catching up from their peers or not answering: %s)", strings.Join(pods, ", "))
+	} else {
+		msg += " (an owner is not a member: its pod is away)"
+	}
+	return &degradation{ReasonPartitionsUnderReplicated, msg}
 }
 
 // planPlacement is the placement the members should have: every member owns partitions but the

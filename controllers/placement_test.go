@@ -32,8 +32,12 @@ type placementDataPlane struct {
 	DataPlane
 	caughtUp atomic.Bool
 	bytes    atomic.Uint64
-	mu       sync.Mutex
-	pushed   []wire.Membership
+	// underReplicated is the PartitionsUnderReplicated every pod reports; lagging names a pod
+	// that reports it has not caught up whatever caughtUp says.
+	underReplicated atomic.Int64
+	lagging         atomic.Value
+	mu              sync.Mutex
+	pushed          []wire.Membership
 }
 
 func (d *placementDataPlane) PlacementStatus(ctx context.Context, pod Pod) (wire.PlacementStatus, error) {
@@ -41,7 +45,9 @@ func (d *placementDataPlane) PlacementStatus(ctx context.Context, pod Pod) (wire
 	if err != nil {
 		return wire.PlacementStatus{}, err
 	}
-	st := wire.PlacementStatus{Epoch: held.Epoch, CaughtUp: d.caughtUp.Load(), PartitionsOwned: 8, PartitionsHeld: 8, Bytes: d.bytes.Load()}
+	caughtUp := d.caughtUp.Load() && d.lagging.Load() != pod.Name
+	st := wire.PlacementStatus{Epoch: held.Epoch, CaughtUp: caughtUp, PartitionsOwned: 8, PartitionsHeld: 8, Bytes: d.bytes.Load(),
+		PartitionsUnderReplicated: int(d.underReplicated.Load())}
 	if !st.CaughtUp {
 		st.PartitionsMoving = 3
 	}
@@ -395,5 +401,87 @@ func TestPreviousFor(t *testing.T) {
 	}
 	if p := previousFor(c, all); p != nil {
 		t.Errorf("back to the held placement: previous %+v, want none", p)
+	}
+}
+
+// status.placement.partitionsUnderReplicated takes the largest count the pods report, plus what
+// an owner that has not caught up owns while nothing moves; above 0 the cluster is Degraded,
+// naming the count, R and the pods.
+func TestPlacementReportsUnderReplication(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createBloomCluster(t, ns, "u", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replicas = new(int32(3)) })
+	dp := startPlacementReconciler(t, ns)
+	pods := []*fakePod{addPod(t, ns, "u", "u-0"), addPod(t, ns, "u", "u-1"), addPod(t, ns, "u", "u-2")}
+	all := []string{"u-0", "u-1", "u-2"}
+	waitPlacement(t, ns, "u", pods, placementOn(bloomeryv1alpha1.PlacementStable, 3, all...))
+	waitClusterCondition(t, ns, "u", ConditionDegraded, "False/"+ReasonAsExpected, "")
+	underReplicated := func(want int64) {
+		t.Helper()
+		eventually(t, 10*time.Second, fmt.Sprintf("%d partitions under-replicated in status", want), func() (bool, string) {
+			p := getCluster(t, ns, "u").Status.Placement
+			return p.PartitionsUnderReplicated == want, fmt.Sprintf("%+v", p)
+		})
+	}
+
+	// An owner is not a member: the pods count its pairs.
+	dp.underReplicated.Store(5)
+	underReplicated(5)
+	waitClusterCondition(t, ns, "u", ConditionDegraded, "True/"+ReasonPartitionsUnderReplicated,
+		"5 partitions are held by fewer pods than the replication factor 3")
+
+	// A restarted pod catches up from its peers: the 8 pairs it owns count too.
+	dp.lagging.Store("u-1")
+	underReplicated(13)
+	waitClusterCondition(t, ns, "u", ConditionDegraded, "True/"+ReasonPartitionsUnderReplicated, "not answering: u-1")
+
+	dp.underReplicated.Store(0)
+	dp.lagging.Store("")
+	underReplicated(0)
+	waitClusterCondition(t, ns, "u", ConditionDegraded, "False/"+ReasonAsExpected, "")
+}
+
+// underReplicated adds to the largest count the pods report the pairs of each owner that has not
+// caught up while nothing moves (its own count at the recorded epoch, else the average of the
+// owners that report it) and of each owner that does not answer, and leaves out pods that own
+// nothing, data planes from before placement, and pods that pull during a move.
+func TestUnderReplicated(t *testing.T) {
+	t.Parallel()
+	targets := []memberPod{{addr: Pod{Name: "c-0"}}, {addr: Pod{Name: "c-1"}}, {addr: Pod{Name: "c-2"}}, {addr: Pod{Name: "c-3"}}}
+	ok := func(epoch uint64, caughtUp bool, owned, under int) placementReport {
+		return placementReport{status: wire.PlacementStatus{Epoch: epoch, CaughtUp: caughtUp, PartitionsOwned: owned, PartitionsUnderReplicated: under}}
+	}
+	down := placementReport{err: errors.New("connection refused")}
+	old := placementReport{err: fmt.Errorf("pod c-x: %w", ErrPlacementUnsupported)}
+	three := bloomeryv1alpha1.PartitionPlacement{Owners: []string{"c-0", "c-1", "c-2"}, ReplicationFactor: 2}
+	four := bloomeryv1alpha1.PartitionPlacement{Owners: []string{"c-0", "c-1", "c-2", "c-3"}, ReplicationFactor: 2}
+	tests := []struct {
+		name      string
+		placement bloomeryv1alpha1.PartitionPlacement
+		previous  *bloomeryv1alpha1.PartitionPlacement
+		reports   []placementReport
+		lastOwned int64
+		want      int64
+		wantPods  []string
+	}{
+		{"all caught up", four, nil, []placementReport{ok(5, true, 10, 0), ok(5, true, 10, 0), ok(5, true, 10, 0), ok(5, true, 10, 0)}, 0, 0, nil},
+		{"the largest reported", four, nil, []placementReport{ok(5, true, 10, 3), ok(4, true, 10, 7), ok(5, true, 10, 3), ok(5, true, 10, 0)}, 0, 7, nil},
+		{"catching up at the epoch", four, nil, []placementReport{ok(5, true, 10, 2), ok(5, false, 12, 2), ok(5, true, 10, 2), ok(5, true, 10, 2)}, 0, 14, []string{"c-1"}},
+		{"catching up, not told the epoch yet: the average", four, nil, []placementReport{ok(5, true, 10, 0), ok(0, false, 80, 0), ok(5, true, 11, 0), ok(5, true, 12, 0)}, 0, 11, []string{"c-1"}},
+		{"not answering: the average", four, nil, []placementReport{ok(5, true, 10, 0), down, ok(5, true, 10, 0), ok(5, true, 10, 0)}, 0, 10, []string{"c-1"}},
+		{"none answers at the epoch: the last sum over the owners", four, nil, []placementReport{down, down, ok(4, false, 30, 0), old}, 40, 30, []string{"c-0", "c-1", "c-2"}},
+		{"a member that owns nothing", three, nil, []placementReport{ok(5, true, 10, 0), ok(5, true, 10, 0), ok(5, true, 10, 0), down}, 0, 0, nil},
+		{"a data plane from before placement", four, nil, []placementReport{ok(5, true, 10, 0), old, ok(5, true, 10, 0), ok(5, true, 10, 0)}, 0, 0, nil},
+		{"pulling during a move", three, &four, []placementReport{ok(5, false, 10, 0), ok(5, false, 10, 0), ok(5, true, 10, 0), ok(5, true, 0, 0)}, 0, 0, nil},
+		{"not answering during a move, a previous owner", three, &four, []placementReport{ok(5, false, 10, 0), ok(5, true, 10, 0), ok(5, true, 10, 0), down}, 0, 10, []string{"c-3"}},
+	}
+	for _, tt := range tests {
+		c := &bloomeryv1alpha1.BloomCluster{}
+		c.Status.MembershipEpoch = 5
+		c.Status.Placement = &bloomeryv1alpha1.ClusterPlacement{PartitionPlacement: tt.placement, Previous: tt.previous}
+		got, pods := underReplicated(c, targets, tt.reports, tt.lastOwned)
+		if got != tt.want || !slices.Equal(pods, tt.wantPods) {
+			t.Errorf("%s: %d, pods %v; want %d, pods %v", tt.name, got, pods, tt.want, tt.wantPods)
+		}
 	}
 }

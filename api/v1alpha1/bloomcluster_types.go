@@ -552,6 +552,17 @@ type ClusterPlacement struct {
 	// +optional
 	PartitionsMoving int64 `json:"partitionsMoving"`
 
+	// partitionsUnderReplicated approximates the (filter, partition) pairs that fewer than
+	// replicationFactor pods hold: the largest count the pods report (the pairs with an owner
+	// that is not a member), plus the pairs owned by each owner that is catching up while no
+	// move is under way (a restarted pod) or that does not answer. A pod that does not answer, or
+	// that does not hold membershipEpoch yet, is counted at the average share of the owners that
+	// answer. A pair owned by two such pods counts twice, so that it is an upper bound more than
+	// an exact count; above 0, the cluster is Degraded (PartitionsUnderReplicated).
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PartitionsUnderReplicated int64 `json:"partitionsUnderReplicated"`
+
 	// bytesPerPod is the memory of the bits each pod holds, as it reports it. A scale-down is
 	// refused when their sum, spread over the remaining pods, exceeds limits.maxTotalBytes.
 	// +listType=map

@@ -117,13 +117,20 @@ type PodFilterStatus struct {
 	// +required
 	Present bool `json:"present"`
 
-	// items approximates the values the pod's copy holds.
+	// items approximates the values the pod's copy holds: of the partitions it holds.
 	// +optional
 	Items int64 `json:"items,omitempty"`
 
-	// sizeBytes is the memory of the pod's copy.
+	// sizeBytes is the memory of the pod's copy: of the partitions it holds.
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
+
+	// partitionsHeld is how many of the filter's partitions the pod holds: all of them unless the
+	// cluster places partitions on some pods only (more pods than its replication factor). Left
+	// out for a pod that holds none; a pod from before placement holds all of them.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PartitionsHeld int32 `json:"partitionsHeld,omitempty"`
 
 	// message says what is wrong with this pod's copy, if anything.
 	// +optional
@@ -148,8 +155,10 @@ type BloomFilterStatus struct {
 	// +optional
 	Pods []PodFilterStatus `json:"pods,omitempty"`
 
-	// items approximates the values the filter holds (the largest count of its copies). Always
-	// written, so that a new filter shows 0 rather than a blank.
+	// items approximates the values the filter holds: the largest count of its copies or, when a
+	// pod holds some of the filter's partitions but not all, the pods' sum divided by the average
+	// number of copies of a partition (the sum of the partitions they hold over partitions).
+	// Always written, so that a new filter shows 0 rather than a blank.
 	// +optional
 	Items int64 `json:"items"`
 
@@ -169,8 +178,10 @@ type BloomFilterStatus struct {
 	// +optional
 	Partitions int32 `json:"partitions,omitempty"`
 
-	// sizeBytes is the memory the filter takes on a pod: the largest of the pods' copies, which
-	// differ while a scalable filter grows.
+	// sizeBytes is the memory of one copy of the filter: the largest of the pods' copies, which
+	// differ while a scalable filter grows, or, when a pod holds some of the filter's partitions
+	// but not all, the pods' sum divided by the average number of copies of a partition, as for
+	// items.
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 
