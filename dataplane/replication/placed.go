@@ -120,7 +120,7 @@ func (n *Node) CheckRoomEverywhere(ctx context.Context, name string, opts filter
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
 	var mu sync.Mutex
-	var refusals []error
+	var refusals []string
 	var wg sync.WaitGroup
 	for _, member := range m.Members {
 		owns := false
@@ -138,8 +138,13 @@ func (n *Node) CheckRoomEverywhere(ctx context.Context, name string, opts filter
 				err = nil
 			}
 			if err != nil {
+				var peer *client.Error
+				msg := err.Error()
+				if errors.As(err, &peer) {
+					msg = peer.Message
+				}
 				mu.Lock()
-				refusals = append(refusals, fmt.Errorf("pod %s: %w", member.Name, err))
+				refusals = append(refusals, fmt.Sprintf("pod %s: %s", member.Name, strings.TrimPrefix(msg, filter.ErrOutOfMemory.Error()+": ")))
 				mu.Unlock()
 			}
 		})
@@ -148,8 +153,8 @@ func (n *Node) CheckRoomEverywhere(ctx context.Context, name string, opts filter
 	if len(refusals) == 0 {
 		return nil
 	}
-	slices.SortFunc(refusals, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
-	return fmt.Errorf("%w: %w", filter.ErrOutOfMemory, errors.Join(refusals...))
+	slices.Sort(refusals)
+	return fmt.Errorf("%w: not every pod placement gives partitions of %q can hold them; %s", filter.ErrOutOfMemory, name, strings.Join(refusals, "; "))
 }
 
 // isRefusal reports whether a peer answered that it cannot hold a filter (507, or 400 for a

@@ -1,9 +1,12 @@
 package run_test
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -209,6 +212,21 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 	}
 	if holders != 2 {
 		t.Errorf("%d pods hold the bits of r, want 2", holders)
+	}
+
+	// A second filter as large does not fit: the create is refused, naming the pods that cannot
+	// hold their partitions, and leaves nothing behind.
+	_, _, err = c.pods[2].client.Create(t.Context(), "another", opts)
+	var refusal *client.Error
+	if !errors.As(err, &refusal) || refusal.Status != http.StatusInsufficientStorage || !strings.Contains(err.Error(), "pod p") {
+		t.Errorf("create of a filter the pods cannot hold: %v; want 507 naming the pods", err)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	for i, ts := range c.pods {
+		if names, err := ts.client.List(t.Context()); err != nil || slices.Contains(names, "another") {
+			t.Errorf("%s lists %v, %v after the refused create", c.names[i], names, err)
+		}
 	}
 
 	for round := range 20 {
