@@ -260,7 +260,7 @@ func (n *Node) replicateVia(ctx context.Context, op Op, senders []*sender, level
 
 // waiting is a write sent to some peers, whose acknowledgements come on acks.
 type waiting struct {
-	acks            chan error
+	acks             chan error
 	sent, need, mine int
 }
 
