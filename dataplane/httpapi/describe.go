@@ -71,6 +71,17 @@ func (s *Server) describePlaced(c echo.Context, f *filter.Filter) (wire.Filter, 
 	return out, nil
 }
 
+// describeNew describes a filter just created, empty: all of it, whichever partitions this pod
+// holds, from its options.
+func (s *Server) describeNew(f *filter.Filter) wire.Filter {
+	out := s.describe(f.Info())
+	if shape, err := f.Options().LayerShape(0); err == nil {
+		out.Bits, out.SizeBytes = uint64(shape.Bits)*uint64(f.Partitions()), shape.SizeBytes()*uint64(f.Partitions())
+		out.Hashes, out.Layers = shape.Hashes, 1
+	}
+	return out
+}
+
 // describeOn describes the partitions parts of f on the first of servers that answers.
 func (s *Server) describeOn(c echo.Context, f *filter.Filter, self string, servers []string, parts []int, rt *replication.Route) (wire.Filter, error) {
 	list := make([]string, len(parts))

@@ -61,7 +61,7 @@ func (s *Server) createFilter(c echo.Context) error {
 		return writeError(err, true)
 	}
 	if created {
-		return c.JSON(http.StatusCreated, s.describe(f.Info()))
+		return c.JSON(http.StatusCreated, s.describeNew(f))
 	}
 	ignored := differences(b, opts, f.Options())
 	if failIfExists {

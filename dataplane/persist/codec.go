@@ -41,6 +41,7 @@ type change struct {
 	options filter.Options // kindCreate
 	at      time.Time      // kindCreate: created; kindAccess: accessed; kindTombstone: deleted
 	keys    []string       // kindAdd
+	held    []bool         // kindCreate: the partitions the pod held; nil for all
 	// generation is kindTombstone's: incarnations created up to it are deleted; and kindExpiry's:
 	// the incarnation whose expiry changed.
 	generation int64
@@ -96,12 +97,24 @@ func encodeFilterHead(st filter.State) []byte {
 	return e.buf
 }
 
-func encodeCreate(name string, o filter.Options, created time.Time) []byte {
+// encodeCreate encodes a filter's creation; when the pod holds only some of its partitions (held
+// is not nil), a bitmap of them follows, one bit per partition, so that a replay holds those
+// alone. A create without it holds every partition, as before partitions were placed.
+func encodeCreate(name string, o filter.Options, created time.Time, held []bool) []byte {
 	e := encoder{}
 	e.u8(kindCreate)
 	e.str(name)
 	e.options(o)
 	e.time(created)
+	if held != nil {
+		bitmap := make([]byte, (len(held)+7)/8)
+		for p, h := range held {
+			if h {
+				bitmap[p/8] |= 1 << (p % 8)
+			}
+		}
+		e.buf = append(e.buf, bitmap...)
+	}
 	return e.buf
 }
 
@@ -270,6 +283,23 @@ func (d *decoder) options() filter.Options {
 	return o
 }
 
+// bitmap reads one bit per partition, and refuses bits past the last one.
+func (d *decoder) bitmap(partitions int) []bool {
+	raw := make([]byte, (partitions+7)/8)
+	d.read(raw)
+	if d.err != nil {
+		return nil
+	}
+	out := make([]bool, partitions)
+	for p := range out {
+		out[p] = raw[p/8]&(1<<(p%8)) != 0
+	}
+	if extra := raw[len(raw)-1] >> (partitions % 8); partitions%8 != 0 && extra != 0 {
+		d.fail("bitmap of %d partitions has bits past the last", partitions)
+	}
+	return out
+}
+
 func (d *decoder) tombstone() filter.Tombstone {
 	return filter.Tombstone{Name: d.str(), Generation: d.i64(), DeletedAt: d.time()}
 }
@@ -395,6 +425,9 @@ func (d *decoder) change() change {
 	switch c.kind {
 	case kindCreate:
 		c.options, c.at = d.options(), d.time()
+		if d.err == nil && d.left > 0 {
+			c.held = d.bitmap(c.options.PartitionCount())
+		}
 	case kindDelete:
 	case kindTombstone:
 		c.generation, c.at = d.i64(), d.time()

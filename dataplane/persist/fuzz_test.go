@@ -40,7 +40,8 @@ func FuzzSnapshot(f *testing.F) {
 
 func FuzzLog(f *testing.F) {
 	var seed []byte
-	seed = appendRecord(seed, encodeCreate("f", filter.Options{Capacity: 10, FPP: 0.1}, time.Unix(1, 0)))
+	seed = appendRecord(seed, encodeCreate("f", filter.Options{Capacity: 10, FPP: 0.1}, time.Unix(1, 0), nil))
+	seed = appendRecord(seed, encodeCreate("g", filter.Options{Capacity: 10, FPP: 0.1, Partitions: 9}, time.Unix(1, 0), []bool{true, false, false, true, false, false, false, false, true}))
 	seed = appendRecord(seed, appendAdd(nil, "f", []string{"a", "", "日本"}))
 	seed = appendRecord(seed, encodeAccess("f", time.Unix(5, 0)))
 	seed = appendRecord(seed, encodeExpiry("f", 1e9, filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(60, 0), Stamp: 6, Origin: "pod-0"}))

@@ -674,3 +674,48 @@ func TestTriggersSnapshotOnlyAboveTheThreshold(t *testing.T) {
 }
 
 func keepAll(filter.State) bool { return true }
+
+// A filter created holding some of its partitions (placed on other pods too) is replayed holding
+// those alone, and a snapshot keeps them alone: a restart takes no memory for the others.
+func TestFilterHoldingSomePartitionsReplaysThem(t *testing.T) {
+	dir := t.TempDir()
+	p, store, _ := open(t, dir)
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Partitions: 5}
+	holds := func(p int) bool { return p == 1 || p == 4 }
+	f, _, err := store.CreateHolding("some", opts, false, holds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine []string
+	for _, k := range keys("k", 200) {
+		if holds(f.PartitionOf(k)) {
+			mine = append(mine, k)
+		}
+	}
+	if err := f.AddMany(mine); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.wal.close() // a crash: the log alone
+	_ = p.lock.release()
+
+	p, recovered, _ := open(t, dir)
+	got, err := recovered.Get("some")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.HeldPartitions() != 2 || !got.Holds(1) || !got.Holds(4) || got.SizeBytes() != f.SizeBytes() {
+		t.Fatalf("replayed holding %d partitions (1: %v, 4: %v) of %d bytes; want 1 and 4, %d bytes", got.HeldPartitions(), got.Holds(1), got.Holds(4), got.SizeBytes(), f.SizeBytes())
+	}
+	if present := got.CheckMany(mine); slices.Contains(present, false) {
+		t.Fatal("a replayed value is missing")
+	}
+	if err := p.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	_ = p.wal.close()
+	_ = p.lock.release()
+	_, again, _ := open(t, dir)
+	if g, _ := again.Get("some"); g == nil || g.HeldPartitions() != 2 || !g.Holds(4) {
+		t.Fatalf("restored from the snapshot: %v", g)
+	}
+}

@@ -408,6 +408,11 @@ func apply(store *filter.Store, c change) error {
 		if err != nil {
 			return err
 		}
+		for p, held := range c.held {
+			if !held {
+				st.Parts[p].Layers = nil
+			}
+		}
 		return store.Restore(st)
 	case kindDelete:
 		_, _, err := store.Delete(c.name)
@@ -584,7 +589,14 @@ func (p *Persister) Close() error {
 
 // Created records a new filter.
 func (p *Persister) Created(f *filter.Filter) error {
-	return p.record(encodeCreate(f.Name(), f.Options(), f.Created()), 1)
+	var held []bool
+	if f.HeldPartitions() < f.Partitions() {
+		held = make([]bool, f.Partitions())
+		for i := range held {
+			held[i] = f.Holds(i)
+		}
+	}
+	return p.record(encodeCreate(f.Name(), f.Options(), f.Created(), held), 1)
 }
 
 // Deleted records a delete and the tombstone it leaves.

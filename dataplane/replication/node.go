@@ -281,7 +281,9 @@ func (n *Node) await(ctx context.Context, timer *time.Timer, level wire.Consiste
 	var failures []string
 	for acked < w.need {
 		if w.mine+w.sent-failed < w.need {
-			failures = append(failures, fmt.Sprintf("only %d pods to send it to", w.sent-failed))
+			if failed == 0 { // too few to begin with, rather than after failures already listed
+				failures = append(failures, fmt.Sprintf("only %d pods to send it to", w.sent))
+			}
 		} else {
 			select {
 			case err := <-w.acks:

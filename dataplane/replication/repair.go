@@ -353,6 +353,7 @@ func (n *Node) Run(ctx context.Context) {
 		case <-changed:
 		}
 	}
+	n.arrange() // the filters recovered hold what the membership places here, no more
 	n.catchUp(ctx)
 	n.caughtUp.Store(true)
 	go n.watchMoves(ctx)

@@ -255,7 +255,7 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 func TestPlacedClusterMovesPartitionsToNewPods(t *testing.T) {
 	t.Parallel()
 	const partitions = 16
-	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
+	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
 	r2 := wire.Placement{ReplicationFactor: 2}
 	c.push(r2, nil)
 	if _, _, err := c.pods[0].client.At(wire.ConsistencyAll).Create(t.Context(), "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), Partitions: new(partitions)}); err != nil {
@@ -266,8 +266,8 @@ func TestPlacedClusterMovesPartitionsToNewPods(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
-	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 500 * time.Millisecond })
+	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
+	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
 	old := wire.Placement{Owners: c.names[:4], ReplicationFactor: 2}
 	c.push(wire.Placement{ReplicationFactor: 2}, &old)
 	during := values("during", 2000)

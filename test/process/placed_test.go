@@ -161,21 +161,29 @@ func ownsWithinBound(t *testing.T, in []*replica, partitions int) {
 	}
 }
 
+// wholeBytes is what a filter createPartitioned makes takes: 200,000 values at 0.001, 8 partitions.
+const wholeBytes = 395_520
+
 func createPartitioned(t *testing.T, p *replica, name string, partitions int) {
 	t.Helper()
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(200_000)), FPP: new(0.001), Partitions: new(partitions)}
-	if _, _, err := p.clientOf(client.WithConsistency(wire.ConsistencyAll)).Create(t.Context(), name, opts); err != nil {
+	f, _, err := p.clientOf(client.WithConsistency(wire.ConsistencyAll)).Create(t.Context(), name, opts)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if f.SizeBytes < wholeBytes-8*64 || f.SizeBytes > wholeBytes+8*64 {
+		t.Fatalf("the filter takes %d bytes; wholeBytes says %d", f.SizeBytes, wholeBytes)
 	}
 }
 
 // A pod killed with SIGKILL while values are written (at consistency=one: with R = 2 a quorum
 // is both owners, which a write to the dead pod's partitions cannot reach) loses none of them.
+// The filter is larger than any one pod may hold (maxTotalBytes).
 // While it is down, the other owner of each of its partitions answers for it, and holds every
 // value written meanwhile; once it is back, every pod finds every acknowledged value, including
 // those only the dead pod held when it died.
 func TestPlacedPodKilledUnderWritesLosesNothing(t *testing.T) {
-	c := newTestCluster(t, 4, 1)
+	c := startTestCluster(t, 4, 1, nil, fmt.Sprintf("maxTotalBytes: %d", wholeBytes*3/4))
 	r2 := wire.Placement{ReplicationFactor: 2}
 	c.place(c.pods, r2, nil)
 	createPartitioned(t, c.pods[0], "events", 8)

@@ -73,11 +73,13 @@ func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
 	return startTestCluster(t, n, antiEntropy, nil)
 }
 
-// startTestCluster starts a test cluster, over TLS with tls set.
-func startTestCluster(t *testing.T, n, antiEntropy int, tls *clusterTLS) *testCluster {
+// startTestCluster starts a test cluster, over TLS with tls set, with extra lines of
+// configuration.
+func startTestCluster(t *testing.T, n, antiEntropy int, tls *clusterTLS, extra ...string) *testCluster {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "config.yaml")
-	if err := os.WriteFile(config, fmt.Appendf(nil, replicaConfig, antiEntropy), 0o644); err != nil {
+	content := fmt.Sprintf(replicaConfig, antiEntropy) + strings.Join(extra, "\n") + "\n"
+	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := &testCluster{t: t, config: config, tls: tls}
