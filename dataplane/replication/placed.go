@@ -38,8 +38,19 @@ type routeKey struct {
 // under way: requests are then routed to the owners of each value's partition.
 func (n *Node) Placed() bool { return n.placed.on.Load() }
 
+// placedMembership reports whether m is served by routing: its placement leaves some member
+// without some partition, or it moves from one whose owners did not each hold everything. A move
+// between placements of every partition on every owner (a cluster of full replicas growing) is
+// served as full replicas are: a new member catches up from the others before it is ready.
 func placedMembership(m wire.Membership) bool {
-	return m.Epoch > 0 && (m.Previous != nil || !resolve(m.Placement, m.Members).full(m.Members))
+	if m.Epoch == 0 || !resolve(m.Placement, m.Members).full(m.Members) {
+		return m.Epoch > 0
+	}
+	if m.Previous == nil {
+		return false
+	}
+	prev := resolve(*m.Previous, m.Members)
+	return prev.r < len(prev.owners)
 }
 
 // Route is where the partitions of the filter live under the membership held.

@@ -96,3 +96,28 @@ func TestMembershipPlacementValidation(t *testing.T) {
 		}
 	}
 }
+
+// A cluster of full replicas that grows, and so moves from every partition on its old members to
+// every partition on all, is served as full replicas; any other placement or move is routed.
+func TestPlacedMemberships(t *testing.T) {
+	members := membersNamed("a", "b", "c")
+	for _, tc := range []struct {
+		p, previous *wire.Placement
+		placed      bool
+	}{
+		{&wire.Placement{}, nil, false},
+		{&wire.Placement{ReplicationFactor: 3}, nil, false},
+		{&wire.Placement{ReplicationFactor: 3}, &wire.Placement{Owners: []string{"a", "b"}, ReplicationFactor: 2}, false},
+		{&wire.Placement{ReplicationFactor: 2}, nil, true},
+		{&wire.Placement{Owners: []string{"a", "b"}, ReplicationFactor: 2}, nil, true},
+		{&wire.Placement{ReplicationFactor: 3}, &wire.Placement{ReplicationFactor: 2}, true},
+	} {
+		m := wire.Membership{Epoch: 1, Self: "a", Members: members, Placement: *tc.p, Previous: tc.previous}
+		if got := placedMembership(m); got != tc.placed {
+			t.Errorf("%+v / %+v: placed %v, want %v", tc.p, tc.previous, got, tc.placed)
+		}
+	}
+	if placedMembership(wire.Membership{}) {
+		t.Error("a pod never told is placed")
+	}
+}
