@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/bloomery/bloomery/dataplane/placement"
 )
 
 // Filter is one named bloom filter, split by a hash of the key into partitions (one, unless its
@@ -38,7 +36,7 @@ type Filter struct {
 	sizeBytes atomic.Uint64
 
 	// parts are the partitions, nil where this pod does not hold one (a cluster places each on
-	// some of its pods); a key belongs to parts[placement.Partition(key, len(parts))]. Holding or
+	// some of its pods); a key belongs to parts[PartitionOf(key, len(parts))]. Holding or
 	// releasing a partition replaces the slice, under holdMu, so that requests read it unlocked.
 	parts  atomic.Pointer[[]*partition]
 	holdMu sync.Mutex
@@ -171,13 +169,11 @@ func (f *Filter) partOf(key string) *partition {
 	if len(parts) == 1 {
 		return parts[0]
 	}
-	return parts[placement.Partition(key, len(parts))]
+	return parts[PartitionOf(key, len(parts))]
 }
 
 // PartitionOf is the partition key belongs to.
-func (f *Filter) PartitionOf(key string) int {
-	return placement.Partition(key, f.opts.PartitionCount())
-}
+func (f *Filter) PartitionOf(key string) int { return PartitionOf(key, f.opts.PartitionCount()) }
 
 // ErrNotHeld refuses a write to a partition this pod does not hold.
 var ErrNotHeld = errors.New("partition not held by this pod")
@@ -262,7 +258,7 @@ func (f *Filter) byPartition(keys []string, out []bool, fn func(p *partition, ke
 	of := make([]int32, len(keys))
 	starts := make([]int, len(parts)+1)
 	for i, key := range keys {
-		p := placement.Partition(key, len(parts))
+		p := PartitionOf(key, len(parts))
 		of[i] = int32(p)
 		starts[p+1]++
 	}

@@ -1,6 +1,9 @@
 package filter
 
-import "math/bits"
+import (
+	"hash/fnv"
+	"math/bits"
+)
 
 // Key locations without an allocation per key. bits-and-blooms/bloom/v3 derives a key's k bit
 // locations from four 64-bit hashes: MurmurHash3 x64-128 (seed 0) of the key, and of the key with
@@ -109,4 +112,29 @@ func fmix64(k uint64) uint64 {
 	k *= 0xc4ceb9fe1a85ec53
 	k ^= k >> 33
 	return k
+}
+
+// PartitionOf is the partition of a filter of partitions partitions that key belongs to. Its hash
+// is FNV-1a finished by Mix, and so independent of the bit positions, which come from murmur3:
+// the keys of one partition are spread over its bits as any keys are.
+func PartitionOf(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(key))
+	hi, _ := bits.Mul64(Mix(h.Sum64()), uint64(partitions))
+	return int(hi)
+}
+
+// Mix is splitmix64's finalizer: FNV's low bits, and its output for inputs that differ in their
+// last bytes, are poorly spread until mixed. A key's partition and every rendezvous order of the
+// data plane (a filter's home, a partition's owners) finish their FNV hashes with it.
+func Mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
 }

@@ -60,7 +60,7 @@ type Options struct {
 	// sliding expiry. When set it governs expiry and ValidAfterCreate is ignored, as in
 	// filter-service.
 	ValidAfterAccess time.Duration
-	// Partitions splits the filter's keys by a hash of the key (placement.Partition) into that
+	// Partitions splits the filter's keys by a hash of the key (PartitionOf) into that
 	// many partitions, each a filter of ⌈Capacity/Partitions⌉ keys at FPP; 0 and 1 both mean one.
 	Partitions uint32
 }

@@ -10,7 +10,7 @@ import (
 )
 
 // partition is one partition of a filter: a scalable filter of its own, with its own lock, that
-// takes the keys placement.Partition gives it. The per-filter memory limit bounds each partition.
+// takes the keys PartitionOf gives it. The per-filter memory limit bounds each partition.
 type partition struct {
 	f     *Filter
 	index int

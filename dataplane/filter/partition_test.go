@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-
-	"github.com/bloomery/bloomery/dataplane/placement"
 )
 
 func partitioned(capacity uint64, fpp float64, partitions uint32) Options {
@@ -54,7 +52,7 @@ func values(prefix string, n int) []string {
 	return out
 }
 
-// Every key goes to the partition placement names, and every partition is a filter of
+// Every key goes to the partition PartitionOf names, and every partition is a filter of
 // ⌈capacity/partitions⌉: many-key answers are those of key-by-key ones, in the request's order,
 // with a repeat answering true.
 func TestPartitionsTakeTheirKeysInOrder(t *testing.T) {
@@ -82,10 +80,10 @@ func TestPartitionsTakeTheirKeysInOrder(t *testing.T) {
 		t.Error("a key added is not found by CheckMany")
 	}
 	for _, key := range keys[:100] {
-		p := f.partList()[placement.Partition(key, 4)]
+		p := f.partList()[PartitionOf(key, 4)]
 		var buf [stackHashes]uint64
 		if !p.contains(p.locations(buf[:0], key)) {
-			t.Fatalf("%s is not in partition %d", key, placement.Partition(key, 4))
+			t.Fatalf("%s is not in partition %d", key, PartitionOf(key, 4))
 		}
 	}
 	if info := f.Info(); info.Items < 2950 || info.SizeBytes != f.SizeBytes() || info.Bits == 0 {
@@ -136,7 +134,7 @@ func TestPartitionedBatchStopsAtTheFirstRefusedKey(t *testing.T) {
 	seen := make([]int, 4)
 	full := len(keys)
 	for i, key := range keys {
-		p := placement.Partition(key, 4)
+		p := PartitionOf(key, 4)
 		if seen[p]++; seen[p] > int(first.Capacity) {
 			full = i
 			break
@@ -216,5 +214,22 @@ func TestAutoPartitions(t *testing.T) {
 		if got := opts.AutoPartitions(tc.limit); got != tc.want {
 			t.Errorf("limit %d: %d partitions, want %d", tc.limit, got, tc.want)
 		}
+	}
+}
+
+// TestPartitionsAreEven spreads a million values over 8 partitions.
+func TestPartitionsAreEven(t *testing.T) {
+	const values, partitions = 1_000_000, 8
+	var count [partitions]int
+	for i := range values {
+		count[PartitionOf("user:"+strconv.Itoa(i), partitions)]++
+	}
+	for p, c := range count {
+		if share := float64(c) / values; math.Abs(share-1.0/partitions) > 0.005 {
+			t.Errorf("partition %d holds %.4f of the values, want %.4f", p, share, 1.0/partitions)
+		}
+	}
+	if PartitionOf("anything", 1) != 0 || PartitionOf("anything", 0) != 0 {
+		t.Error("a filter of one partition has only partition 0")
 	}
 }

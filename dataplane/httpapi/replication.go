@@ -187,7 +187,7 @@ func dumpPartitions(c echo.Context, partitions int) (filter.Holds, error) {
 		return filter.All, nil
 	}
 	want := make([]bool, partitions)
-	for _, field := range strings.Split(strings.Join(raw, ","), ",") {
+	for field := range strings.SplitSeq(strings.Join(raw, ","), ",") {
 		if field == "" {
 			continue
 		}

@@ -1,6 +1,6 @@
-// Package placement decides where the parts of a filter live: which partition a value belongs
-// to, and which pods hold each partition. Every pod computes both alike from the filter's name,
-// its number of partitions and the membership alone, so no table of owners is ever exchanged.
+// Package placement decides which pods hold each partition of a filter (a value's partition is
+// the engine's filter.PartitionOf). Every pod computes it alike from the filter's name, its
+// number of partitions and the membership alone, so no table of owners is ever exchanged.
 //
 // A partition's owners are chosen by rendezvous hashing: every member gets a score for the pair
 // (filter, partition), and the partition goes to the highest scores. A member joining or leaving
@@ -14,8 +14,9 @@ import (
 	"cmp"
 	"encoding/binary"
 	"hash/fnv"
-	"math/bits"
 	"slices"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
 // LoadFactor is how far above an even share of a filter's partitions one pod may hold: the bound
@@ -102,37 +103,12 @@ func nextBelow(ranking, owners []string, load map[string]int, bound int) string 
 	return ""
 }
 
-// Partition is the partition of a filter's partitions that value belongs to. Its hash is FNV-1a,
-// finished by a multiply-xorshift, and so independent of the filter's bit positions, which come
-// from murmur3: the values of one partition are spread over its bits as any values are.
-func Partition(value string, partitions int) int {
-	if partitions <= 1 {
-		return 0
-	}
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(value))
-	hi, _ := bits.Mul64(Mix(h.Sum64()), uint64(partitions))
-	return int(hi)
-}
-
-// score is member's rendezvous score for (filter, partition).
-func score(filter string, partition int, member string) uint64 {
+// score is member's rendezvous score for (the filter name, partition).
+func score(name string, partition int, member string) uint64 {
 	h := fnv.New64a()
 	var buf [binary.MaxVarintLen64]byte
-	_, _ = h.Write([]byte(filter))
+	_, _ = h.Write([]byte(name))
 	_, _ = h.Write(buf[:binary.PutUvarint(buf[:], uint64(partition)+1)])
 	_, _ = h.Write([]byte(member))
-	return Mix(h.Sum64())
-}
-
-// Mix is splitmix64's finalizer: FNV's low bits, and its output for inputs that differ in their
-// last bytes, are poorly spread until mixed. Every rendezvous order of the data plane (a filter's
-// home, a partition's owners) finishes its FNV hashes with it.
-func Mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return filter.Mix(h.Sum64())
 }

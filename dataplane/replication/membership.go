@@ -9,7 +9,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/bloomery/bloomery/dataplane/placement"
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -189,7 +189,7 @@ func rendezvous(name string, members []wire.Member) []wire.Member {
 		_, _ = h.Write([]byte(name))
 		_, _ = h.Write([]byte{0})
 		_, _ = h.Write([]byte(m.Name))
-		ws[i] = weighted{m, placement.Mix(h.Sum64())}
+		ws[i] = weighted{m, filter.Mix(h.Sum64())}
 	}
 	slices.SortFunc(ws, func(a, b weighted) int {
 		if a.w != b.w {

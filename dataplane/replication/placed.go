@@ -149,9 +149,8 @@ func (n *Node) CheckRoomEverywhere(ctx context.Context, name string, opts filter
 				err = nil
 			}
 			if err != nil {
-				var peer *client.Error
 				msg := err.Error()
-				if errors.As(err, &peer) {
+				if peer, ok := errors.AsType[*client.Error](err); ok {
 					msg = peer.Message
 				}
 				mu.Lock()

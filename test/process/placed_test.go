@@ -22,16 +22,7 @@ import (
 func (c *testCluster) place(in []*replica, p wire.Placement, previous *wire.Placement) {
 	c.t.Helper()
 	c.epoch++
-	m := wire.Membership{Epoch: c.epoch, Placement: p, Previous: previous}
-	for _, r := range in {
-		m.Members = append(m.Members, wire.Member{Name: r.name, URL: r.internalURL()})
-	}
-	for _, r := range in {
-		m.Self = r.name
-		if err := r.dp.internal.SetMembership(c.t.Context(), m); err != nil {
-			c.t.Fatalf("membership of %s: %v", r.name, err)
-		}
-	}
+	c.tellPlaced(wire.Membership{Epoch: c.epoch, Placement: p, Previous: previous}, in, in...)
 }
 
 // completeMove waits until every pod in says it pulled what the move of the current epoch gave

@@ -164,7 +164,12 @@ func (c *testCluster) push(in ...*replica) {
 // tell sends the current epoch's membership of members to the pods to.
 func (c *testCluster) tell(members []*replica, to ...*replica) {
 	c.t.Helper()
-	m := wire.Membership{Epoch: c.epoch}
+	c.tellPlaced(wire.Membership{Epoch: c.epoch}, members, to...)
+}
+
+// tellPlaced sends m, with members as its members, to the pods to.
+func (c *testCluster) tellPlaced(m wire.Membership, members []*replica, to ...*replica) {
+	c.t.Helper()
 	for _, p := range members {
 		m.Members = append(m.Members, wire.Member{Name: p.name, URL: p.internalURL()})
 	}
