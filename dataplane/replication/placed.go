@@ -258,7 +258,9 @@ func (n *Node) move(ctx context.Context, m wire.Membership) {
 
 // pullMoved waits for every member to hold m's epoch, waits out the writes already under way,
 // then OR-merges every partition this pod owns anew from each of its previous owners that
-// answers (one suffices: each holds every acknowledged write of the partition).
+// answers: a write acknowledged at consistency=one may be on its home alone. One answering is
+// enough to go on (a previous owner that does not answer is down, and what it alone held comes
+// back with it through anti-entropy).
 func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, partitions int, err error) {
 	if err := n.awaitEpoch(ctx, m); err != nil {
 		return 0, 0, err
