@@ -16,9 +16,10 @@ import (
 
 // When the membership places each partition on some pods only (replication.Node.Placed), every
 // request for values is routed: a value's partition decides which pods serve it. Reads go to the
-// partition's readers (this pod first when it is one), writes to its home, which applies them
-// and replicates them to the partition's other writers. A request of many values is split by
-// the pod that serves them, sent in parallel, and answered in the request's order.
+// partition's readers (this pod first when it is one), check-and-sets to its home, which applies
+// them and replicates them to the partition's other writers, and sets straight to its writers.
+// A request of many values is split by the pod that serves them, sent in parallel, and answered
+// in the request's order.
 
 // Placed reports whether requests for values are routed to their partitions' owners.
 func (s *Service) Placed() bool { return s.node.Placed() }
@@ -45,9 +46,6 @@ func (s *Service) Routed(ctx context.Context, level wire.Consistency, f *filter.
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
-	}
-	if op == wire.OpMultiSet {
-		return nil, nil
 	}
 	return answers, nil
 }
