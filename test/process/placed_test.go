@@ -201,7 +201,8 @@ func TestPlacedPodKilledUnderWritesLosesNothing(t *testing.T) {
 }
 
 // Adding two pods to four and then draining two away, under writes, loses no acknowledged value;
-// afterwards each pod holds what placement gives it and no more.
+// afterwards each pod holds what placement gives it and no more, and concurrent check-and-sets of
+// a new value through every pod answer false once.
 func TestPlacedScaleOutAndDrainUnderWrites(t *testing.T) {
 	const partitions = 16
 	c := newTestCluster(t, 4, 1)
@@ -260,4 +261,38 @@ func TestPlacedScaleOutAndDrainUnderWrites(t *testing.T) {
 	t.Logf("%d values acknowledged, %d batches refused", len(acked), w.failed)
 	everyPodFinds(t, c.pods, "events", acked, "after scaling out and in")
 	ownsWithinBound(t, c.pods, partitions)
+	checkAndSetOnceThroughEveryPod(t, c.pods, "events")
+}
+
+// checkAndSetOnceThroughEveryPod sends check-and-sets of the same new values through every pod at
+// once: each value's partition home serves them all, so each answers false exactly once.
+func checkAndSetOnceThroughEveryPod(t *testing.T, pods []*replica, filter string) {
+	t.Helper()
+	values := valuesOf("once", 200)
+	falses := make([]int, len(values))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, p := range pods {
+		cl := p.clientOf()
+		wg.Go(func() {
+			for i, v := range values {
+				present, err := cl.CheckAndSet(t.Context(), filter, v)
+				if err != nil {
+					t.Errorf("check-and-set through %s: %v", p.name, err)
+					return
+				}
+				if !present {
+					mu.Lock()
+					falses[i]++
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for i, n := range falses {
+		if n != 1 {
+			t.Fatalf("%s answered false %d times through %d pods, want once", values[i], n, len(pods))
+		}
+	}
 }
