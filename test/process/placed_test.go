@@ -261,19 +261,19 @@ func TestPlacedScaleOutAndDrainUnderWrites(t *testing.T) {
 	t.Logf("%d values acknowledged, %d batches refused", len(acked), w.failed)
 	everyPodFinds(t, c.pods, "events", acked, "after scaling out and in")
 	ownsWithinBound(t, c.pods, partitions)
-	checkAndSetOnceThroughEveryPod(t, c.pods, "events")
+	checkAndSetOnceThroughEveryPod(t, c.pods, "events", valuesOf("once", 200))
 }
 
 // checkAndSetOnceThroughEveryPod sends check-and-sets of the same new values through every pod at
-// once: each value's partition home serves them all, so each answers false exactly once.
-func checkAndSetOnceThroughEveryPod(t *testing.T, pods []*replica, filter string) {
+// once, with clients of opts: one pod (the filter's home, or each value's partition's) serves them
+// all, so each answers false exactly once.
+func checkAndSetOnceThroughEveryPod(t *testing.T, pods []*replica, filter string, values []string, opts ...client.Option) {
 	t.Helper()
-	values := valuesOf("once", 200)
 	falses := make([]int, len(values))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, p := range pods {
-		cl := p.clientOf()
+		cl := p.clientOf(opts...)
 		wg.Go(func() {
 			for i, v := range values {
 				present, err := cl.CheckAndSet(t.Context(), filter, v)

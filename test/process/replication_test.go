@@ -404,36 +404,11 @@ func TestConcurrentCheckAndSetAnswersFalseOnce(t *testing.T) {
 			}
 			c := startTestCluster(t, 3, 0, ctls)
 			createFilter(t, c.pods[0].dp, "coupons")
-			values := valuesOf("coupon", 300)
-			falses := make([]int, len(values))
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for _, p := range c.pods {
-				cl := p.clientOf()
-				if tc.marked {
-					cl = p.clientOf(client.Forwarded())
-				}
-				wg.Go(func() {
-					for i, v := range values {
-						present, err := cl.CheckAndSet(t.Context(), "coupons", v)
-						if err != nil {
-							t.Errorf("check-and-set through %s: %v", p.name, err)
-							return
-						}
-						if !present {
-							mu.Lock()
-							falses[i]++
-							mu.Unlock()
-						}
-					}
-				})
+			var opts []client.Option
+			if tc.marked {
+				opts = append(opts, client.Forwarded())
 			}
-			wg.Wait()
-			for i, n := range falses {
-				if n != 1 {
-					t.Errorf("%q answered false %d times through 3 pods, want exactly once", values[i], n)
-				}
-			}
+			checkAndSetOnceThroughEveryPod(t, c.pods, "coupons", valuesOf("coupon", 300), opts...)
 		})
 	}
 }
