@@ -62,9 +62,8 @@ func (n *Node) applyAdds(run []Op) bool {
 	case f.Generation() > op.Generation:
 		return true // the filter was replaced: the write's incarnation is gone everywhere
 	}
-	n.arrangeFilter(f) // a partition placed here anew takes its first writes before it is pulled
 	if len(run) == 1 && op.packed.n == 0 {
-		return n.logFailure(op, f.AddMany(op.Keys))
+		return n.logFailure(op, n.add(f, op.Keys))
 	}
 	// The keys go to the filter applyChunk at a time, through one slice: a batch of packed keys
 	// never takes a string header for each of its keys at once.
@@ -77,7 +76,7 @@ func (n *Node) applyAdds(run []Op) bool {
 	for _, o := range run {
 		for k := range o.EachKey {
 			if chunk = append(chunk, k); len(chunk) == applyChunk {
-				if err = f.AddMany(chunk); err != nil {
+				if err = n.add(f, chunk); err != nil {
 					return n.logFailure(op, err)
 				}
 				chunk = chunk[:0]
@@ -85,9 +84,20 @@ func (n *Node) applyAdds(run []Op) bool {
 		}
 	}
 	if len(chunk) > 0 {
-		err = f.AddMany(chunk)
+		err = n.add(f, chunk)
 	}
 	return n.logFailure(op, err)
+}
+
+// add adds keys to f. A partition placed here that f does not hold yet (f was made while the
+// membership changed) is held then, and the keys are added again: adds are idempotent.
+func (n *Node) add(f *filter.Filter, keys []string) error {
+	err := f.AddMany(keys)
+	if errors.Is(err, filter.ErrNotHeld) {
+		n.arrangeFilter(f)
+		err = f.AddMany(keys)
+	}
+	return err
 }
 
 // applyChunk is how many of a batch's keys applyAdds hands the filter at once.

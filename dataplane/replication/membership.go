@@ -137,6 +137,13 @@ func (ms *Membership) Get() wire.Membership {
 	return m
 }
 
+// Epoch is the epoch of the membership held (0 before the first).
+func (ms *Membership) Epoch() uint64 {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return ms.current.Epoch
+}
+
 // Self is this pod's name in the membership ("" before the first).
 func (ms *Membership) Self() string {
 	ms.mu.RLock()

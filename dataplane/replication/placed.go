@@ -55,16 +55,19 @@ func placedMembership(m wire.Membership) bool {
 
 // Route is where the partitions of the filter live under the membership held.
 func (n *Node) Route(name string, partitions int) *Route {
-	m := n.members.Get()
+	epoch := n.members.Epoch() // the membership itself, a copy, is read only to compute a route
 	n.placed.mu.Lock()
 	defer n.placed.mu.Unlock()
-	if n.placed.epoch != m.Epoch || n.placed.routes == nil {
-		n.placed.epoch, n.placed.routes = m.Epoch, make(map[routeKey]*Route)
+	if n.placed.epoch != epoch || n.placed.routes == nil {
+		n.placed.epoch, n.placed.routes = epoch, make(map[routeKey]*Route)
 	}
 	key := routeKey{name, partitions}
-	rt, ok := n.placed.routes[key]
-	if !ok {
-		rt = newRoute(m, name, partitions)
+	if rt, ok := n.placed.routes[key]; ok {
+		return rt
+	}
+	m := n.members.Get()
+	rt := newRoute(m, name, partitions)
+	if m.Epoch == epoch { // else a newer membership arrived meanwhile: the next call caches its route
 		n.placed.routes[key] = rt
 	}
 	return rt
