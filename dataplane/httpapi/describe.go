@@ -38,11 +38,7 @@ func (s *Server) describePlaced(c echo.Context, f *filter.Filter) (wire.Filter, 
 	groups := map[string][]int{}
 	var order []string
 	for p := range f.Partitions() {
-		readers := rt.Readers(p)
-		if slices.Contains(readers, rt.Self()) {
-			readers = append([]string{rt.Self()}, slices.DeleteFunc(slices.Clone(readers), func(m string) bool { return m == rt.Self() })...)
-		}
-		key := strings.Join(readers, ",")
+		key := strings.Join(rt.ReadOrder(p), ",")
 		if _, ok := groups[key]; !ok {
 			order = append(order, key)
 		}

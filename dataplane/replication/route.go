@@ -131,6 +131,16 @@ func (rt *Route) Readers(p int) []string {
 	return rt.owners[p] // none is a member: requests fail until one is
 }
 
+// ReadOrder is Readers with this pod first when it is one: a read it can answer needs no hop.
+func (rt *Route) ReadOrder(p int) []string {
+	readers := rt.Readers(p)
+	i := slices.Index(readers, rt.self)
+	if i <= 0 {
+		return readers
+	}
+	return slices.Concat([]string{rt.self}, readers[:i], readers[i+1:])
+}
+
 // present is the names that are members: a previous owner may have left.
 func (rt *Route) present(names []string) []string {
 	out := names[:0:0]

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,9 +69,8 @@ func groupByServers(f *filter.Filter, rt *replication.Route, op wire.FilterOp, v
 		g, ok := byPartition[p]
 		if !ok {
 			servers := rt.Readers(p)
-			if op == wire.OpMultiCheck && slices.Contains(servers, rt.Self()) {
-				// This pod first: a read it can answer needs no hop.
-				servers = append([]string{rt.Self()}, slices.DeleteFunc(slices.Clone(servers), func(m string) bool { return m == rt.Self() })...)
+			if op == wire.OpMultiCheck {
+				servers = rt.ReadOrder(p)
 			}
 			key := strings.Join(servers, "\x00")
 			if g, ok = byServers[key]; !ok {

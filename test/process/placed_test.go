@@ -55,8 +55,10 @@ func names(pods []*replica) []string {
 
 // writer writes new values through the pods given, until stopped, and keeps those acknowledged.
 type writer struct {
-	mu      sync.Mutex
-	acked   []string
+	mu    sync.Mutex
+	acked []string
+	// sent[i] is when the request that wrote acked[i] was sent.
+	sent    []time.Time
 	failed  int
 	stop    chan struct{}
 	stopped sync.WaitGroup
@@ -75,12 +77,16 @@ func startWriter(through func() []*replica, filter string, level wire.Consistenc
 				pods := through()
 				p := pods[(n+i)%len(pods)]
 				batch := valuesOf(fmt.Sprintf("w%d-%d", n, i), 20)
+				sent := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				err := p.clientOf(client.WithConsistency(level)).MultiSet(ctx, filter, batch)
 				cancel()
 				w.mu.Lock()
 				if err == nil {
 					w.acked = append(w.acked, batch...)
+					for range batch {
+						w.sent = append(w.sent, sent)
+					}
 				} else {
 					w.failed++
 				}
@@ -114,6 +120,17 @@ func (w *writer) finish() []string {
 	close(w.stop)
 	w.stopped.Wait()
 	return w.acked
+}
+
+// sentAfter are the values acknowledged for requests sent after at; finish first.
+func (w *writer) sentAfter(at time.Time) []string {
+	var out []string
+	for i, v := range w.acked {
+		if w.sent[i].After(at) {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // everyPodFinds checks that every pod in finds every value, routing to the owners.
@@ -183,14 +200,14 @@ func TestPlacedPodKilledUnderWritesLosesNothing(t *testing.T) {
 	w := startWriter(func() []*replica { return survivors }, "events", wire.ConsistencyOne)
 	w.atLeast(t, 2000, "before the kill")
 	victim.dp.stop(t, syscall.SIGKILL)
-	time.Sleep(200 * time.Millisecond) // writes the victim was serving have failed by now
-	down := w.count()
+	killed := time.Now() // the victim is gone: no request sent from now on reaches it
 	w.atLeast(t, 2000, "while the pod is down")
 	acked := w.finish()
-	t.Logf("%d values acknowledged, %d of them while a pod was down; %d batches refused", len(acked), len(acked)-down, w.failed)
+	whileDown := w.sentAfter(killed)
+	t.Logf("%d values acknowledged, %d of them while a pod was down; %d batches refused", len(acked), len(whileDown), w.failed)
 	// At consistency=one a write is answered once its partition's home holds it, and reaches the
 	// other owner a moment later.
-	everyPodFindsWithin(t, survivors, "events", acked[down:], 10*time.Second, "while a pod is down")
+	everyPodFindsWithin(t, survivors, "events", whileDown, 10*time.Second, "while a pod is down")
 
 	c.launch(victim)
 	c.place(c.pods, r2, nil) // the operator tells a restarted pod the membership, in a new epoch
