@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	"time"
 	"unsafe"
 
@@ -84,6 +85,23 @@ func AppendOps(dst []byte, ops []Op) []byte {
 	}
 	return dst
 }
+
+// encodedSizeHint is about the bytes AppendOps takes for ops, at least those of adds, so that a
+// batch is encoded into one allocation.
+func encodedSizeHint(ops []Op) int {
+	size := len(opsMagic) + binary.MaxVarintLen64
+	for _, op := range ops {
+		// The kind, the name, the generation, and room for a create's options or an expiry.
+		size += 1 + binary.MaxVarintLen64 + len(op.Name) + 8 + binary.MaxVarintLen64 + filter.OptionsBinarySize + 8
+		for k := range op.EachKey {
+			size += uvarintSize(len(k)) + len(k)
+		}
+	}
+	return size
+}
+
+// uvarintSize is how many bytes binary.AppendUvarint takes for n.
+func uvarintSize(n int) int { return max(1, (bits.Len64(uint64(n))+6)/7) }
 
 func appendString(dst []byte, s string) []byte {
 	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -190,4 +191,20 @@ func valuesFor(prefix string, n int) []string {
 		out[i] = prefix + strconv.Itoa(i)
 	}
 	return out
+}
+
+// A batch of adds is encoded within the size its hint reserves, so in one allocation.
+func TestEncodedSizeHintHoldsABatchOfAdds(t *testing.T) {
+	ops := []Op{
+		{Kind: OpAdd, Name: "f", Generation: 1, Keys: valuesFor("k", 300)},
+		{Kind: OpAdd, Name: strings.Repeat("n", 200), Generation: 2, Keys: []string{"", strings.Repeat("x", 1<<14)}},
+		{Kind: OpCreate, Name: "g", Generation: 3, Options: &filter.Options{Capacity: 10, FPP: 0.01, Partitions: 8}},
+	}
+	hint := encodedSizeHint(ops)
+	if got := len(AppendOps(nil, ops)); got > hint {
+		t.Fatalf("the batch took %d bytes, over its hint of %d", got, hint)
+	}
+	if allocs := testing.AllocsPerRun(10, func() { _ = AppendOps(make([]byte, 0, encodedSizeHint(ops)), ops) }); allocs > 1 {
+		t.Errorf("%.0f allocations to encode a batch, want 1", allocs)
+	}
 }

@@ -252,57 +252,74 @@ func (n *Node) Replicate(ctx context.Context, op Op, level wire.Consistency) err
 // replicateVia sends op to senders and waits until the pods that acknowledged it, with the mine
 // (0 or 1) that this pod counts for, reach need of the pods the level counts.
 func (n *Node) replicateVia(ctx context.Context, op Op, senders []*sender, level wire.Consistency, need, mine int) error {
-	w := n.send(op, senders, need, mine)
+	n.stats.ReplicatedOps.Add(1)
+	acks := make(chan ack, len(senders))
+	for i, s := range senders {
+		s.enqueue(op, ackTo{acks, i})
+	}
+	t := []tally{{need: need, mine: mine, acked: mine, sent: len(senders)}}
+	only := []int{0}
+	if n.awaitTallies(ctx, acks, t, func(int) []int { return only }) < 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
+		ErrReplication, level, need, mine+len(senders), t[0].acked, strings.Join(t[0].failures, "; "))
+}
+
+// tally counts the acknowledgements of a write from the pods it needs them from.
+type tally struct {
+	need, mine, sent, acked, failed int
+	failures                        []string
+}
+
+// possible reports whether the acknowledgements still to come can reach need.
+func (t *tally) possible() bool { return t.mine+t.sent-t.failed >= t.need }
+
+func (t *tally) count(err error) {
+	if err == nil {
+		t.acked++
+		return
+	}
+	t.failed++
+	t.failures = append(t.failures, err.Error())
+}
+
+// awaitTallies counts each peer's acknowledgement for the tallies tallied(peer) names, until
+// every tally reaches its need or one cannot, at most the replication timeout. It answers the
+// index of a tally that fell short, its failures listed, or -1.
+func (n *Node) awaitTallies(ctx context.Context, acks <-chan ack, tallies []tally, tallied func(peer int) []int) int {
 	timer := time.NewTimer(n.opts.Timeout)
 	defer timer.Stop()
-	return n.await(ctx, timer, level, w)
-}
-
-// waiting is a write sent to some peers, whose acknowledgements come on acks.
-type waiting struct {
-	acks             chan error
-	sent, need, mine int
-}
-
-// send enqueues op on senders without waiting.
-func (n *Node) send(op Op, senders []*sender, need, mine int) waiting {
-	n.stats.ReplicatedOps.Add(1)
-	w := waiting{acks: make(chan error, len(senders)), sent: len(senders), need: need, mine: mine}
-	for _, s := range senders {
-		s.enqueue(op, w.acks)
-	}
-	return w
-}
-
-// await waits until the pods that acknowledged w, with the one this pod counts for, reach its
-// need, or timer fires.
-func (n *Node) await(ctx context.Context, timer *time.Timer, level wire.Consistency, w waiting) error {
-	acked, failed := w.mine, 0
-	var failures []string
-	for acked < w.need {
-		if w.mine+w.sent-failed < w.need {
-			if failed == 0 { // too few to begin with, rather than after failures already listed
-				failures = append(failures, fmt.Sprintf("only %d pods to send it to", w.sent))
+	for {
+		short := -1
+		for i := range tallies {
+			if tallies[i].acked < tallies[i].need {
+				short = i
+				if !tallies[i].possible() {
+					break
+				}
 			}
-		} else {
+		}
+		if short < 0 {
+			return -1
+		}
+		t := &tallies[short]
+		if t.possible() {
 			select {
-			case err := <-w.acks:
-				if err == nil {
-					acked++
-				} else {
-					failed++
-					failures = append(failures, err.Error())
+			case a := <-acks:
+				for _, i := range tallied(a.peer) {
+					tallies[i].count(a.err)
 				}
 				continue
 			case <-timer.C:
-				failures = append(failures, fmt.Sprintf("no answer within %s", n.opts.Timeout))
+				t.failures = append(t.failures, fmt.Sprintf("no answer within %s", n.opts.Timeout))
 			case <-ctx.Done():
-				failures = append(failures, ctx.Err().Error())
+				t.failures = append(t.failures, ctx.Err().Error())
 			}
+		} else if t.failed == 0 { // too few to begin with, rather than after failures already listed
+			t.failures = append(t.failures, fmt.Sprintf("only %d pods to send it to", t.sent))
 		}
 		n.stats.ReplicationFailures.Add(1)
-		return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
-			ErrReplication, level, w.need, w.mine+w.sent, acked, strings.Join(failures, "; "))
+		return short
 	}
-	return nil
 }

@@ -31,8 +31,23 @@ func encodedSize(op Op) int64 {
 // pending is a write waiting for one peer; its outcome goes to ack.
 type pending struct {
 	op  Op
-	ack chan<- error
+	ack ackTo
 }
+
+// ackTo is where the outcome of a write on one peer goes, tagged with that peer's place among the
+// peers the write was sent to: a writer counting acknowledgements per peer tells them apart.
+type ackTo struct {
+	ch   chan<- ack
+	peer int
+}
+
+// ack is the outcome of a write on the peer at its place.
+type ack struct {
+	peer int
+	err  error
+}
+
+func (a ackTo) send(err error) { a.ch <- ack{a.peer, err} }
 
 // sender sends the writes for one peer, in order, batched: one request in flight at a time, and
 // every write queued meanwhile goes in the next. Order matters: a filter's create reaches the
@@ -53,10 +68,10 @@ func newSender(n *Node, peer wire.Member) *sender {
 func (s *sender) stop() { close(s.quit) }
 
 // enqueue never blocks the writer: a full queue fails this peer's part of the write at once.
-func (s *sender) enqueue(op Op, ack chan<- error) {
+func (s *sender) enqueue(op Op, ack ackTo) {
 	select {
 	case <-s.quit:
-		ack <- fmt.Errorf("%s left the cluster", s.peer.Name)
+		ack.send(fmt.Errorf("%s left the cluster", s.peer.Name))
 		return
 	default:
 	}
@@ -65,7 +80,7 @@ func (s *sender) enqueue(op Op, ack chan<- error) {
 		s.queued.Add(1)
 	default:
 		s.node.stats.DroppedOps.Add(1)
-		ack <- fmt.Errorf("%s: %d writes already queued for it", s.peer.Name, queueLength)
+		ack.send(fmt.Errorf("%s: %d writes already queued for it", s.peer.Name, queueLength))
 	}
 }
 
@@ -132,7 +147,7 @@ func (s *sender) stopped(ctx context.Context) error {
 func (s *sender) fail(p *pending, err error) {
 	if p != nil {
 		s.queued.Add(-1)
-		p.ack <- fmt.Errorf("%s: %w", s.peer.Name, err)
+		p.ack.send(fmt.Errorf("%s: %w", s.peer.Name, err))
 	}
 }
 
@@ -142,7 +157,7 @@ func (s *sender) drain(err error) {
 		select {
 		case p := <-s.queue:
 			s.queued.Add(-1)
-			p.ack <- fmt.Errorf("%s: %w", s.peer.Name, err)
+			p.ack.send(fmt.Errorf("%s: %w", s.peer.Name, err))
 		default:
 			return
 		}
@@ -158,11 +173,11 @@ func (s *sender) send(ctx context.Context, batch []pending) {
 	for i, p := range batch {
 		switch {
 		case err != nil:
-			p.ack <- err
+			p.ack.send(err)
 		case !applied[i]:
-			p.ack <- fmt.Errorf("%s lacks filter %q (generation %d); anti-entropy will repair it", s.peer.Name, p.op.Name, p.op.Generation)
+			p.ack.send(fmt.Errorf("%s lacks filter %q (generation %d); anti-entropy will repair it", s.peer.Name, p.op.Name, p.op.Generation))
 		default:
-			p.ack <- nil
+			p.ack.send(nil)
 		}
 	}
 }
@@ -170,7 +185,7 @@ func (s *sender) send(ctx context.Context, batch []pending) {
 func (s *sender) post(ctx context.Context, ops []Op) ([]bool, error) {
 	// A buffer of its own per batch: the transport may still read a body after the answer came
 	// (when the peer answers before reading it all).
-	raw := AppendOps(nil, ops)
+	raw := AppendOps(make([]byte, 0, encodedSizeHint(ops)), ops)
 	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
 	defer cancel()
 	applied, err := s.client.Apply(ctx, raw)

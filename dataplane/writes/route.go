@@ -137,9 +137,10 @@ func (s *Service) setPlaced(ctx context.Context, level wire.Consistency, f *filt
 	if !s.node.Ready() {
 		return ErrCatchingUp // what it holds may be behind, and the peers may lack the filter
 	}
+	parts := partitionsOf(f, values)
 	var mine []string
-	for _, v := range values {
-		if f.Holds(f.PartitionOf(v)) {
+	for i, v := range values {
+		if f.Holds(parts[i]) {
 			mine = append(mine, v)
 		}
 	}
@@ -148,7 +149,7 @@ func (s *Service) setPlaced(ctx context.Context, level wire.Consistency, f *filt
 			return err
 		}
 	}
-	return s.replicatePlaced(ctx, level, f, values)
+	return s.replicatePlaced(ctx, level, f, values, parts)
 }
 
 // serveHere serves values of f on this pod, which must hold their partitions: checks them, or
@@ -157,8 +158,9 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 	if err := s.AcceptForwarded(); err != nil {
 		return nil, err
 	}
-	for _, v := range values {
-		if p := f.PartitionOf(v); !f.Holds(p) {
+	parts := partitionsOf(f, values)
+	for _, p := range parts {
+		if !f.Holds(p) {
 			return nil, &NotHomeError{fmt.Sprintf("this pod does not hold partition %d of %q", p, f.Name())}
 		}
 	}
@@ -166,7 +168,7 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 		return f.CheckMany(values), nil
 	}
 	present, err := f.CheckAndSetMany(values)
-	if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)]); err == nil {
+	if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)], parts); err == nil {
 		err = rerr
 	}
 	return present, err
@@ -176,26 +178,44 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 // than a create takes to reach every pod that is up.
 const createEcho = 30 * time.Second
 
+// partitionsOf answers the partition of each of values.
+func partitionsOf(f *filter.Filter, values []string) []int {
+	parts := make([]int, len(values))
+	for i, v := range values {
+		parts[i] = f.PartitionOf(v)
+	}
+	return parts
+}
+
 // replicatePlaced sends keys added to f to their partitions' other writers, in parallel, and
-// waits for each partition's acknowledgements at level.
-func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
+// waits for each partition's acknowledgements at level. parts[i] is keys[i]'s partition.
+func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string, parts []int) error {
 	if len(keys) == 0 {
 		return nil
 	}
 	rt := s.node.Route(f.Name(), f.Partitions())
-	bySet := make([][]string, len(rt.WriterSets()))
-	for _, k := range keys {
-		set := rt.WriterSet(f.PartitionOf(k))
-		bySet[set] = append(bySet[set], k)
+	writerSets := rt.WriterSets()
+	setOf := make([]int, len(keys))
+	counts := make([]int, len(writerSets))
+	for i := range keys {
+		setOf[i] = rt.WriterSet(parts[i])
+		counts[setOf[i]]++
 	}
-	var targeted []replication.Targeted
-	for set, ks := range bySet {
-		if len(ks) > 0 {
-			targeted = append(targeted, replication.Targeted{
-				Op:      replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: ks},
-				Writers: rt.WriterSets()[set], Applied: f.Holds(f.PartitionOf(ks[0])),
+	var sets []replication.PlacedKeys
+	at := make([]int, len(writerSets)) // each writer set's place in sets, -1 before its first key
+	for i := range at {
+		at[i] = -1
+	}
+	for i, k := range keys {
+		set := setOf[i]
+		if at[set] < 0 {
+			at[set] = len(sets)
+			sets = append(sets, replication.PlacedKeys{
+				Writers: writerSets[set], Keys: make([]string, 0, counts[set]), Applied: f.Holds(parts[i]),
 			})
 		}
+		p := &sets[at[set]]
+		p.Keys = append(p.Keys, k)
 	}
 	// A filter's create reaches the pods from the home of its name, its adds from the homes of
 	// their partitions: through other queues, which may overtake the create's while it is young.
@@ -205,7 +225,7 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 		o := f.Options()
 		create = &replication.Op{Kind: replication.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o}
 	}
-	err := s.node.ReplicateTo(ctx, level, targeted, create)
+	err := s.node.AddPlaced(ctx, level, f.Name(), f.Generation(), sets, create)
 	if errors.Is(err, replication.ErrReplication) {
 		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
 			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",

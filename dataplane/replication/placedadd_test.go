@@ -1,0 +1,68 @@
+package replication
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// A placed add sends each peer one write of all the keys it is a writer of, and counts every set
+// of keys over its own writers: a set of two writers with one of them down falls short at
+// quorum, a set this pod and a live peer hold does not.
+func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
+	var mu sync.Mutex
+	var got []Op
+	b := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
+		raw, _ := io.ReadAll(r.Body)
+		ops, err := DecodeOps(raw)
+		if err != nil {
+			t.Errorf("a batch does not decode: %v", err)
+		}
+		mu.Lock()
+		got = append(got, ops...)
+		mu.Unlock()
+		applied := make([]bool, len(ops))
+		for i := range applied {
+			applied[i] = true
+		}
+		_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: applied})
+	})
+	b.Name = "b"
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "a", Timeout: 5 * time.Second})
+	defer n.Close()
+	down := wire.Member{Name: "c", URL: "http://127.0.0.1:1"}
+	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://127.0.0.1:2"}, b, down}}); err != nil {
+		t.Fatal(err)
+	}
+	sets := []PlacedKeys{
+		{Writers: []string{"a", "b"}, Keys: []string{"k1", "k2"}, Applied: true},
+		{Writers: []string{"b", "c"}, Keys: []string{"k3"}},
+		{Writers: []string{"a", "c"}, Keys: []string{"k4"}, Applied: true},
+	}
+	if err := n.AddPlaced(t.Context(), wire.ConsistencyOne, "f", 1, sets, nil); err != nil {
+		t.Fatalf("consistency one: %v; every set has a writer that holds its keys", err)
+	}
+	mu.Lock()
+	if len(got) != 1 || got[0].Kind != OpAdd || strings.Join(got[0].AllKeys(), ",") != "k1,k2,k3" {
+		t.Errorf("b got %+v, want one add of k1, k2 and k3", got)
+	}
+	got = nil
+	mu.Unlock()
+
+	err := n.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1, sets[:1], nil)
+	if err != nil {
+		t.Fatalf("quorum of a and b: %v", err)
+	}
+	err = n.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1, sets, nil)
+	if !errors.Is(err, ErrReplication) || !strings.Contains(err.Error(), "(b, c)") && !strings.Contains(err.Error(), "(a, c)") {
+		t.Fatalf("quorum with c down: %v, want a replication error naming a set with c", err)
+	}
+}
