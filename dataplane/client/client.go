@@ -206,6 +206,16 @@ func (c *Client) List(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
+// ListDetails answers the live filters' definitions, sorted by name, and how many of each one's
+// partitions the pod holds.
+func (c *Client) ListDetails(ctx context.Context) ([]wire.ListedFilter, error) {
+	var listed []wire.ListedFilter
+	if _, err := c.do(ctx, http.MethodGet, wire.ListPath+"?"+wire.DetailsParam+"=true", nil, &listed); err != nil {
+		return nil, err
+	}
+	return listed, nil
+}
+
 // Delete removes the filter name; deleting an absent filter succeeds.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	_, err := c.do(ctx, http.MethodDelete, wire.FilterPath(name), nil, nil)
@@ -345,6 +355,9 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 	query := ""
 	if c.query != "" && strings.HasPrefix(path, wire.FiltersPath+"/") {
 		query = c.query
+		if strings.Contains(path, "?") {
+			query = "&" + query[1:]
+		}
 	}
 	if c.internal && strings.HasPrefix(path, wire.BasePath+"/") {
 		path = wire.InternalPath(path)

@@ -216,7 +216,7 @@ func mapsEqual(a, b map[string]any) bool {
 }
 
 func TestGetListDelete(t *testing.T) {
-	_, c := startDataPlane(t, nil)
+	d, c := startDataPlane(t, nil)
 	ctx := t.Context()
 
 	names, err := c.List(ctx)
@@ -231,6 +231,37 @@ func TestGetListDelete(t *testing.T) {
 	if names, err = c.List(ctx); err != nil || !slices.Equal(names, []string{"a", "b", "c"}) {
 		t.Fatalf("List = %q, %v; want [a b c]", names, err)
 	}
+	if _, _, err := c.Create(ctx, "p", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), Partitions: new(4)}); err != nil {
+		t.Fatalf("Create(p): %v", err)
+	}
+	// Details travel with a consistency level's query too.
+	listed, err := c.At(wire.ConsistencyOne).ListDetails(ctx)
+	if err != nil || len(listed) != 4 || listed[0].Name != "a" || listed[3].Name != "p" {
+		t.Fatalf("ListDetails = %+v, %v; want a, b, c and p", listed, err)
+	}
+	if a := listed[0]; a.ExpectedInsertions != 100 || a.Partitions != 1 || a.PartitionsHeld != 1 || a.Created == "" {
+		t.Errorf("a listed as %+v, want 100 insertions, one partition held, a creation time", a)
+	}
+	if p := listed[3]; p.ExpectedInsertions != 1000 || p.Partitions != 4 || p.PartitionsHeld != 4 {
+		t.Errorf("p listed as %+v, want 1000 insertions in 4 partitions, all held by a pod alone", p)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, d.URL+wire.ListPath+"?details=maybe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), `must be true or false, got \"maybe\"`) {
+		t.Errorf("details=maybe: %d %s, want 400 saying what details takes", resp.StatusCode, body)
+	}
+	if err := c.Delete(ctx, "p"); err != nil {
+		t.Fatal(err)
+	}
+
 	f, err := c.Get(ctx, "b")
 	if err != nil || f.Name != "b" || f.ExpectedInsertions != 100 || f.Layers != 1 {
 		t.Fatalf("Get(b) = %+v, %v; want filter b of 100 with one layer", f, err)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -168,12 +169,36 @@ func (s *Server) getFilter(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.describe(f.Info()))
 }
 
+// listFilters answers the live filters' names, sorted, as filter-service does; with
+// ?details=true, their definitions (wire.ListedFilter).
 func (s *Server) listFilters(c echo.Context) error {
-	names := s.Store.Names()
-	if names == nil {
-		names = []string{}
+	details := false
+	if raw := c.QueryParam(wire.DetailsParam); raw != "" {
+		var err error
+		if details, err = strconv.ParseBool(raw); err != nil {
+			return invalidParameter(wire.DetailsParam, fmt.Sprintf("must be true or false, got %q", raw))
+		}
 	}
-	return c.JSON(http.StatusOK, names)
+	names := s.Store.Names()
+	if !details {
+		if names == nil {
+			names = []string{}
+		}
+		return c.JSON(http.StatusOK, names)
+	}
+	listed := make([]wire.ListedFilter, 0, len(names))
+	for _, name := range names {
+		f, err := s.Store.Get(name)
+		if err != nil {
+			continue // deleted or expired since Names
+		}
+		d := s.describe(f.InfoOf(func(int) bool { return false }))
+		listed = append(listed, wire.ListedFilter{
+			Name: d.Name, ExpectedInsertions: d.ExpectedInsertions, FPP: d.FPP, Scalable: d.Scalable,
+			Partitions: d.Partitions, PartitionsHeld: f.HeldPartitions(), Created: d.Created, Expiration: d.Expiration,
+		})
+	}
+	return c.JSON(http.StatusOK, listed)
 }
 
 func (s *Server) deleteFilter(c echo.Context) error {

@@ -60,6 +60,20 @@ type Filter struct {
 	IgnoredParameters []string `json:"ignoredParameters,omitempty"`
 }
 
+// ListedFilter is a filter as ListPath?details=true lists it: its definition, which every pod
+// knows, and how many of its partitions the pod that answers holds. Its items and bits are
+// FilterPath's to answer, summed over the pods that hold its partitions.
+type ListedFilter struct {
+	Name               string  `json:"name"`
+	ExpectedInsertions uint64  `json:"expectedInsertions"`
+	FPP                float64 `json:"fpp"`
+	Scalable           bool    `json:"scalable"`
+	Partitions         int     `json:"partitions"`
+	PartitionsHeld     int     `json:"partitionsHeld"`
+	Created            string  `json:"created"`
+	Expiration         string  `json:"expiration,omitempty"`
+}
+
 // TimeFormat is how created and expiration are written: UTC, RFC 3339 with milliseconds, as
 // filter-service writes them.
 const TimeFormat = "2006-01-02T15:04:05.000Z07:00"

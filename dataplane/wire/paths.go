@@ -23,10 +23,12 @@ const (
 	MetricsPath = "/metrics"
 )
 
-// FiltersPath prefixes the paths of the filters; ListPath lists their names.
+// FiltersPath prefixes the paths of the filters; ListPath lists their names, or with
+// DetailsParam=true their definitions (ListedFilter).
 const (
-	FiltersPath = BasePath + "/bloomfilter"
-	ListPath    = FiltersPath + "/list"
+	FiltersPath  = BasePath + "/bloomfilter"
+	ListPath     = FiltersPath + "/list"
+	DetailsParam = "details"
 )
 
 // FilterOp is an operation on one filter: the last segment of its path.
