@@ -7,7 +7,9 @@
 #    100 new values through pod a at consistency=quorum, once with every partition on every pod
 #    (R = 6, the placement of a cluster of full replicas) and once with each on two (R = 2). For
 #    each, the CPU seconds all six pods used (utime + stime from /proc) per acknowledged value,
-#    and the ratio.
+#    and the ratio. ROUNDS (default 1) repeats the pair that many times, R = 6 and R = 2 in turn,
+#    and reports each round's ratio and their median; OPS (default "multi-set
+#    multi-check-and-set") names the requests measured.
 # 2. Routing: checks of a value of a filter of one partition, R = 2 of six pods, sent to an owner
 #    and to a pod that is not one (which forwards it): requests/s and latency of each.
 # 3. Rebalance: MOVE_MIB (default 1024) of partitions on four pods at R = 2 gain two pods; the
@@ -22,6 +24,8 @@ duration=${1:-10s}
 threads=${2:-2}
 connections=${3:-20}
 move_mib=${MOVE_MIB:-1024}
+rounds=${ROUNDS:-1}
+read -ra ops <<<"${OPS:-multi-set multi-check-and-set}"
 
 source bench/lib.sh
 command -v wrk >/dev/null && command -v curl >/dev/null || die "needs wrk and curl (apt-get install wrk curl)"
@@ -75,30 +79,35 @@ start_cluster() {
 
 log "six pods"
 start_cluster
-declare -A cost
-for r in 6 2; do
-	place "${pods[*]}" "\"replicationFactor\":$r"
-	for p in "${pods[@]}"; do pod_wait_ready "$p"; done
-	for op in multi-set multi-check-and-set; do
-		log "cost of a write, R = $r, $op"
-		curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":50000000,"fpp":0.001,"partitions":12}' \
-			"http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
-		# For its first 30 s a filter's adds carry its create (writes.createEcho): measure after.
-		sleep 31
-		before=$(cpu_ticks "${pods[@]}")
-		read -r requests rps p50 p99 <<<"$(BENCH_OP=$op BENCH_QUERY='?consistency=quorum' wrk_run "http://127.0.0.1:$port_a" multi-check-and-set 100)"
-		sleep 1 # the last batches to the peers
-		after=$(cpu_ticks "${pods[@]}")
-		cost[$r $op]=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.3g", t / hz / (n * 100)}')
-		printf 'R = %d, %s: %s values/s (p50 %s, p99 %s), %s CPU seconds of all pods per value\n' "$r" "$op" \
-			"$(awk -v r="$rps" 'BEGIN {printf "%.0f", r * 100}')" "$p50" "$p99" "${cost[$r $op]}"
-		curl -sSf -X DELETE "http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
+declare -A cost ratios
+for round in $(seq "$rounds"); do
+	for r in 6 2; do
+		place "${pods[*]}" "\"replicationFactor\":$r"
+		for p in "${pods[@]}"; do pod_wait_ready "$p"; done
+		for op in "${ops[@]}"; do
+			log "round $round of $rounds: cost of a write, R = $r, $op"
+			curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":50000000,"fpp":0.001,"partitions":12}' \
+				"http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
+			# For its first 30 s a filter's adds carry its create (writes.createEcho): measure after.
+			sleep 31
+			before=$(cpu_ticks "${pods[@]}")
+			read -r requests rps p50 p99 <<<"$(BENCH_OP=$op BENCH_QUERY='?consistency=quorum' wrk_run "http://127.0.0.1:$port_a" multi-check-and-set 100)"
+			sleep 1 # the last batches to the peers
+			after=$(cpu_ticks "${pods[@]}")
+			cost[$r $op]=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.3g", t / hz / (n * 100)}')
+			printf 'round %d, R = %d, %s: %s values/s (p50 %s, p99 %s), %s CPU seconds of all pods per value\n' "$round" "$r" "$op" \
+				"$(awk -v r="$rps" 'BEGIN {printf "%.0f", r * 100}')" "$p50" "$p99" "${cost[$r $op]}"
+			curl -sSf -X DELETE "http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
+		done
+	done
+	for op in "${ops[@]}"; do
+		ratios[$op]+=" $(awk -v a="${cost[2 $op]}" -v b="${cost[6 $op]}" 'BEGIN {printf "%.2f", a / b}')"
 	done
 done
-for op in multi-set multi-check-and-set; do
-	printf '\ncost of a write (%s) at R = 2 against R = 6 (six pods): %s' "$op" "$(awk -v a="${cost[2 $op]}" -v b="${cost[6 $op]}" 'BEGIN {printf "%.2f", a / b}')"
-done
 echo
+for op in "${ops[@]}"; do
+	printf 'cost of a write (%s) at R = 2 against R = 6 (six pods), each round:%s; median %s\n' "$op" "${ratios[$op]}" "$(median ${ratios[$op]})"
+done
 
 log "routing"
 place "${pods[*]}" '"replicationFactor":2'

@@ -55,11 +55,6 @@ rate() {
 madd=(BF.MADD bench)
 for i in $(seq 100); do madd+=("__rand_int__-$i"); done
 
-# median: the median of the numbers given.
-median() {
-	printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
-}
-
 declare -A rates ratios
 for round in $(seq "$rounds"); do
 	for p in 1 16; do
