@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -16,6 +17,9 @@ const (
 	queueLength = 1 << 14
 	// maxBatchOps bounds one request to a peer; so does Options.MaxBatchBytes.
 	maxBatchOps = 1024
+	// A batch of at least lingerBatch writes waits up to lingerTime for more before it goes.
+	lingerBatch = 4
+	lingerTime  = 200 * time.Microsecond
 )
 
 // encodedSize bounds an op's size in JSON, the larger of the two encodings a pod accepts: a key's
@@ -86,6 +90,8 @@ func (s *sender) enqueue(op Op, ack ackTo) {
 
 func (s *sender) run(ctx context.Context) {
 	batch := make([]pending, 0, maxBatchOps)
+	linger := time.NewTimer(lingerTime)
+	linger.Stop()
 	// carried is the write that did not fit in the last batch; it opens the next.
 	var carried *pending
 	for {
@@ -98,7 +104,7 @@ func (s *sender) run(ctx context.Context) {
 		}
 		batch = batch[:0]
 		if carried != nil {
-			batch, carried = append(batch, *carried), nil
+			batch = append(batch, *carried)
 		} else {
 			select {
 			case <-ctx.Done():
@@ -112,23 +118,45 @@ func (s *sender) run(ctx context.Context) {
 		// The first write goes even if it alone is over the budget: the peer's limit for
 		// batches is above any write a client's request can make.
 		size := encodedSize(batch[0].op)
-	fill:
-		for len(batch) < maxBatchOps {
-			select {
-			case p := <-s.queue:
-				next := encodedSize(p.op)
-				if size+next > s.node.opts.MaxBatchBytes {
-					carried = &p
-					break fill
-				}
-				batch, size = append(batch, p), size+next
-			default:
-				break fill
-			}
+		batch, size, carried = s.fill(batch, size, nil)
+		if carried == nil && len(batch) >= lingerBatch && len(batch) < maxBatchOps {
+			// A batch that many writes were waiting for is a sign of more coming: waiting a
+			// moment for them makes fewer, larger batches, and each costs both pods a request.
+			linger.Reset(lingerTime)
+			batch, _, carried = s.fill(batch, size, linger.C)
+			linger.Stop()
 		}
 		s.queued.Add(-int64(len(batch)))
 		s.send(ctx, batch)
 	}
+}
+
+// fill adds the writes queued to batch, up to maxBatchOps and the batch budget, and answers it,
+// its size and the write that did not fit, if one did not. With wait nil it takes what is
+// queued now; else it waits for more until wait fires.
+func (s *sender) fill(batch []pending, size int64, wait <-chan time.Time) ([]pending, int64, *pending) {
+	for len(batch) < maxBatchOps {
+		var p pending
+		if wait == nil {
+			select {
+			case p = <-s.queue:
+			default:
+				return batch, size, nil
+			}
+		} else {
+			select {
+			case p = <-s.queue:
+			case <-wait:
+				return batch, size, nil
+			}
+		}
+		next := encodedSize(p.op)
+		if size+next > s.node.opts.MaxBatchBytes {
+			return batch, size, &p
+		}
+		batch, size = append(batch, p), size+next
+	}
+	return batch, size, nil
 }
 
 // stopped answers why the sender must stop sending, nil while it sends.
