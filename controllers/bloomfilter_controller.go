@@ -264,6 +264,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 	o.status.Items = int64(f.Items)
 	o.status.SizeBytes = int64(f.SizeBytes)
 	o.status.PartitionsHeld = int32(partitionsHeldOf(f))
+	o.status.PartitionsOwned = int32(min(f.PartitionsOwned, partitionsOf(f)))
 	if !ready {
 		// It holds the filter, but the Service sends it nothing, and with several pods it may
 		// not have caught up from its peers: it does not count as serving the filter.

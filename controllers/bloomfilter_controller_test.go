@@ -356,14 +356,15 @@ func TestBloomFilterWithPartitions(t *testing.T) {
 		}
 	}
 	for _, p := range bf.Status.Pods {
-		if p.PartitionsHeld != 4 {
-			t.Errorf("pod %s reports %d partitions held; want all 4 without placement", p.Pod, p.PartitionsHeld)
+		if p.PartitionsHeld != 4 || p.PartitionsOwned != 4 {
+			t.Errorf("pod %s reports %d partitions held and %d owned; want all 4 without placement", p.Pod, p.PartitionsHeld, p.PartitionsOwned)
 		}
 	}
 }
 
 // heldDataPlane is the real data plane whose filter status plays a placement on its pods: pod
-// c-0 holds 1 of the filter's 4 partitions, c-1 3 and c-2 2, with items and bytes in proportion.
+// c-0 holds 1 of the filter's 4 partitions, c-1 3 and c-2 2, with items and bytes in proportion;
+// c-0 owns 2, as a new owner still pulling one, and c-1 and c-2 own 3.
 type heldDataPlane struct{ DataPlane }
 
 func (d heldDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error) {
@@ -373,6 +374,7 @@ func (d heldDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) (
 	}
 	held := map[string]int{"c-0": 1, "c-1": 3, "c-2": 2}[pod.Name]
 	f.PartitionsHeld, f.Items, f.SizeBytes = held, 1000*uint64(held), 4096*uint64(held)
+	f.PartitionsOwned = map[string]int{"c-0": 2, "c-1": 3, "c-2": 3}[pod.Name]
 	return f, nil
 }
 
@@ -399,11 +401,12 @@ func TestBloomFilterStatusOfPartitionsPlacedOnSomePods(t *testing.T) {
 	// 6 partitions held of 4: 1.5 copies of each; 6000 items and 24576 bytes summed.
 	eventually(t, 10*time.Second, "the sums over 1.5 copies in status", func() (bool, string) {
 		bf := getBloomFilter(t, ns, "placed")
-		held := map[string]int32{}
+		held, owned := map[string]int32{}, map[string]int32{}
 		for _, p := range bf.Status.Pods {
-			held[p.Pod] = p.PartitionsHeld
+			held[p.Pod], owned[p.Pod] = p.PartitionsHeld, p.PartitionsOwned
 		}
-		return bf.Status.Items == 4000 && bf.Status.SizeBytes == 16384 && held["c-0"] == 1 && held["c-1"] == 3 && held["c-2"] == 2,
+		return bf.Status.Items == 4000 && bf.Status.SizeBytes == 16384 && held["c-0"] == 1 && held["c-1"] == 3 && held["c-2"] == 2 &&
+				owned["c-0"] == 2 && owned["c-1"] == 3 && owned["c-2"] == 3,
 			fmt.Sprintf("items %d, size %d, pods %+v", bf.Status.Items, bf.Status.SizeBytes, bf.Status.Pods)
 	})
 }

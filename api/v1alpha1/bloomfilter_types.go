@@ -132,6 +132,14 @@ type PodFilterStatus struct {
 	// +optional
 	PartitionsHeld int32 `json:"partitionsHeld,omitempty"`
 
+	// partitionsOwned is how many of the filter's partitions the cluster's placement gives the
+	// pod: all of them unless it places partitions on some pods only. While partitions move, a
+	// new owner owns some it has not pulled yet, and a previous owner holds some it no longer
+	// owns. Left out for a pod that owns none.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	PartitionsOwned int32 `json:"partitionsOwned,omitempty"`
+
 	// message says what is wrong with this pod's copy, if anything.
 	// +optional
 	Message string `json:"message,omitempty"`

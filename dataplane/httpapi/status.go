@@ -25,11 +25,21 @@ func (s *Server) filterStatus(c echo.Context) error {
 		Scalable:           o.Scalable,
 		Partitions:         o.PartitionCount(),
 		PartitionsHeld:     f.HeldPartitions(),
+		PartitionsOwned:    o.PartitionCount(),
 		Items:              u.Items,
 		Layers:             u.Layers,
 		SizeBytes:          u.SizeBytes,
 		EstimatedFillRatio: u.EstimatedFillRatio,
 		EstimatedFPP:       u.EstimatedFPP,
+	}
+	if s.Writes.Placed() {
+		rt := s.Node.Route(f.Name(), f.Partitions())
+		out.PartitionsOwned = 0
+		for p := range f.Partitions() {
+			if rt.Owns(p) {
+				out.PartitionsOwned++
+			}
+		}
 	}
 	if o.Scalable {
 		out.Growth = o.Growth

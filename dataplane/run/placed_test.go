@@ -195,7 +195,7 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 	if _, err := pipe.Exec(t.Context()); err != nil {
 		t.Fatalf("pipelined BF.ADD: %v", err)
 	}
-	holders := 0
+	holders, owners := 0, 0
 	for i, ts := range c.pods {
 		got, err := redisClient(t, ts).BFMExists(t.Context(), "r", toAny(items)...).Result()
 		if err != nil || slices.Contains(got, false) {
@@ -204,14 +204,23 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 		if f, err := ts.client.Get(t.Context(), "r"); err != nil || f.Partitions != 1 || f.Items != 500 {
 			t.Fatalf("GET r through %s: %+v, %v; want 1 partition of 500 items", c.names[i], f, err)
 		}
-		if local, err := ts.internal.client.FilterStatus(t.Context(), "r"); err != nil {
+		local, err := ts.internal.client.FilterStatus(t.Context(), "r")
+		if err != nil {
 			t.Fatal(err)
-		} else if local.SizeBytes > 0 {
+		}
+		if local.SizeBytes > 0 {
 			holders++
 		}
+		if local.PartitionsOwned != local.PartitionsHeld {
+			t.Errorf("%s owns %d partitions of r and holds %d; with no move under way, want the same", c.names[i], local.PartitionsOwned, local.PartitionsHeld)
+		}
+		owners += local.PartitionsOwned
+		if listed, err := ts.client.ListDetails(t.Context()); err != nil || len(listed) != 2 || listed[1].Name != "r" || listed[1].PartitionsHeld != local.PartitionsHeld {
+			t.Errorf("the list's details through %s: %+v, %v; want r with the %d partitions it holds", c.names[i], listed, err, local.PartitionsHeld)
+		}
 	}
-	if holders != 2 {
-		t.Errorf("%d pods hold the bits of r, want 2", holders)
+	if holders != 2 || owners != 2 {
+		t.Errorf("%d pods hold the bits of r and %d own it, want 2", holders, owners)
 	}
 
 	// A second filter as large does not fit: the create is refused, naming the pods that cannot

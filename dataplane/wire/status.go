@@ -19,6 +19,10 @@ type FilterStatus struct {
 	// PartitionsHeld counts the partitions whose bits this pod holds: all of them unless the
 	// membership places partitions on some pods only. Items and SizeBytes are of those.
 	PartitionsHeld int `json:"partitionsHeld"`
+	// PartitionsOwned counts the partitions the membership's placement gives this pod: all of
+	// them unless it places partitions on some pods only. During a move a new owner owns
+	// partitions it is still pulling, and an old one holds partitions it no longer owns.
+	PartitionsOwned int `json:"partitionsOwned"`
 
 	Items              uint64  `json:"items"`
 	Layers             int     `json:"layers"`
@@ -39,6 +43,7 @@ func (f Filter) Status() FilterStatus {
 		Growth:             f.Growth,
 		Partitions:         f.Partitions,
 		PartitionsHeld:     f.Partitions, // a description sums every partition
+		PartitionsOwned:    f.Partitions,
 		Items:              f.Items,
 		Layers:             f.Layers,
 		SizeBytes:          f.SizeBytes,
