@@ -303,15 +303,15 @@ func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, 
 				}
 				pulled += size
 				got = true
+				n.placed.mu.Lock()
+				n.placed.movedBytes += size // as it goes: a long move shows its progress
+				n.placed.mu.Unlock()
 			}
 			if !got {
 				return pulled, partitions, fmt.Errorf("no previous owner of %q partition %d answered: %w", f.Name(), p, errors.Join(errs...))
 			}
 		}
 	}
-	n.placed.mu.Lock()
-	n.placed.movedBytes += pulled
-	n.placed.mu.Unlock()
 	return pulled, partitions, nil
 }
 
