@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,7 @@ spec:
 	n.waitPlacement(six, "Stable")
 	traffic.w.waitAcked(t, 100)
 	requireOwnShare(t, n, six, 8)
+	requireFilterShowsItsOwners(t, n, "events", 2*8)
 
 	n.run("scale", "bloomcluster", "example", "--replicas=4")
 	n.wait("delete", "pod/example-4", "pod/example-5")
@@ -77,7 +79,24 @@ spec:
 		t.Errorf("status.placement.partitionsUnderReplicated %q after the scaling, want 0", got)
 	}
 	requireOwnShare(t, n, four, 8)
+	requireFilterShowsItsOwners(t, n, "events", 2*8)
 	requireEverywhere(t, "events", traffic.w.values(), n.apis(four...))
+}
+
+// requireFilterShowsItsOwners waits until the BloomFilter's status shows, per pod, the partitions
+// it owns, copies of them in all, each pod holding those it owns.
+func requireFilterShowsItsOwners(t *testing.T, n namespace, name string, copies int) {
+	t.Helper()
+	eventually(t, fmt.Sprintf("status.pods of bloomfilter/%s owning %d partitions in all and holding them", name, copies), func() (bool, string) {
+		owned := n.jsonpath("bloomfilter/"+name, "{.status.pods[*].partitionsOwned}")
+		held := n.jsonpath("bloomfilter/"+name, "{.status.pods[*].partitionsHeld}")
+		sum := 0
+		for field := range strings.FieldsSeq(owned) {
+			v, _ := strconv.Atoi(field)
+			sum += v
+		}
+		return sum == copies && owned == held, fmt.Sprintf("owned %q, held %q", owned, held)
+	})
 }
 
 // waitPlacement waits until the BloomCluster's status shows the placement in phase, owned by pods,
