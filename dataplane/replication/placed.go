@@ -27,6 +27,9 @@ type placedState struct {
 	// movedEpoch is the epoch of the last move this pod finished pulling for.
 	movedEpoch uint64
 	movedBytes int64
+	// arranging serializes arrangeFilter, so that one working from an older route cannot hold a
+	// partition after one working from the newer route released it.
+	arranging sync.Mutex
 }
 
 type routeKey struct {
@@ -96,6 +99,8 @@ func (n *Node) arrange() {
 
 // arrangeFilter is arrange for one filter.
 func (n *Node) arrangeFilter(f *filter.Filter) {
+	n.placed.arranging.Lock()
+	defer n.placed.arranging.Unlock()
 	placed := n.Placed()
 	if !placed && f.HeldPartitions() == f.Partitions() {
 		return
@@ -116,6 +121,17 @@ func (n *Node) arrangeFilter(f *filter.Filter) {
 			n.opts.Log.Info("Released a partition placed on other pods", "filter", f.Name(), "partition", p, "bytes", freed)
 		}
 	}
+}
+
+// merge ORs a peer's dump into the store. A merge holds the partitions the dump carries, which
+// the membership may have stopped placing here while the dump was on its way: the filter is
+// arranged again after it, under the membership held then.
+func (n *Node) merge(st filter.State) (filter.MergeResult, error) {
+	res, err := n.opts.Store.Merge(st)
+	if f, ok := n.opts.Store.Lookup(st.Name); ok && n.Placed() {
+		n.arrangeFilter(f)
+	}
+	return res, err
 }
 
 // CheckRoom reports whether this pod can hold the partitions placed on it of a new filter.
@@ -353,7 +369,7 @@ func (n *Node) pullPartition(ctx context.Context, peer wire.Member, name string,
 		return 0, err
 	}
 	defer release()
-	res, err := n.opts.Store.Merge(st)
+	res, err := n.merge(st)
 	if err != nil {
 		return 0, fmt.Errorf("merging %s's partition %d of %q: %w", peer.Name, partition, name, err)
 	}

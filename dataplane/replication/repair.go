@@ -157,7 +157,7 @@ func (n *Node) repairFilter(ctx context.Context, peer wire.Member, name string, 
 	defer release()
 	rep.Pulled += stateBytes(st)
 	st.Expiry = expiry
-	res, err := n.opts.Store.Merge(st)
+	res, err := n.merge(st)
 	if err != nil {
 		return fmt.Errorf("merging %s's dump of %q: %w", peer.Name, name, err)
 	}
