@@ -238,6 +238,24 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 		}
 	}
 
+	// A multi-check-and-set sends the values of each pod's partitions in one request, not one per
+	// set of owners: at most one to each of the three peers.
+	forwarded := func() float64 {
+		return value(t, scrape(t, &http.Client{}, c.pods[0].ops, ""), "bloomery_replication_forwarded_requests_total")
+	}
+	before := forwarded()
+	news, err := c.pods[0].client.MultiCheckAndSet(t.Context(), "big", values("mcas", 400))
+	if err != nil || slices.Contains(news, true) {
+		t.Fatalf("a multi-check-and-set of 400 new values: %v, %v; want every one false", news, err)
+	}
+	if n := forwarded() - before; n < 1 || n > 3 {
+		t.Errorf("a multi-check-and-set of values of all 8 partitions made %v forwarded requests, want one to each peer that is home of some", n)
+	}
+	again, err := c.pods[3].client.MultiCheckAndSet(t.Context(), "big", values("mcas", 400))
+	if err != nil || slices.Contains(again, false) {
+		t.Fatalf("the same values again through another pod: %v, %v; want every one true", again, err)
+	}
+
 	for round := range 20 {
 		value := fmt.Sprintf("race-%d", round)
 		var wg sync.WaitGroup

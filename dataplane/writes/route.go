@@ -39,14 +39,86 @@ func (s *Service) Routed(ctx context.Context, level wire.Consistency, f *filter.
 	answers := make([]bool, len(values))
 	errs := make([]error, len(groups))
 	var wg sync.WaitGroup
+	// The groups that one server serves (a write, a check at consistency one) go first to their
+	// first server together: one request to each pod rather than one per group, as groups that
+	// share a first server differ only in whom they fall back to.
+	together := map[string][]int{}
+	var firsts []string
 	for i, g := range groups {
-		wg.Go(func() { errs[i] = s.serveGroup(ctx, level, f, rt, op, g, answers) })
+		if need(op, level, g) > 1 {
+			wg.Go(func() { errs[i] = s.serveGroup(ctx, level, f, rt, op, g, answers, 0, nil) })
+			continue
+		}
+		if _, ok := together[g.servers[0]]; !ok {
+			firsts = append(firsts, g.servers[0])
+		}
+		together[g.servers[0]] = append(together[g.servers[0]], i)
+	}
+	for _, server := range firsts {
+		wg.Go(func() { s.serveTogether(ctx, level, f, rt, op, server, groups, together[server], answers, errs) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
 	return answers, nil
+}
+
+// need is how many of g's servers must answer: one for a write, the level's count for a check.
+func need(op wire.FilterOp, level wire.Consistency, g *group) int {
+	if op == wire.OpMultiCheck {
+		return level.Count(len(g.servers))
+	}
+	return 1
+}
+
+// serveTogether has server serve the values of the groups at members, all first served by it, in
+// one request, and writes their answers into answers. A group that server does not serve (it is
+// down, or does not hold the partitions) falls back to its next servers; each group's error goes
+// to errs at its index.
+func (s *Service) serveTogether(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp,
+	server string, groups []*group, members []int, answers []bool, errs []error) {
+	var values []string
+	for _, i := range members {
+		values = append(values, groups[i].values...)
+	}
+	got, err := s.serveOn(ctx, level, f, rt, op, server, values)
+	if err == nil && len(got) != len(values) {
+		err = fmt.Errorf("%s answered %d of %d values", server, len(got), len(values))
+	}
+	if notServed(err) {
+		if op != wire.OpMultiCheck {
+			s.failedOver(ctx, f.Name(), server, err)
+		}
+		for _, i := range members {
+			errs[i] = s.serveGroup(ctx, level, f, rt, op, groups[i], answers, 1, []error{err})
+		}
+		return
+	}
+	if err != nil {
+		errs[members[0]] = err
+		return
+	}
+	for _, i := range members {
+		g := groups[i]
+		for j, present := range got[:len(g.values)] {
+			answers[g.at[j]] = answers[g.at[j]] || present
+		}
+		got = got[len(g.values):]
+	}
+}
+
+// serveOn has server, this pod or a peer, serve values for op.
+func (s *Service) serveOn(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp, server string, values []string) ([]bool, error) {
+	if server == rt.Self() {
+		return s.serveHere(ctx, level, f, op, values)
+	}
+	return s.node.ServeOn(ctx, rt.Member(server), op, f.Name(), values, level)
+}
+
+// notServed reports whether a pod did not serve values routed to it, so that the next may.
+func notServed(err error) bool {
+	return errors.As(err, new(*NotHomeError)) || replication.IsNotServed(err)
 }
 
 // group is the values whose partitions have the same servers, in the order to try them.
@@ -86,28 +158,19 @@ func groupByServers(f *filter.Filter, rt *replication.Route, op wire.FilterOp, v
 	return out
 }
 
-// serveGroup has g's values served and writes their answers into answers. A write goes to the
-// first server that serves it; a check to as many servers as level counts, whose answers are
-// ORed.
-func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp, g *group, answers []bool) error {
-	need := 1
-	if op == wire.OpMultiCheck {
-		need = level.Count(len(g.servers))
-	}
+// serveGroup has g's values served by its servers from the from-th on, after the failures of
+// those before, and writes their answers into answers. A write goes to the first server that
+// serves it; a check to as many servers as level counts, whose answers are ORed.
+func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp, g *group, answers []bool,
+	from int, failures []error) error {
+	need := need(op, level, g)
 	served := 0
-	var failures []error
-	for _, server := range g.servers {
+	for _, server := range g.servers[from:] {
 		if served == need {
 			break
 		}
-		var got []bool
-		var err error
-		if server == rt.Self() {
-			got, err = s.serveHere(ctx, level, f, op, g.values)
-		} else {
-			got, err = s.node.ServeOn(ctx, rt.Member(server), op, f.Name(), g.values, level)
-		}
-		if errors.As(err, new(*NotHomeError)) || replication.IsNotServed(err) {
+		got, err := s.serveOn(ctx, level, f, rt, op, server, g.values)
+		if notServed(err) {
 			failures = append(failures, err)
 			if op != wire.OpMultiCheck {
 				s.failedOver(ctx, f.Name(), server, err)
