@@ -73,9 +73,9 @@ func need(op wire.FilterOp, level wire.Consistency, g *group) int {
 }
 
 // serveTogether has server serve the values of the groups at members, all first served by it, in
-// one request, and writes their answers into answers. A group that server does not serve (it is
-// down, or does not hold the partitions) falls back to its next servers; each group's error goes
-// to errs at its index.
+// one request, and writes their answers into answers. When server does not serve them (it is
+// down, or does not hold the partitions) the groups fall back to their next servers, in parallel
+// as they went; each group's error goes to errs at its index.
 func (s *Service) serveTogether(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp,
 	server string, groups []*group, members []int, answers []bool, errs []error) {
 	var values []string
@@ -90,9 +90,11 @@ func (s *Service) serveTogether(ctx context.Context, level wire.Consistency, f *
 		if op != wire.OpMultiCheck {
 			s.failedOver(ctx, f.Name(), server, err)
 		}
+		var wg sync.WaitGroup
 		for _, i := range members {
-			errs[i] = s.serveGroup(ctx, level, f, rt, op, groups[i], answers, 1, []error{err})
+			wg.Go(func() { errs[i] = s.serveGroup(ctx, level, f, rt, op, groups[i], answers, 1, []error{err}) })
 		}
+		wg.Wait()
 		return
 	}
 	if err != nil {
