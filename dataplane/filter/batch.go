@@ -34,8 +34,10 @@ const warmOlder = 2
 
 // locate computes the locations of keys, then loads the words they fall in, so that the cache
 // misses of the whole chunk are in flight at once rather than one key's after another's. Loading
-// rather than testing leaves no branch on memory for the CPU to wait on.
-func (s *scratch) locate(layers []*bloom.BloomFilter, stride uint, keys []string) {
+// rather than testing leaves no branch on memory for the CPU to wait on. It loads every word of
+// the newest layer when all are needed (check-and-set), and only the first warmOlder otherwise;
+// warmCandidates then loads the rest for the keys that may be present.
+func (s *scratch) locate(layers []*bloom.BloomFilter, stride uint, keys []string, all bool) {
 	s.stride = int(stride)
 	need := len(keys) * int(stride)
 	if cap(s.raw) < need {
@@ -64,10 +66,38 @@ func (s *scratch) locate(layers []*bloom.BloomFilter, stride uint, keys []string
 			}
 		}
 	}
-	words := newest.BitSet().Words()
+	words, warm := newest.BitSet().Words(), k
+	if !all {
+		warm = min(warmOlder, k)
+	}
 	for j := range keys {
-		for _, bit := range s.idx[j*int(stride):][:k] {
+		for _, bit := range s.idx[j*int(stride):][:warm] {
 			sink ^= words[bit>>6]
+		}
+	}
+	s.sink ^= sink
+}
+
+// warmCandidates loads the rest of the newest layer's words for the first n keys located whose
+// first warmOlder bits there are set: the only keys that may be present in it. A check of an
+// absent key mostly fails at its first bit or two, so a chunk of checks loads a few words per key
+// where it would load k, and the candidates' words are still all in flight at once. The bits
+// tested here are in words locate loaded.
+func (s *scratch) warmCandidates(layers []*bloom.BloomFilter, n int) {
+	newest := layers[len(layers)-1]
+	words, k := newest.BitSet().Words(), newest.K()
+	first := min(warmOlder, k)
+	var sink uint64
+	for j := range n {
+		idx := s.idx[j*s.stride:][:k]
+		candidate := true
+		for _, bit := range idx[:first] {
+			candidate = candidate && words[bit>>6]&(1<<(bit&63)) != 0
+		}
+		if candidate {
+			for _, bit := range idx[first:] {
+				sink ^= words[bit>>6]
+			}
 		}
 	}
 	s.sink ^= sink

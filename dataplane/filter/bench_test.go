@@ -168,3 +168,26 @@ func BenchmarkCheckMany1000(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCheckManyAbsentOrPresent checks batches of 1000 keys that are all absent, and then all
+// present, on the 1e8 filter: a check of an absent key needs a word or two of the filter, one of
+// a present key all k.
+func BenchmarkCheckManyAbsentOrPresent(b *testing.B) {
+	f := benchFilter(b, benchShapes[1].opts)
+	half := len(benchKeys) / 2
+	_ = f.AddMany(benchKeys[:half])
+	for _, kind := range []struct {
+		name string
+		keys []string
+	}{{"absent", benchKeys[half:]}, {"present", benchKeys[:half]}} {
+		b.Run(kind.name, func(b *testing.B) {
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				start := (i * 1000) % (len(kind.keys) - 1000)
+				f.CheckMany(kind.keys[start : start+1000])
+				i++
+			}
+		})
+	}
+}

@@ -79,8 +79,9 @@ func (p *partition) check(key string) bool {
 }
 
 // checkMany answers check for every key into out under one read lock. Keys are taken a chunk at
-// a time: the chunk's locations are computed and their words loaded first, so that the cache
-// misses of many keys overlap, then each key is tested.
+// a time: the chunk's locations are computed and the first words of each loaded, then the other
+// words of the keys that may be present, so that the cache misses of many keys overlap, then each
+// key is tested.
 func (p *partition) checkMany(keys []string, out []bool) {
 	s := scratchPool.Get().(*scratch)
 	defer scratchPool.Put(s)
@@ -89,7 +90,8 @@ func (p *partition) checkMany(keys []string, out []bool) {
 	p.checked.Add(uint64(len(keys)))
 	for start := 0; start < len(keys); start += batchChunk {
 		chunk := keys[start:min(start+batchChunk, len(keys))]
-		s.locate(p.layers, p.maxHashes, chunk)
+		s.locate(p.layers, p.maxHashes, chunk, false)
+		s.warmCandidates(p.layers, len(chunk))
 		for j := range chunk {
 			out[start+j] = s.containsAt(p.layers, j)
 		}
@@ -127,7 +129,7 @@ func (p *partition) checkAndSetManyLocked(keys []string, out []bool) (int, error
 	defer scratchPool.Put(s)
 	for start := 0; start < len(keys); {
 		chunk := keys[start:min(start+batchChunk, len(keys))]
-		s.locate(p.layers, p.maxHashes, chunk)
+		s.locate(p.layers, p.maxHashes, chunk, true)
 		layers := len(p.layers)
 		next := start + len(chunk)
 		for j, key := range chunk {
