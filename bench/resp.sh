@@ -6,8 +6,11 @@
 # redis-benchmark (Debian's redis-tools) sends, with CONNECTIONS connections:
 #   - GET to a Debian redis-server: the cost of one RESP round trip in a server users trust;
 #   - BF.ADD and BF.EXISTS of random items to a Bloomery data plane in memory, on a filter of
-#     1e8 items at 0.001 (made with BF.RESERVE), and BF.MADD of 100 items;
-# each unpipelined and with 16 commands pipelined (-P 16), in turn, ROUNDS times over, then prints
+#     1e8 items at 0.001 (made with BF.RESERVE), and BF.MADD of 100 items to a filter of the same
+#     shape made anew for each run: a run of BF.MADD adds REQUESTS × 100 items, and on the first
+#     filter it would soon pass its capacity and measure a filter grown a second layer;
+# each unpipelined and with 16 commands pipelined (-P 16), in turn, ROUNDS times over (pipelined
+# GET, BF.ADD and BF.EXISTS send 16 × REQUESTS commands, so that a run lasts seconds too), then prints
 # each command's median rate and the median of its ratios to GET's of the same round and
 # pipelining: one round alone swings by a fifth on a shared machine. With two or more cores the servers run on core 0 and
 # redis-benchmark on core 1. Bloomery's REST check-and-set (wrk, bench/check-and-set.lua, the
@@ -44,28 +47,30 @@ redis-cli -p "$resp_port" BF.RESERVE bench 0.001 100000000 >/dev/null
 curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":100000000,"fpp":0.001,"validPeriodAfterCreate":0}' \
 	"http://127.0.0.1:$http_port/v1/bloomfilter/rest" >/dev/null
 
-# rate PORT PIPELINE COMMAND...: requests per second redis-benchmark measured.
+# rate PORT PIPELINE REQUESTS COMMAND...: requests per second redis-benchmark measured.
 rate() {
-	local port=$1 pipeline=$2
-	shift 2
-	"${client_pin[@]}" redis-benchmark -p "$port" -c "$connections" -n "$requests" -P "$pipeline" -r 100000000 -q "$@" |
+	local port=$1 pipeline=$2 n=$3
+	shift 3
+	"${client_pin[@]}" redis-benchmark -p "$port" -c "$connections" -n "$n" -P "$pipeline" -r 100000000 -q "$@" |
 		tr '\r' '\n' | awk '/requests per second/ {for (i = 1; i <= NF; i++) if ($(i + 1) == "requests") r = $i} END {print r}'
 }
 
-madd=(BF.MADD bench)
+madd=(BF.MADD bench-madd)
 for i in $(seq 100); do madd+=("__rand_int__-$i"); done
 
 declare -A rates ratios
 for round in $(seq "$rounds"); do
 	for p in 1 16; do
 		log "round $round of $rounds, pipeline $p"
-		get=$(rate "$redis_port" "$p" GET key:__rand_int__)
+		get=$(rate "$redis_port" "$p" $((requests * p)) GET key:__rand_int__)
 		rates["GET $p"]+=" $get"
 		for c in BF.ADD BF.EXISTS BF.MADD; do
 			if [[ $c == BF.MADD ]]; then
-				r=$(rate "$resp_port" "$p" "${madd[@]}")
+				redis-cli -p "$resp_port" DEL bench-madd >/dev/null
+				redis-cli -p "$resp_port" BF.RESERVE bench-madd 0.001 100000000 >/dev/null
+				r=$(rate "$resp_port" "$p" "$requests" "${madd[@]}")
 			else
-				r=$(rate "$resp_port" "$p" "$c" bench __rand_int__)
+				r=$(rate "$resp_port" "$p" $((requests * p)) "$c" bench __rand_int__)
 			fi
 			rates["$c $p"]+=" $r"
 			ratios["$c $p"]+=" $(awk -v a="$r" -v b="$get" 'BEGIN {printf "%.3f", a / b}')"

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/tidwall/redcon"
 )
 
 // replier writes replies: a redcon.Conn on a connection, a redcon.Writer in tests.
@@ -26,6 +28,11 @@ type session struct {
 	name, libName, libVersion string
 	// authenticated is set by AUTH or HELLO ... AUTH; without a password every connection is.
 	authenticated bool
+	// pipeline, run and answers are reused from one read of commands to the next: a connection
+	// answers one read at a time.
+	pipeline []redcon.Command
+	run      []runnable
+	answers  []int64
 }
 
 // command is one command of the table: its arity in Redis's convention (n: exactly n arguments,

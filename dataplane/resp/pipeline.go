@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"context"
+	"slices"
 	"time"
 	"unsafe"
 
@@ -54,7 +55,10 @@ func asRunnable(cmd redcon.Command) (runnable, bool) {
 // serve answers first and every command read with it, in order; it reports whether the client
 // asked to close the connection (QUIT), after which nothing more is answered.
 func (s *Server) serve(conn redcon.Conn, sess *session, first redcon.Command) (quit bool) {
-	return s.answer(sess, conn, append([]redcon.Command{first}, conn.ReadPipeline()...))
+	sess.pipeline = append(append(sess.pipeline[:0], first), conn.ReadPipeline()...)
+	quit = s.answer(sess, conn, sess.pipeline)
+	clear(sess.pipeline) // the commands' bytes are garbage once answered
+	return quit
 }
 
 // answer answers cmds in order, runs of them as batches, into w; it reports whether the client
@@ -99,7 +103,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		return 0
 	}
 	key := cmds[0].Args[1]
-	run, items := make([]runnable, 0, min(len(cmds), 64)), 0
+	run, items := sess.run[:0], 0
 	r, name := first, cmds[0].Args[0]
 	for _, cmd := range cmds {
 		// A pipeline spells its commands alike: one spelled as the one before is that command.
@@ -115,12 +119,13 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		items += len(cmd.Args) - 2
 		run = append(run, r)
 	}
+	sess.run = run // its room, for the next read
 	n := len(run)
 	if n < 2 || !s.batchable(sess, cmds[0]) {
 		return 0
 	}
 	start := time.Now()
-	answers, err := s.runBatch(first.add, string(key), itemStrings(cmds[:n], items, first.add))
+	answers, err := s.runBatch(sess, first.add, string(key), itemStrings(cmds[:n], items, first.add))
 	if err != nil && len(answers) < items {
 		// The engine stopped part-way (a memory limit). The commands whose items it answered all
 		// get their answers; the others are left to be answered one by one, as they would have
@@ -186,8 +191,11 @@ func itemStrings(cmds []redcon.Command, items int, copied bool) []string {
 // runBatch adds, or checks, items in the filter key, and answers 1 or 0 for each as the commands
 // do: 1 for an item added, or for one present. With an error, it answers the items added before
 // the engine stopped, if it stopped part-way: all of them, or none, when the error came after.
-func (s *Server) runBatch(add bool, key string, items []string) ([]int64, error) {
-	answers := make([]int64, len(items))
+// The answers are the session's, valid until its next batch.
+func (s *Server) runBatch(sess *session, add bool, key string, items []string) ([]int64, error) {
+	answers := slices.Grow(sess.answers[:0], len(items))[:len(items)]
+	clear(answers)
+	sess.answers = answers
 	ctx, cancel := s.commandContext()
 	defer cancel()
 	if !add {
