@@ -18,8 +18,9 @@ import (
 )
 
 // limitAddressSpace caps the address space of the running process pid at what it maps now plus
-// room, as `prlimit --as` would: the Go runtime has reserved its arenas by then, and the heap can
-// still grow by room, but a bit array larger than room cannot be mapped.
+// room, as `prlimit --as` would: a bit array larger than room cannot be mapped. The heap grows
+// its address space 64 MiB at a time (a heap arena, on 64-bit Linux), and may need one more
+// arena before the process stops, so room must leave space for one.
 func limitAddressSpace(t *testing.T, pid int, room int64) int64 {
 	t.Helper()
 	limit := uint64(procStatus(t, pid, "VmSize") + room)
@@ -41,8 +42,9 @@ func TestRefusedMappingIsAnErrorNotACrash(t *testing.T) {
 	if _, _, err := dp.client.Create(t.Context(), "small", small); err != nil {
 		t.Fatal(err)
 	}
-	// A first layer of 2.4 MB, off the heap, that grows sixteenfold: the next layer is about 48 MB.
-	const growing = 2_000_000
+	// A first layer of 6 MB, off the heap, that grows sixteenfold: the next layer, about 119 MiB,
+	// is larger than the room left, even with nothing else mapped in it.
+	const growing = 5_000_000
 	if _, _, err := dp.client.Create(t.Context(), "growing", client.CreateOptions{
 		ExpectedInsertions: new(uint64(growing)), FPP: new(0.01), Growth: new(uint(16)), ValidPeriodAfterCreate: new(int64(0)),
 	}); err != nil {
@@ -53,8 +55,9 @@ func TestRefusedMappingIsAnErrorNotACrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	limit := limitAddressSpace(t, pid, 24<<20)
-	t.Logf("address space limited to %d MiB (VmSize + 24 MiB)", limit>>20)
+	const room = 96 << 20 // a heap arena of 64 MiB and 32 MiB for the rest
+	limit := limitAddressSpace(t, pid, room)
+	t.Logf("address space limited to %d MiB (VmSize + %d MiB)", limit>>20, room>>20)
 
 	refused := func(what string, err error) {
 		t.Helper()
@@ -68,14 +71,14 @@ func TestRefusedMappingIsAnErrorNotACrash(t *testing.T) {
 	// A first layer of 1.7 GiB.
 	_, _, err := dp.client.Create(t.Context(), "huge", client.CreateOptions{ExpectedInsertions: new(uint64(1_000_000_000)), FPP: new(0.001)})
 	refused("a create", err)
-	// A growth layer of about 48 MB.
+	// A growth layer of about 119 MiB.
 	err = nil
 	for i := 0; err == nil && i < 100; i++ {
 		err = dp.client.MultiSet(t.Context(), "growing", valuesOf(fmt.Sprint("more", i), 10_000))
 	}
 	refused("a growth", err)
 
-	if present, err := dp.client.MultiCheck(t.Context(), "growing", []string{"v0-0", "v1900000-99999"}); err != nil || !allTrue(present) {
+	if present, err := dp.client.MultiCheck(t.Context(), "growing", []string{"v0-0", "v4900000-99999"}); err != nil || !allTrue(present) {
 		t.Errorf("the filter whose growth was refused: %v, %v; want its values present", present, err)
 	}
 	if _, err := dp.client.CheckAndSet(t.Context(), "small", "after"); err != nil {
