@@ -99,6 +99,10 @@ type clusterState struct {
 	// warnings are risks of a spec that is applied as it is: the Degraded condition's message
 	// names them (its reason stays), and they do not make the cluster Degraded.
 	warnings []degradation
+	// grownClaims are the data claims as the API server answered the growth this pass asked for
+	// (nil when it asked for none): the cache may not show the new requests yet, and a volume
+	// that grows at once would then never be seen growing.
+	grownClaims []corev1.PersistentVolumeClaim
 }
 
 type degradation struct{ reason, message string }

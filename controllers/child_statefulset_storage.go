@@ -320,6 +320,7 @@ func (r *BloomClusterReconciler) growVolumes(ctx context.Context, st *clusterSta
 		}
 		log.FromContext(ctx).Info("Grew PersistentVolumeClaim of BloomCluster", "name", pvc.Name, "from", from.String(), "to", want.String())
 		r.event(c, pvc, corev1.EventTypeNormal, "VolumeGrown", "Update", "Grew PersistentVolumeClaim %s from %s to %s", pvc.Name, from.String(), want.String())
+		st.grownClaims = pvcs
 	}
 	if !plan.recreate {
 		return false, nil
@@ -362,9 +363,12 @@ func resizing(pvcs []corev1.PersistentVolumeClaim) (n int) {
 // reportResizing sets the VolumesResizing condition from the claims.
 func (r *BloomClusterReconciler) reportResizing(ctx context.Context, st *clusterState) error {
 	c := st.cluster
-	pvcs, err := r.dataClaims(ctx, c)
-	if err != nil {
-		return err
+	pvcs := st.grownClaims
+	if pvcs == nil {
+		var err error
+		if pvcs, err = r.dataClaims(ctx, c); err != nil {
+			return err
+		}
 	}
 	n := resizing(pvcs)
 	if n == 0 {

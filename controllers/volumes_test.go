@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -338,4 +339,41 @@ func checkVolumesUntouched(t *testing.T, ns, cluster string, uid types.UID, size
 	if claimSize(&pvc) != size {
 		t.Errorf("claim requests %s, want the %s it had", claimSize(&pvc), size)
 	}
+}
+
+// A volume that the storage driver grows at once, before the operator's cache shows the larger
+// request, is still reported: it was grown, so the cluster says when it reached its size.
+func TestVolumesGrownAtOnceAreReportedAtSize(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	class := ns + "-expandable"
+	createStorageClass(t, class, true)
+	startClusterReconciler(t, ns, 0)
+	cluster := createBloomCluster(t, ns, "quick", func(c *bloomeryv1alpha1.BloomCluster) {
+		c.Spec.Replicas = new(int32(1))
+		c.Spec.Storage.StorageClassName = &class
+	})
+	waitFor(t, &appsv1.StatefulSet{}, ns, "quick", exists)
+	createClaim(t, ns, "data-quick-0", "quick", "1Gi", class)
+	setClaimCapacity(t, ns, "data-quick-0", "1Gi")
+	waitClusterCondition(t, ns, "quick", ConditionDegraded, "False/AsExpected", "")
+
+	// The driver: every claim's capacity follows its request as soon as it is seen.
+	driver, stop := context.WithCancel(t.Context())
+	defer stop()
+	go func() {
+		for driver.Err() == nil {
+			var pvc corev1.PersistentVolumeClaim
+			if err := k8s.Get(driver, types.NamespacedName{Namespace: ns, Name: "data-quick-0"}, &pvc); err == nil {
+				if want, have := claimRequest(&pvc), pvc.Status.Capacity[corev1.ResourceStorage]; want.Cmp(have) > 0 {
+					pvc.Status.Capacity = corev1.ResourceList{corev1.ResourceStorage: want}
+					_ = k8s.Status().Update(driver, &pvc) // a conflict is tried again on the next turn
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Storage.Size = new(gi("2Gi")) })
+	playGarbageCollector(t, ns, "quick")
+	waitClusterCondition(t, ns, "quick", ConditionVolumesResizing, "False/"+ReasonVolumesAtSize, "")
 }
