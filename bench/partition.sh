@@ -7,7 +7,7 @@
 #    100 new values through pod a at consistency=quorum, once with every partition on every pod
 #    (R = 6, the placement of a cluster of full replicas) and once with each on two (R = 2). For
 #    each, the CPU seconds all six pods used (utime + stime from /proc) per acknowledged value,
-#    and the ratio. ROUNDS (default 1) repeats the pair that many times, R = 6 and R = 2 in turn,
+#    the snapshots they wrote meanwhile, and the ratio. ROUNDS (default 1) repeats the pair that many times, R = 6 and R = 2 in turn,
 #    and reports each round's ratio and their median; OPS (default "multi-set
 #    multi-check-and-set") names the requests measured.
 # 2. Routing: checks of a value of a filter of one partition, R = 2 of six pods, sent to an owner
@@ -62,6 +62,11 @@ cpu_ticks() {
 	echo "$total"
 }
 
+# snapshots: how many snapshots the pods wrote so far (their logs say each).
+snapshots() {
+	cat "$work"/[a-f].log | grep -c '"Snapshot written"' || true
+}
+
 # wrk_run URL SCRIPT [ARGS]: runs wrk; prints "requests requests/s p50 p99".
 wrk_run() {
 	local url=$1 script=$2 out
@@ -90,13 +95,13 @@ for round in $(seq "$rounds"); do
 				"http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
 			# For its first 30 s a filter's adds carry its create (writes.createEcho): measure after.
 			sleep 31
-			before=$(cpu_ticks "${pods[@]}")
+			before=$(cpu_ticks "${pods[@]}") snaps=$(snapshots)
 			read -r requests rps p50 p99 <<<"$(BENCH_OP=$op BENCH_QUERY='?consistency=quorum' wrk_run "http://127.0.0.1:$port_a" multi-check-and-set 100)"
 			sleep 1 # the last batches to the peers
-			after=$(cpu_ticks "${pods[@]}")
+			after=$(cpu_ticks "${pods[@]}") snaps=$(($(snapshots) - snaps))
 			cost[$r $op]=$(awk -v t=$((after - before)) -v hz="$(getconf CLK_TCK)" -v n="$requests" 'BEGIN {printf "%.3g", t / hz / (n * 100)}')
-			printf 'round %d, R = %d, %s: %s values/s (p50 %s, p99 %s), %s CPU seconds of all pods per value\n' "$round" "$r" "$op" \
-				"$(awk -v r="$rps" 'BEGIN {printf "%.0f", r * 100}')" "$p50" "$p99" "${cost[$r $op]}"
+			printf 'round %d, R = %d, %s: %s values/s (p50 %s, p99 %s), %s CPU seconds of all pods per value, %d snapshots\n' "$round" "$r" "$op" \
+				"$(awk -v r="$rps" 'BEGIN {printf "%.0f", r * 100}')" "$p50" "$p99" "${cost[$r $op]}" "$snaps"
 			curl -sSf -X DELETE "http://127.0.0.1:$port_a/v1/bloomfilter/bench?consistency=all" >/dev/null
 		done
 	done
