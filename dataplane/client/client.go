@@ -352,6 +352,19 @@ func (c *Client) roundTrip(ctx context.Context, method, path, contentType string
 // send sends body (nil for none) of contentType, and answers the response whatever its status. The
 // caller closes its body with discard.
 func (c *Client) send(ctx context.Context, method, path, contentType string, body []byte) (*http.Response, error) {
+	req, err := c.newRequest(ctx, method, path, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	return resp, nil
+}
+
+// newRequest is the request to path with the client's query, marks and token.
+func (c *Client) newRequest(ctx context.Context, method, path, contentType string, body []byte) (*http.Request, error) {
 	query := ""
 	if c.query != "" && strings.HasPrefix(path, wire.FiltersPath+"/") {
 		query = c.query
@@ -380,11 +393,38 @@ func (c *Client) send(ctx context.Context, method, path, contentType string, bod
 	if c.internal {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
+	return req, nil
+}
+
+// Upgrade switches a connection to the pod to protocol with a GET of path (such as
+// wire.ApplyStreamPath), and answers the connection, the caller's to use and close: what it writes
+// goes to the pod and what it reads comes from it. Any answer but 101 Switching Protocols to that
+// protocol is an error, an *Error when the pod answered (whatever the status). ctx bounds the
+// upgrade only.
+func (c *Client) Upgrade(ctx context.Context, path, protocol string) (io.ReadWriteCloser, error) {
+	req, err := c.newRequest(ctx, http.MethodGet, path, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", protocol)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+		return nil, fmt.Errorf("GET %s: %w", path, err)
 	}
-	return resp, nil
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer func() { _ = discard(resp.Body) }()
+		if success(resp.StatusCode) {
+			return nil, &Error{Status: resp.StatusCode, Message: "not an upgrade to " + protocol}
+		}
+		return nil, decodeError(resp)
+	}
+	conn, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok || !strings.EqualFold(resp.Header.Get("Upgrade"), protocol) {
+		_ = resp.Body.Close()
+		return nil, fmt.Errorf("GET %s: switched to %q, not to %s", path, resp.Header.Get("Upgrade"), protocol)
+	}
+	return conn, nil
 }
 
 // maxAnswer bounds an answer read into memory: the largest, booleans for the values of one

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
@@ -132,10 +133,13 @@ func (s *Server) applyOps(c echo.Context) error {
 		if err != nil {
 			return err
 		}
-		if req.Ops, err = replication.DecodeOps(raw); err != nil {
+		applied, err := s.applyBatch(raw)
+		if err != nil {
 			return badRequest(err.Error())
 		}
-	} else if err := s.decodeJSON(c, s.Config.MaxHTTPRequestLength, &req); err != nil {
+		return c.JSON(http.StatusOK, wire.ApplyResponse{Applied: applied})
+	}
+	if err := s.decodeJSON(c, s.Config.MaxHTTPRequestLength, &req); err != nil {
 		// JSON, which no peer sends, costs a string header and more for each key of three
 		// bytes: it gets a client's limit, not the eightfold one of binary batches.
 		return err
@@ -146,6 +150,37 @@ func (s *Server) applyOps(c echo.Context) error {
 	}
 	return c.JSON(http.StatusOK, wire.ApplyResponse{Applied: applied})
 }
+
+// applyBatch applies a batch in the binary form of wire.OpsContentType.
+func (s *Server) applyBatch(raw []byte) ([]bool, error) {
+	ops, err := replication.DecodeOps(raw)
+	if err != nil {
+		return nil, err
+	}
+	return s.Node.Apply(ops)
+}
+
+// applyStream takes a peer's batches on the request's connection from now on (package
+// batchstream). The request ends with the upgrade, so that the API's metrics and logs see an
+// upgrade, not a request as long as the stream.
+func (s *Server) applyStream(c echo.Context) error {
+	err := s.streams.Upgrade(c.Response().Writer, c.Request())
+	if bad, ok := errors.AsType[*batchstream.BadUpgradeError](err); ok {
+		return badRequest(bad.Reason)
+	}
+	if errors.Is(err, batchstream.ErrClosed) {
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()}
+	}
+	if err != nil {
+		return err
+	}
+	c.Response().Status, c.Response().Committed = http.StatusSwitchingProtocols, true
+	return nil
+}
+
+// CloseStreams ends the peers' streams and returns once none is served: the pod is shutting
+// down, and what they would apply must not race the final snapshot.
+func (s *Server) CloseStreams() { s.streams.Close() }
 
 func (s *Server) inventory(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.Node.Inventory())

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/apidocs"
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/metrics"
@@ -38,6 +39,8 @@ type Server struct {
 	// routePaths are the registered route templates, for the route label of metrics: anything
 	// else a request matched is a path of the client's choosing.
 	routePaths map[string]bool
+	// streams serve the peers' streams of batches (wire.ApplyStreamPath).
+	streams *batchstream.Server
 	// phase is where the process is: see Phase. A Server nothing is recovered into serves.
 	phase atomic.Int32
 }
@@ -88,6 +91,11 @@ func New(o Options) (*Server, error) {
 		bodies:     &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))},
 		dumpCopies: newCopyBudget(dumpCopyBytes),
 	}
+	s.streams = batchstream.NewServer(s.applyBatch, batchstream.Options{
+		MaxBatchBytes: int(min(replication.ApplyBodyLimit(o.Config.MaxHTTPRequestLength), math.MaxInt32)),
+		Timeout:       o.Config.RequestTimeout,
+		IdleTimeout:   o.Config.IdleTimeout,
+	})
 	if o.InternalToken != "" {
 		s.tokenDigest = digest(o.InternalToken)
 	}
@@ -136,6 +144,7 @@ func (s *Server) routes() {
 	s.internal.GET(wire.MembershipPath, s.getMembership)
 	s.internal.PUT(wire.MembershipPath, s.putMembership)
 	s.internal.POST(wire.ApplyPath, ready(s.applyOps))
+	s.internal.GET(wire.ApplyStreamPath, ready(s.applyStream))
 	s.internal.GET(wire.InventoryPath, ready(s.inventory))
 	s.internal.GET(wire.PlacementStatusPath, s.placementStatus)
 	s.internal.POST(wire.RoomPath, ready(s.checkRoom))

@@ -10,7 +10,7 @@ import (
 type replicationCollector struct {
 	node *replication.Node
 
-	queued, replicated, failures, dropped, batches, forwarded, failovers, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
+	queued, replicated, failures, dropped, batches, streamed, forwarded, failovers, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
 	// Of the placement: partitions by state, bytes pulled by moves, whether the pod caught up.
 	partitions, movedBytes, caughtUp *prometheus.Desc
 }
@@ -25,7 +25,8 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 		replicated:  desc("writes_total", "Writes forwarded to the peers."),
 		failures:    desc("write_failures_total", "Writes answered 503 because fewer pods than their consistency level acknowledged them in time."),
 		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
-		batches:     desc("sent_batches_total", "Requests that carried writes to a peer."),
+		batches:     desc("sent_batches_total", "Batches that carried writes to a peer, on its stream or as requests."),
+		streamed:    desc("streamed_batches_total", "Of the batches sent to peers, those that went on a stream rather than as a request."),
 		forwarded:   desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency."),
 		failovers:   desc("home_failovers_total", "Check-and-sets and creates that their filter's home pod did not serve (unreachable, or unavailable), so that the next pod in the filter's order was tried."),
 		merges:      desc("merges_total", "Dumps from peers merged in that changed something (catch-up and anti-entropy)."),
@@ -45,7 +46,7 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 
 // Describe implements prometheus.Collector.
 func (r *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.partitions, r.movedBytes, r.caughtUp} {
+	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.streamed, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.partitions, r.movedBytes, r.caughtUp} {
 		ch <- d
 	}
 }
@@ -60,6 +61,7 @@ func (r *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(r.failures, st.ReplicationFailures.Load())
 	counter(r.dropped, st.DroppedOps.Load())
 	counter(r.batches, st.SentBatches.Load())
+	counter(r.streamed, st.StreamedBatches.Load())
 	counter(r.forwarded, st.ForwardedRequests.Load())
 	counter(r.failovers, st.HomeFailovers.Load())
 	counter(r.merges, st.Merges.Load())

@@ -1,52 +1,46 @@
 package replication
 
 import (
-	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // BenchmarkReplicate is a client's write replicated to one peer at consistency all: the queue,
-// the batch's encoding, the request and the decoding of the answer. The fake peer decodes each
-// batch, so its cost is in the numbers too; many writers at once make batches of several writes.
+// the batch's encoding, sending it and decoding the answer, on a stream or as requests (a peer
+// that takes no stream). The fake peer decodes each batch, so its cost is in the numbers too;
+// many writers at once make batches of several writes.
 func BenchmarkReplicate(b *testing.B) {
-	peer := peerServer(b, func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		ops, err := DecodeOps(raw)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
+	for _, streams := range []bool{true, false} {
+		name := "requests"
+		if streams {
+			name = "stream"
 		}
-		applied := make([]bool, len(ops))
-		for i := range applied {
-			applied[i] = true
-		}
-		_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: applied})
-	})
-	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "self"})
-	defer n.Close()
-	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {
-		b.Fatal(err)
-	}
-	keys := make([]string, 16)
-	for i := range keys {
-		keys[i] = "key-" + strconv.Itoa(i)
-	}
-	b.SetParallelism(16)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := n.Replicate(b.Context(), Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: keys}, wire.ConsistencyAll); err != nil {
-				b.Error(err)
-				return
+		b.Run(name, func(b *testing.B) {
+			peer := newOpsPeer(b, streams, batchstream.Options{MaxBatchBytes: 32 << 20}, allApplied)
+			n := nodeWithPeer(b, peer.Member, 2*time.Second)
+			keys := make([]string, 16)
+			for i := range keys {
+				keys[i] = "key-" + strconv.Itoa(i)
 			}
-		}
-	})
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := n.Replicate(b.Context(), Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: keys}, wire.ConsistencyAll); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
 }
 
 // BenchmarkForward is a client's check-and-set forwarded to its filter's home pod, answered by a

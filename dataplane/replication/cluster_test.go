@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -303,17 +303,12 @@ func TestBatchesStayWithinTheirBudget(t *testing.T) {
 	const budget = 64 << 10
 	var mu sync.Mutex
 	var sizes []int
-	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		ops, err := DecodeOps(raw)
-		if err != nil || r.Header.Get("Content-Type") != wire.OpsContentType {
-			t.Errorf("a batch does not decode: %v (%s)", err, r.Header.Get("Content-Type"))
-		}
+	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 8 * budget}, func(ops []Op) ([]bool, error) {
 		mu.Lock()
-		sizes = append(sizes, len(raw))
+		sizes = append(sizes, len(AppendOps(nil, ops))) // the encoding is the batch's, byte for byte
 		mu.Unlock()
-		_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: make([]bool, len(ops))})
-	})
+		return make([]bool, len(ops)), nil
+	}).Member
 	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), MaxBatchBytes: budget, PodName: "self"})
 	defer n.Close()
 	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {

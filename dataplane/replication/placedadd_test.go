@@ -1,15 +1,13 @@
 package replication
 
 import (
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -20,21 +18,12 @@ import (
 func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
 	var mu sync.Mutex
 	var got []Op
-	b := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
-		raw, _ := io.ReadAll(r.Body)
-		ops, err := DecodeOps(raw)
-		if err != nil {
-			t.Errorf("a batch does not decode: %v", err)
-		}
+	b := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
 		mu.Lock()
 		got = append(got, ops...)
 		mu.Unlock()
-		applied := make([]bool, len(ops))
-		for i := range applied {
-			applied[i] = true
-		}
-		_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: applied})
-	})
+		return allApplied(ops)
+	}).Member
 	b.Name = "b"
 	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "a", Timeout: 5 * time.Second})
 	defer n.Close()

@@ -2,10 +2,13 @@ package replication
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -63,6 +66,12 @@ type sender struct {
 	queue  chan pending
 	quit   chan struct{}
 	queued atomic.Int64
+
+	// Owned by run: the stream to the peer (nil until the next batch opens one), the time until
+	// which the peer is sent requests instead, and the buffer batches are framed in.
+	stream     *batchstream.Conn
+	streamless time.Time
+	frame      []byte
 }
 
 func newSender(n *Node, peer wire.Member) *sender {
@@ -98,6 +107,7 @@ func (s *sender) run(ctx context.Context) {
 		// Leaving comes first: a select that also had writes waiting would pick at random, and
 		// send a departed pod what is queued for it.
 		if err := s.stopped(ctx); err != nil {
+			s.closeStream()
 			s.fail(carried, err)
 			s.drain(err)
 			return
@@ -211,12 +221,9 @@ func (s *sender) send(ctx context.Context, batch []pending) {
 }
 
 func (s *sender) post(ctx context.Context, ops []Op) ([]bool, error) {
-	// A buffer of its own per batch: the transport may still read a body after the answer came
-	// (when the peer answers before reading it all).
-	raw := AppendOps(make([]byte, 0, encodedSizeHint(ops)), ops)
 	ctx, cancel := context.WithTimeout(ctx, s.node.opts.Timeout)
 	defer cancel()
-	applied, err := s.client.Apply(ctx, raw)
+	applied, err := s.apply(ctx, ops)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.peer.Name, err)
 	}
@@ -225,4 +232,90 @@ func (s *sender) post(ctx context.Context, ops []Op) ([]bool, error) {
 	}
 	s.node.stats.SentBatches.Add(1)
 	return applied, nil
+}
+
+// apply sends ops on the stream to the peer, or as a request when the peer takes none.
+func (s *sender) apply(ctx context.Context, ops []Op) ([]bool, error) {
+	applied, again, err := s.applyOnce(ctx, ops)
+	if again {
+		// The stream waited since its last batch, and the peer may have closed it meanwhile
+		// (restarted, or closed it idle): the batch goes once more. Writes are idempotent, so
+		// one that did arrive the first time is only applied twice.
+		applied, _, err = s.applyOnce(ctx, ops)
+	}
+	return applied, err
+}
+
+// applyOnce is apply without trying again; again reports a failure on a stream that waited since
+// its last batch.
+func (s *sender) applyOnce(ctx context.Context, ops []Op) (applied []bool, again bool, err error) {
+	stream, err := s.openStream(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if stream == nil {
+		// A buffer of its own per batch: the transport may still read a body after the answer
+		// came (when the peer answers before reading it all).
+		applied, err := s.client.Apply(ctx, AppendOps(make([]byte, 0, encodedSizeHint(ops)), ops))
+		return applied, false, err
+	}
+	s.frame = AppendOps(append(s.frame[:0], make([]byte, batchstream.HeaderSize)...), ops)
+	defer s.trimFrame()
+	waited := stream.Used()
+	applied, err = stream.Apply(ctx, s.frame)
+	if err == nil {
+		s.node.stats.StreamedBatches.Add(1)
+	}
+	if err == nil || batchstream.IsRefused(err) {
+		return applied, false, err
+	}
+	s.stream = nil
+	return nil, waited && ctx.Err() == nil, err
+}
+
+// streamRetry is how long a sender sends requests to a peer that takes no stream before it asks
+// again: a pod of an earlier version, which the rollout replaces in minutes.
+const streamRetry = time.Minute
+
+// openStream answers the stream to the peer, opened now if need be, or nil when the peer takes
+// batches as requests only.
+func (s *sender) openStream(ctx context.Context) (*batchstream.Conn, error) {
+	if s.stream != nil || time.Now().Before(s.streamless) {
+		return s.stream, nil
+	}
+	conn, err := s.client.Upgrade(ctx, wire.ApplyStreamPath, wire.ApplyStreamProtocol)
+	if err == nil {
+		s.stream = batchstream.NewConn(conn)
+		return s.stream, nil
+	}
+	apiErr, answered := errors.AsType[*client.Error](err)
+	if !answered {
+		return nil, err // unreachable: a request would not reach it either
+	}
+	// The batch goes as a request, which a recovering peer (503) refuses as it refused the
+	// stream; a peer that does not know streams is sent requests for a while.
+	if apiErr.Status != http.StatusServiceUnavailable {
+		s.streamless = time.Now().Add(streamRetry)
+		s.node.opts.Log.Info("Peer takes no stream of writes: sending them as requests", "peer", s.peer.Name,
+			"retry", streamRetry.String(), "answer", err.Error())
+	}
+	return nil, nil
+}
+
+// trimFrame lets go of a batch's buffer that a burst made large: each peer's sender keeps its own.
+func (s *sender) trimFrame() {
+	if cap(s.frame) > maxKeptFrame {
+		s.frame = nil
+	}
+}
+
+// maxKeptFrame is the largest buffer a sender keeps from one batch to the next.
+const maxKeptFrame = 1 << 20
+
+// closeStream closes the stream to the peer, if one is open.
+func (s *sender) closeStream() {
+	if s.stream != nil {
+		_ = s.stream.Close()
+		s.stream = nil
+	}
 }

@@ -7,7 +7,8 @@ type Stats struct {
 	ReplicatedOps       atomic.Int64 // writes forwarded to peers
 	ReplicationFailures atomic.Int64 // writes answered 503: too few pods acknowledged in time
 	DroppedOps          atomic.Int64 // writes not queued for a peer whose queue was full
-	SentBatches         atomic.Int64 // requests that carried writes to a peer
+	SentBatches         atomic.Int64 // batches that carried writes to a peer
+	StreamedBatches     atomic.Int64 // of SentBatches, those that went on a stream
 	ForwardedRequests   atomic.Int64 // check-and-sets sent to their filter's home, and quorum reads
 	HomeFailovers       atomic.Int64 // forwarded requests a home did not serve, so the next pod did
 	Merges              atomic.Int64 // dumps merged that changed something

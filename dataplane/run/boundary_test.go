@@ -35,6 +35,7 @@ var internalCalls = []internalCall{
 	{http.MethodGet, wire.FilterStatusPath("f"), "", http.StatusOK},
 	{http.MethodGet, wire.InventoryPath, "", http.StatusOK},
 	{http.MethodPost, wire.ApplyPath, `{"ops":[]}`, http.StatusOK},
+	{http.MethodGet, wire.ApplyStreamPath, "", http.StatusBadRequest}, // a stream needs an upgrade
 	{http.MethodGet, wire.MembershipPath, "", http.StatusOK},
 	{http.MethodPut, wire.MembershipPath, `{"epoch":1,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`, http.StatusOK},
 }

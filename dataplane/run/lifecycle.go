@@ -41,7 +41,8 @@ func (ls Listeners) close() {
 //  4. on cancellation /readyz turns 503 first, the API serves on for cfg.ShutdownDrainDelay so
 //     that load balancers notice, then the server stops accepting connections and waits up to
 //     cfg.GracefulShutdownTimeout for the requests in flight; the RESP port closes its
-//     connections once its commands in flight are answered;
+//     connections once its commands in flight are answered, the peers' streams of writes once
+//     their batches in flight are;
 //  5. with HTTP and RESP down, a final snapshot.
 func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 	var p *persist.Persister
@@ -98,6 +99,8 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 		rs.stop()
 		serveErr = hs.shutdown(ctx, d.cfg.GracefulShutdownTimeout)
 	}
+	// The peers' streams of writes are connections the HTTP servers handed over: closed apart.
+	d.api.CloseStreams()
 	stopBackground()
 	background.Wait()
 	if p == nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
@@ -237,5 +238,50 @@ func TestApplyBinaryBatches(t *testing.T) {
 	msg := post(batch[:len(batch)-1]).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 	if !strings.Contains(msg, "malformed batch") {
 		t.Errorf("a truncated batch: %q", msg)
+	}
+}
+
+// Peers send their batches on a stream upgraded from the internal port: batches are applied and
+// answered in order, a malformed one is refused without ending the stream, and shutdown ends the
+// stream before Run returns.
+func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
+	srv := newServer(t, func(cfg *config.Config) { cfg.DataDir = t.TempDir() })
+	s, stop := startRun(t, srv)
+	defer func() { _ = stop() }()
+	waitUntilReady(t, s)
+	conn, err := s.internal.client.Upgrade(t.Context(), wire.ApplyStreamPath, wire.ApplyStreamProtocol)
+	if err != nil {
+		t.Fatalf("upgrade with the token: %v", err)
+	}
+	stream := batchstream.NewConn(conn)
+	defer func() { _ = stream.Close() }()
+	framed := func(ops ...replication.Op) []byte {
+		return replication.AppendOps(make([]byte, batchstream.HeaderSize), ops)
+	}
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
+	gen := time.Now().UnixNano()
+	applied, err := stream.Apply(t.Context(), framed(
+		replication.Op{Kind: replication.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
+		replication.Op{Kind: replication.OpAdd, Name: "g", Generation: gen, Keys: []string{"a"}},
+	))
+	if err != nil || len(applied) != 3 || !applied[0] || !applied[1] || applied[2] {
+		t.Fatalf("a create, an add and an add to a filter the pod lacks: %v, %v; want true, true, false", applied, err)
+	}
+	broken := framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"c"}})
+	if _, err := stream.Apply(t.Context(), broken[:len(broken)-1]); !batchstream.IsRefused(err) || !strings.Contains(err.Error(), "malformed batch") {
+		t.Errorf("a truncated batch: %v, want it refused as malformed", err)
+	}
+	if _, err := stream.Apply(t.Context(), framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"d"}})); err != nil {
+		t.Fatalf("the batch after a refused one: %v", err)
+	}
+	if present := multiCheck(t, s, "f", []string{"a", "b", "c", "d"}); !present[0] || !present[1] || present[2] || !present[3] {
+		t.Errorf("after the batches: %v, want a, b and d", present)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := stream.Apply(t.Context(), framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"e"}})); err == nil {
+		t.Error("a batch after shutdown was answered, want the stream closed")
 	}
 }

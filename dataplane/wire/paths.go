@@ -88,6 +88,9 @@ const (
 	MembershipPath = InternalBasePath + "/membership"
 	// ApplyPath takes a batch of a peer's writes (POST ApplyRequest, answered ApplyResponse).
 	ApplyPath = InternalBasePath + "/apply"
+	// ApplyStreamPath takes a peer's batches on one connection: a GET with the Upgrade header
+	// ApplyStreamProtocol, answered 101 Switching Protocols, then frames (package batchstream).
+	ApplyStreamPath = ApplyPath + "/stream"
 	// RoomPath asks whether the pod can hold the filters of a batch of creates (POST, in the
 	// binary form of OpsContentType); 200 when it can, else the error it would answer the create.
 	RoomPath = InternalBasePath + "/room"
@@ -102,3 +105,7 @@ const ForwardedHeader = "X-Bloomery-Forwarded"
 // OpsContentType is the media type of a batch of writes in the replication package's binary
 // form, the body peers send to ApplyPath.
 const OpsContentType = "application/x-bloomery-ops"
+
+// ApplyStreamProtocol is the Upgrade token of ApplyStreamPath; its last digit is the version of
+// the framing.
+const ApplyStreamProtocol = "bloomery-batches/1"

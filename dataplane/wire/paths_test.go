@@ -22,6 +22,7 @@ func TestPaths(t *testing.T) {
 		{FilterOpRoute(OpCheckAndSet), "/v1/bloomfilter/:name/check-and-set"},
 		{MembershipPath, "/internal/v1/membership"},
 		{ApplyPath, "/internal/v1/apply"},
+		{ApplyStreamPath, "/internal/v1/apply/stream"},
 		{InventoryPath, "/internal/v1/inventory"},
 	} {
 		if tc.got != tc.want {

@@ -1,0 +1,224 @@
+package replication
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/batchstream"
+	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// opsPeer is a fake peer that takes batches as a pod does: as requests to wire.ApplyPath, and on
+// streams when streams is true (else it answers their upgrade 404, as a pod of an earlier version
+// would). apply answers each batch. Its counters say how each batch came.
+type opsPeer struct {
+	wire.Member
+	streams  *batchstream.Server
+	requests atomic.Int32 // batches that came as requests
+	upgrades atomic.Int32 // streams opened
+	streamed atomic.Int32 // batches that came on streams
+}
+
+func newOpsPeer(t testing.TB, streams bool, opts batchstream.Options, apply func(ops []Op) ([]bool, error)) *opsPeer {
+	t.Helper()
+	p := &opsPeer{}
+	decoded := func(raw []byte) ([]bool, error) {
+		ops, err := DecodeOps(raw)
+		if err != nil {
+			return nil, err
+		}
+		return apply(ops)
+	}
+	p.streams = batchstream.NewServer(func(raw []byte) ([]bool, error) {
+		p.streamed.Add(1)
+		return decoded(raw)
+	}, opts)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == wire.ApplyStreamPath && streams:
+			p.upgrades.Add(1)
+			if err := p.streams.Upgrade(w, r); err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+			}
+		case r.URL.Path == wire.ApplyPath && r.Method == http.MethodPost:
+			p.requests.Add(1)
+			raw, _ := io.ReadAll(r.Body)
+			applied, err := decoded(raw)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: err.Error(), Code: wire.CodeBadParameter})
+				return
+			}
+			_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: applied})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(func() {
+		p.streams.Close()
+		hs.Close()
+	})
+	p.Member = wire.Member{Name: "peer", URL: hs.URL}
+	return p
+}
+
+// allApplied applies every op.
+func allApplied(ops []Op) ([]bool, error) {
+	applied := make([]bool, len(ops))
+	for i := range applied {
+		applied[i] = true
+	}
+	return applied, nil
+}
+
+func nodeWithPeer(t testing.TB, peer wire.Member, timeout time.Duration) *Node {
+	t.Helper()
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "self", Timeout: timeout})
+	t.Cleanup(n.Close)
+	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func add(key string) Op { return Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{key}} }
+
+// Writes to a peer that takes streams travel on one stream, none as a request.
+func TestWritesTravelOnOneStream(t *testing.T) {
+	var mu sync.Mutex
+	var keys []string
+	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, op := range ops {
+			keys = append(keys, op.AllKeys()...)
+		}
+		return allApplied(ops)
+	})
+	n := nodeWithPeer(t, peer.Member, 5*time.Second)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := n.Replicate(t.Context(), add(k), wire.ConsistencyAll); err != nil {
+			t.Fatalf("write of %s: %v", k, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(keys, ",") != "a,b,c" || peer.upgrades.Load() != 1 || peer.streamed.Load() != 3 || peer.requests.Load() != 0 {
+		t.Errorf("the peer got %v in %d batches on %d streams and %d requests; want a, b and c in 3 batches on one stream",
+			keys, peer.streamed.Load(), peer.upgrades.Load(), peer.requests.Load())
+	}
+	if sent, streamed := n.Stats().SentBatches.Load(), n.Stats().StreamedBatches.Load(); sent != 3 || streamed != 3 {
+		t.Errorf("%d batches counted sent, %d streamed; want 3 and 3", sent, streamed)
+	}
+}
+
+// A peer that takes no stream (an earlier version, during a rollout) is sent requests, and is not
+// asked for a stream again with every batch.
+func TestAPeerWithoutStreamsIsSentRequests(t *testing.T) {
+	peer := newOpsPeer(t, false, batchstream.Options{}, allApplied)
+	n := nodeWithPeer(t, peer.Member, 5*time.Second)
+	var upgrades atomic.Int32
+	n.http.Transport = countUpgrades(n.http.Transport, &upgrades)
+	for _, k := range []string{"a", "b", "c"} {
+		if err := n.Replicate(t.Context(), add(k), wire.ConsistencyAll); err != nil {
+			t.Fatalf("write of %s: %v", k, err)
+		}
+	}
+	if peer.requests.Load() != 3 || upgrades.Load() != 1 {
+		t.Errorf("%d requests after %d upgrades asked, want 3 after one", peer.requests.Load(), upgrades.Load())
+	}
+	if sent, streamed := n.Stats().SentBatches.Load(), n.Stats().StreamedBatches.Load(); sent != 3 || streamed != 0 {
+		t.Errorf("%d batches counted sent, %d streamed; want 3 and none", sent, streamed)
+	}
+}
+
+// countUpgrades counts the upgrades asked through rt.
+func countUpgrades(rt http.RoundTripper, n *atomic.Int32) http.RoundTripper {
+	return roundTripper(func(r *http.Request) (*http.Response, error) {
+		if r.Header.Get("Upgrade") != "" {
+			n.Add(1)
+		}
+		return rt.RoundTrip(r)
+	})
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// A stream the peer closed while it waited (the peer restarted, or closed it idle) costs no
+// write: the batch goes again on a new one.
+func TestAStreamClosedWhileIdleIsOpenedAgain(t *testing.T) {
+	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20, IdleTimeout: 20 * time.Millisecond}, allApplied)
+	n := nodeWithPeer(t, peer.Member, 5*time.Second)
+	if err := n.Replicate(t.Context(), add("a"), wire.ConsistencyAll); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for peer.streams.Streams() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the peer never closed the idle stream")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := n.Replicate(t.Context(), add("b"), wire.ConsistencyAll); err != nil {
+		t.Fatalf("a write after the peer closed the idle stream: %v", err)
+	}
+	if peer.upgrades.Load() != 2 || peer.streamed.Load() != 2 {
+		t.Errorf("%d batches on %d streams, want 2 on 2", peer.streamed.Load(), peer.upgrades.Load())
+	}
+}
+
+// A batch the peer refuses fails its writes with the peer's reason, and the stream carries the
+// next.
+func TestARefusedBatchFailsItsWritesAndKeepsTheStream(t *testing.T) {
+	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+		if ops[0].AllKeys()[0] == "bad" {
+			return nil, errors.New("ops[0]: not this one")
+		}
+		return allApplied(ops)
+	})
+	n := nodeWithPeer(t, peer.Member, 5*time.Second)
+	err := n.Replicate(t.Context(), add("bad"), wire.ConsistencyAll)
+	if !errors.Is(err, ErrReplication) || !strings.Contains(err.Error(), "not this one") {
+		t.Errorf("a refused write: %v, want a replication error with the peer's reason", err)
+	}
+	if err := n.Replicate(t.Context(), add("good"), wire.ConsistencyAll); err != nil {
+		t.Fatalf("the write after: %v", err)
+	}
+	if peer.upgrades.Load() != 1 || peer.streamed.Load() != 2 {
+		t.Errorf("%d batches on %d streams, want 2 on one", peer.streamed.Load(), peer.upgrades.Load())
+	}
+}
+
+// A peer that does not answer a batch within the replication timeout fails its writes then, and
+// the next batch goes on a new stream.
+func TestABatchNotAnsweredInTimeFailsAndTheNextGetsANewStream(t *testing.T) {
+	release := make(chan struct{})
+	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+		if ops[0].AllKeys()[0] == "slow" {
+			<-release
+		}
+		return allApplied(ops)
+	})
+	defer close(release)
+	n := nodeWithPeer(t, peer.Member, 200*time.Millisecond)
+	if err := n.Replicate(t.Context(), add("slow"), wire.ConsistencyAll); !errors.Is(err, ErrReplication) {
+		t.Fatalf("a write the peer sits on: %v, want a replication error", err)
+	}
+	if err := n.Replicate(t.Context(), add("quick"), wire.ConsistencyAll); err != nil {
+		t.Fatalf("the write after: %v", err)
+	}
+	if peer.upgrades.Load() != 2 {
+		t.Errorf("%d streams, want 2: the one timed out is not used again", peer.upgrades.Load())
+	}
+}
