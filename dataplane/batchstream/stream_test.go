@@ -70,6 +70,14 @@ func echoLengths(batch []byte) ([]bool, error) {
 	return applied, nil
 }
 
+// counting is echoLengths, counting the batches it applies in n.
+func counting(n *atomic.Int32) ApplyFunc {
+	return func(b []byte) ([]bool, error) {
+		n.Add(1)
+		return echoLengths(b)
+	}
+}
+
 // Batches go in order on one stream and get their answers; a refused batch gets its reason and
 // leaves the stream to the next.
 func TestBatchesAreAnsweredInOrderAndARefusalKeepsTheStream(t *testing.T) {
@@ -123,10 +131,7 @@ func words(applied []bool) string {
 // a frame.
 func TestABatchOverTheLimitIsRefusedAndClosesTheStream(t *testing.T) {
 	var applied atomic.Int32
-	s, addr := receiver(t, func(b []byte) ([]bool, error) {
-		applied.Add(1)
-		return echoLengths(b)
-	}, Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	s, addr := receiver(t, counting(&applied), Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
 	_, err := c.Apply(t.Context(), framed(strings.Repeat("y", 1<<10+1)))
 	if !IsRefused(err) || !strings.Contains(err.Error(), "a frame of 1025 bytes, over the limit of 1024") {
@@ -144,10 +149,7 @@ func TestABatchOverTheLimitIsRefusedAndClosesTheStream(t *testing.T) {
 // A frame cut short by the sender's end is not applied.
 func TestAFrameCutShortIsNotApplied(t *testing.T) {
 	var applied atomic.Int32
-	s, addr := receiver(t, func(b []byte) ([]bool, error) {
-		applied.Add(1)
-		return echoLengths(b)
-	}, Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	s, addr := receiver(t, counting(&applied), Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
 	frame := framed("yyyyyyyyyy")
 	binary.BigEndian.PutUint32(frame, 10)
