@@ -53,8 +53,8 @@ func NewServer(apply ApplyFunc, opts Options) *Server {
 // Upgrade takes the stream that r asks for (an upgrade to wire.ApplyStreamProtocol) over from
 // the HTTP server: it answers 101 Switching Protocols and serves the connection on a goroutine of
 // its own until it ends. An error, returned before anything was written, is a request that does
-// not ask for a stream (IsBadUpgrade: a 400 to answer), a connection that cannot be taken over, or
-// ErrClosed.
+// not ask for a stream (a *BadUpgradeError: a 400 to answer), a connection that cannot be taken
+// over, or ErrClosed.
 func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), wire.ApplyStreamProtocol) || r.ProtoMajor != 1 {
 		return &BadUpgradeError{fmt.Sprintf("%s takes an HTTP/1.1 upgrade to %s (Connection: Upgrade, Upgrade: %s); got %s with Upgrade %q",
