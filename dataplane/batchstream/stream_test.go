@@ -37,7 +37,7 @@ func receiver(t *testing.T, apply ApplyFunc, opts Options) (*Server, string) {
 // dial opens a stream with a bare upgrade request, as any HTTP/1.1 client would send it.
 func dial(t *testing.T, addr string) *Conn {
 	t.Helper()
-	conn, err := net.Dial("tcp", addr)
+	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +47,12 @@ func dial(t *testing.T, addr string) *Conn {
 	}
 	c := NewConn(conn)
 	resp, err := http.ReadResponse(c.r, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != wire.ApplyStreamProtocol {
-		t.Fatalf("upgrade answered %+v, %v", resp, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close() // empty: what follows the answer is the stream's
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Upgrade") != wire.ApplyStreamProtocol {
+		t.Fatalf("upgrade answered %+v", resp)
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
@@ -207,7 +211,7 @@ func TestCloseAnswersTheBatchBeingAppliedAndEndsTheStreams(t *testing.T) {
 		t.Error("a batch on a stream after Close was answered")
 	}
 	rec := httptest.NewRecorder()
-	req := httptest.NewRequest(http.MethodGet, wire.ApplyStreamPath, nil)
+	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, wire.ApplyStreamPath, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", wire.ApplyStreamProtocol)
 	if err := s.Upgrade(rec, req); !errors.Is(err, ErrClosed) {
@@ -252,7 +256,7 @@ func TestAnIdleStreamIsClosed(t *testing.T) {
 func TestARequestThatIsNotAnUpgradeIsRefused(t *testing.T) {
 	s := NewServer(echoLengths, Options{})
 	for _, upgrade := range []string{"", "websocket", "bloomery-batches/2"} {
-		req := httptest.NewRequest(http.MethodGet, wire.ApplyStreamPath, nil)
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, wire.ApplyStreamPath, nil)
 		if upgrade != "" {
 			req.Header.Set("Connection", "Upgrade")
 			req.Header.Set("Upgrade", upgrade)

@@ -282,6 +282,15 @@ func TestValuesWrittenThroughAnyPodAreSeenByEveryPod(t *testing.T) {
 				t.Errorf("%s holds %d of 100 values never written", q.name, 100-len(lost))
 			}
 		}
+
+		// Every batch went on a stream (over the internal port's TLS, when it has one), none as a
+		// request: a pod falls back to requests only for a peer that takes no stream.
+		for _, p := range c.pods {
+			sent, streamed := counter(t, p, "bloomery_replication_sent_batches_total"), counter(t, p, "bloomery_replication_streamed_batches_total")
+			if sent == 0 || streamed != sent {
+				t.Errorf("%s sent %v batches, %v of them on streams; want all of them", p.name, sent, streamed)
+			}
+		}
 	})
 }
 
