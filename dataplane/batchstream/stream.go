@@ -45,8 +45,8 @@ func IsRefused(err error) bool {
 }
 
 // readFrame reads a frame's length, at most limit, then the frame into buf when it is large
-// enough, else into new memory, and answers it. A frame larger than firstRead is read in steps that
-// double, so that a length that is declared but never sent takes little.
+// enough, else into new memory, and answers it. A frame larger than firstRead is read in steps
+// that double, so that a length that is declared but never sent takes little.
 func readFrame(r io.Reader, buf []byte, limit int) ([]byte, error) {
 	var head [HeaderSize]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
@@ -73,8 +73,8 @@ func readFrame(r io.Reader, buf []byte, limit int) ([]byte, error) {
 	return buf, nil
 }
 
-// firstRead is what a frame may take before its bytes arrive: more than the batches of a pod
-// under load.
+// firstRead is what a frame may take before its bytes arrive; a larger one takes more only as they
+// do.
 const firstRead = 1 << 20
 
 // tooLargeError is a frame longer than its reader takes.
