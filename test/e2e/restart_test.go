@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -51,28 +52,43 @@ func TestDeletedPodRecoversFromItsVolume(t *testing.T) {
 // The successor's data plane cannot take its volume's lock until the old one has exited,
 // restarts until it can, and then recovers every value that reached the log: under EverySecond,
 // all those acknowledged before the force delete, since the log is flushed during those 2 s.
+//
+// Whether the successor starts within those 2 s is a race: on a loaded machine starting it can
+// take longer, and it then finds the volume free. Every force delete must lose nothing; the test
+// deletes again, up to forceDeletes times, until one successor has found the volume locked.
 func TestForceDeletedPodWaitsForItsPredecessor(t *testing.T) {
 	t.Parallel()
+	const forceDeletes = 3
 	n := newNamespace(t)
 	n.applyOnePodSamples()
-	values := n.api(samplePod).addValues("users", "before-force-delete", 200)
-	oldUID := n.jsonpath("pod/"+samplePod, "{.metadata.uid}")
+	var values []string
+	for attempt := 1; attempt <= forceDeletes; attempt++ {
+		values = append(values, n.api(samplePod).addValues("users", fmt.Sprintf("before-force-delete-%d", attempt), 200)...)
+		oldUID := n.jsonpath("pod/"+samplePod, "{.metadata.uid}")
 
-	n.run("delete", "pod", samplePod, "--force", "--grace-period=0")
-	n.wait("create", "pod/"+samplePod)
-	if uid := n.jsonpath("pod/"+samplePod, "{.metadata.uid}"); uid == oldUID {
-		t.Fatalf("pod %s still has UID %s after its deletion", samplePod, uid)
+		n.run("delete", "pod", samplePod, "--force", "--grace-period=0")
+		n.wait("create", "pod/"+samplePod)
+		if uid := n.jsonpath("pod/"+samplePod, "{.metadata.uid}"); uid == oldUID {
+			t.Fatalf("pod %s still has UID %s after its deletion", samplePod, uid)
+		}
+		n.wait("condition=Ready", "pod/"+samplePod)
+		n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
+		n.api(samplePod).requireAllPresent("users", values)
+		requireRecovered(t, n, samplePod, "users")
+
+		restarts := n.jsonpath("pod/"+samplePod, "{.status.containerStatuses[0].restartCount}")
+		if restarts == "0" {
+			t.Logf("force delete %d: the successor started after its predecessor had exited", attempt)
+			continue
+		}
+		// The old process lived on for 2 s: its successor, started at once, found the volume locked.
+		if exitCode := n.jsonpath("pod/"+samplePod, "{.status.containerStatuses[0].lastState.terminated.exitCode}"); exitCode != "1" {
+			t.Fatalf("the successor restarted %s times, last exit code %q; want exit 1 while the volume was locked", restarts, exitCode)
+		}
+		t.Logf("force delete %d: the successor found the volume locked and restarted %s times", attempt, restarts)
+		return
 	}
-	n.wait("condition=Ready", "pod/"+samplePod)
-	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
-	// The old process lives on for 2 s: its successor, started at once, found the volume locked.
-	restarts := n.jsonpath("pod/"+samplePod, "{.status.containerStatuses[0].restartCount}")
-	exitCode := n.jsonpath("pod/"+samplePod, "{.status.containerStatuses[0].lastState.terminated.exitCode}")
-	if restarts == "0" || exitCode != "1" {
-		t.Errorf("the successor started %s times over, last exit code %q; want restarts after exit 1 while the volume was locked", restarts, exitCode)
-	}
-	n.api(samplePod).requireAllPresent("users", values)
-	requireRecovered(t, n, samplePod, "users")
+	t.Errorf("in %d force deletes no successor found the volume locked by its predecessor", forceDeletes)
 }
 
 // TestKilledProcessIsRestarted kills the data plane with SIGKILL: the pod's container restarts in
