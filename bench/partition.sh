@@ -9,7 +9,7 @@
 #    each, the CPU seconds all six pods used (utime + stime from /proc) per acknowledged value,
 #    counted until every peer has applied what was queued for it (the lagging pods' part too),
 #    the snapshots they wrote meanwhile, and the ratio. ROUNDS (default 1) repeats the pair that many times, R = 6 and R = 2 in turn,
-#    and reports each round's ratio and their median; OPS (default "multi-set
+#    and reports each round's ratio and their median (ROUNDS=0 skips it); OPS (default "multi-set
 #    multi-check-and-set") names the requests measured.
 # 2. Routing: checks of a value of a filter of one partition, R = 2 of six pods, sent to an owner
 #    and to a pod that is not one (which forwards it): requests/s and latency of each.
@@ -139,6 +139,7 @@ for round in $(seq "$rounds"); do
 done
 echo
 for op in "${ops[@]}"; do
+	((rounds > 0)) || break
 	printf 'cost of a write (%s) at R = 2 against R = 6 (six pods), each round:%s; median %s\n' "$op" "${ratios[$op]}" "$(median ${ratios[$op]})"
 done
 

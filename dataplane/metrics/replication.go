@@ -27,7 +27,7 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
 		batches:     desc("sent_batches_total", "Batches that carried writes to a peer, on its stream or as requests."),
 		streamed:    desc("streamed_batches_total", "Of the batches sent to peers, those that went on a stream rather than as a request."),
-		forwarded:   desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency."),
+		forwarded:   desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency, values routed to their partitions' owners."),
 		failovers:   desc("home_failovers_total", "Check-and-sets and creates that their filter's home pod did not serve (unreachable, or unavailable), so that the next pod in the filter's order was tried."),
 		merges:      desc("merges_total", "Dumps from peers merged in that changed something (catch-up and anti-entropy)."),
 		mergedBytes: desc("merged_bytes_total", "Bytes of the layers that merges changed."),

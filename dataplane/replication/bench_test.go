@@ -1,6 +1,7 @@
 package replication
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
@@ -63,5 +64,34 @@ func BenchmarkForward(b *testing.B) {
 		if err != nil || a.Status != http.StatusOK {
 			b.Fatalf("%+v, %v", a, err)
 		}
+	}
+}
+
+// BenchmarkRoutedCheck is a check of one value that a pod routes to the owner of its partition,
+// answered by a fake owner that decodes the values: one caller at a time, and many at once.
+func BenchmarkRoutedCheck(b *testing.B) {
+	owner := peerServer(b, func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Values []string }
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(make([]bool, len(body.Values)))
+	})
+	n := nodeWithPeer(b, owner, 2*time.Second)
+	for _, callers := range []int{1, 16} {
+		b.Run(strconv.Itoa(callers)+"-callers", func(b *testing.B) {
+			b.SetParallelism(callers)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				values := []string{"value"}
+				for pb.Next() {
+					if _, err := n.ServeOn(b.Context(), owner, wire.OpMultiCheck, "f", values, wire.ConsistencyOne); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

@@ -95,21 +95,22 @@ func IsNotServed(err error) bool { return errors.Is(err, errNotServed) }
 
 // ServeOn sends values of the filter name to peer for op (multi-check, multi-check-and-set or
 // multi-set), marked as forwarded so that peer serves them itself, at level. Answers are nil for
-// a multi-set. Errors are the peer's answer, or IsNotServed.
+// a multi-set. Errors are the peer's answer, or IsNotServed. Checks go with the others bound for
+// the same peer and filter (checkBatcher).
 func (n *Node) ServeOn(ctx context.Context, peer wire.Member, op wire.FilterOp, name string, values []string, level wire.Consistency) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*n.opts.Timeout)
 	defer cancel()
-	n.stats.ForwardedRequests.Add(1)
-	c := n.peer(peer).At(level)
 	var answers []bool
 	var err error
 	switch op {
 	case wire.OpMultiCheck:
-		answers, err = c.MultiCheck(ctx, name, values)
+		answers, err = n.checks.check(ctx, checkRoute{peer: peer, name: name, level: level}, values)
 	case wire.OpMultiCheckAndSet:
-		answers, err = c.MultiCheckAndSet(ctx, name, values)
+		n.stats.ForwardedRequests.Add(1)
+		answers, err = n.peer(peer).At(level).MultiCheckAndSet(ctx, name, values)
 	default:
-		err = c.MultiSet(ctx, name, values)
+		n.stats.ForwardedRequests.Add(1)
+		err = n.peer(peer).At(level).MultiSet(ctx, name, values)
 	}
 	var apiErr *client.Error
 	switch {
@@ -119,4 +120,13 @@ func (n *Node) ServeOn(ctx context.Context, peer wire.Member, op wire.FilterOp, 
 		return nil, fmt.Errorf("%w by %s: %w", errNotServed, peer.Name, err)
 	}
 	return nil, fmt.Errorf("%s: %w", peer.Name, err)
+}
+
+// sendChecks is one request of checks that went together (checkBatcher): it is no one caller's,
+// so it ends with the node rather than with a caller.
+func (n *Node) sendChecks(r checkRoute, values []string) ([]bool, error) {
+	ctx, cancel := context.WithTimeout(n.ctx, 2*n.opts.Timeout)
+	defer cancel()
+	n.stats.ForwardedRequests.Add(1)
+	return n.peer(r.peer).At(r.level).MultiCheck(ctx, r.name, values)
 }

@@ -64,7 +64,7 @@ type Node struct {
 	senders map[wire.Member]*sender
 	// active are the senders of the current peers, read on every write without a lock.
 	active atomic.Pointer[[]*sender]
-	ctx    context.Context // of the senders
+	ctx    context.Context // of the senders and of the routed checks' requests
 	cancel context.CancelFunc
 
 	// caughtUp is false from the first membership until the catch-up from the peers is done (and,
@@ -74,6 +74,8 @@ type Node struct {
 	caughtUp atomic.Bool
 
 	placed placedState
+	// checks sends the checks routed to each peer together while one request of them is under way.
+	checks *checkBatcher
 }
 
 // NewNode returns a node with no membership: a cluster of one.
@@ -108,6 +110,8 @@ func NewNode(opts Options) *Node {
 		ctx:     ctx,
 		cancel:  cancel,
 	}
+	// A value may grow sixfold as JSON (\u escapes): the checks that go together fit a request.
+	n.checks = newCheckBatcher(int(opts.MaxBatchBytes/8), n.sendChecks)
 	n.caughtUp.Store(!opts.AwaitMembership)
 	return n
 }

@@ -9,7 +9,7 @@ type Stats struct {
 	DroppedOps          atomic.Int64 // writes not queued for a peer whose queue was full
 	SentBatches         atomic.Int64 // batches that carried writes to a peer
 	StreamedBatches     atomic.Int64 // of SentBatches, those that went on a stream
-	ForwardedRequests   atomic.Int64 // check-and-sets sent to their filter's home, and quorum reads
+	ForwardedRequests   atomic.Int64 // requests sent on clients' behalf: to homes, quorum reads, routed values
 	HomeFailovers       atomic.Int64 // forwarded requests a home did not serve, so the next pod did
 	Merges              atomic.Int64 // dumps merged that changed something
 	MergedBytes         atomic.Int64 // bytes of the layers those merges changed
