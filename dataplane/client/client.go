@@ -283,13 +283,22 @@ func (c *Client) Set(ctx context.Context, name, value string) error {
 
 // MultiSet adds every value without answering.
 func (c *Client) MultiSet(ctx context.Context, name string, values []string) error {
-	_, err := c.do(ctx, http.MethodPost, wire.FilterOpPath(name, wire.OpMultiSet), valuesBody{nonNil(values)}, nil)
+	_, err := c.do(ctx, http.MethodPost, wire.FilterOpPath(name, wire.OpMultiSet), c.valuesBody(values), nil)
 	return err
+}
+
+// valuesBody is the body of a multi- request of values. A pod's may be RESP's bytes, which its
+// peers take as base64.
+func (c *Client) valuesBody(values []string) any {
+	if c.forwarded {
+		return wire.PeerValuesBody(nonNil(values))
+	}
+	return valuesBody{nonNil(values)}
 }
 
 func (c *Client) batch(ctx context.Context, path string, values []string) ([]bool, error) {
 	var answers []bool
-	if _, err := c.do(ctx, http.MethodPost, path, valuesBody{nonNil(values)}, &answers); err != nil {
+	if _, err := c.do(ctx, http.MethodPost, path, c.valuesBody(values), &answers); err != nil {
 		return nil, err
 	}
 	if len(answers) != len(values) {

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -286,13 +287,7 @@ func (s *Server) readValues(c echo.Context) (*filter.Filter, []string, error) {
 	case err != nil:
 		return nil, nil, err
 	case !ok:
-		if err := b.only("values"); err != nil {
-			return nil, nil, err
-		}
-		if _, given := b.field("values"); !given {
-			return nil, nil, requiredField(c, "values")
-		}
-		if values, err = b.strings("values"); err != nil {
+		if values, err = slowValues(c, b); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -301,6 +296,32 @@ func (s *Server) readValues(c echo.Context) (*filter.Filter, []string, error) {
 	}
 	f, err := s.lookup(c)
 	return f, values, err
+}
+
+// slowValues reads the values of a body that fastValues did not: "values", or from a peer
+// wire.Base64ValuesField (wire.PeerValuesBody).
+func slowValues(c echo.Context, b body) ([]string, error) {
+	if _, given := b.field(wire.Base64ValuesField); given && forwarded(c) {
+		if err := b.only(wire.Base64ValuesField); err != nil {
+			return nil, err
+		}
+		var raw [][]byte
+		if err := json.Unmarshal(b[wire.Base64ValuesField], &raw); err != nil {
+			return nil, invalidParameter(wire.Base64ValuesField, err.Error())
+		}
+		values := make([]string, len(raw))
+		for i, v := range raw {
+			values[i] = string(v)
+		}
+		return values, nil
+	}
+	if err := b.only("values"); err != nil {
+		return nil, err
+	}
+	if _, given := b.field("values"); !given {
+		return nil, requiredField(c, "values")
+	}
+	return b.strings("values")
 }
 
 func (s *Server) check(c echo.Context) error {

@@ -139,7 +139,7 @@ func (s *Server) addBounded(ctx context.Context, f *filter.Filter, items []strin
 // one in the filter's order answered: the adds are then served here. The home applies HTTP's
 // semantics, so a non-scaling filter is not bounded at its capacity there.
 func (s *Server) addAtHome(ctx context.Context, name string, create *filter.Options, items []string) (present []bool, served bool, err error) {
-	body, err := json.Marshal(map[string][]string{"values": items})
+	body, err := json.Marshal(wire.PeerValuesBody(items))
 	if err != nil {
 		return nil, true, err
 	}

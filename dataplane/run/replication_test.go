@@ -2,8 +2,10 @@ package run_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -283,5 +285,62 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 	}
 	if _, err := stream.Apply(t.Context(), framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"e"}})); err == nil {
 		t.Error("a batch after shutdown was answered, want the stream closed")
+	}
+}
+
+// A peer may send a multi- request's values as base64 (wire.PeerValuesBody: RESP's items that are
+// not UTF-8); only a peer, on the internal port. Bad base64 is refused.
+func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
+	s := runServer(t, nil)
+	rdb := redisClient(t, s)
+	if err := rdb.BFReserve(t.Context(), "f", 0.001, 1000).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.BFAdd(t.Context(), "f", "\xff\xfe").Err(); err != nil {
+		t.Fatal(err)
+	}
+	post := func(base, path string, body []byte, peer bool) response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if peer {
+			req.Header.Set(wire.ForwardedHeader, "1")
+		}
+		httpClient := s.http
+		if base == s.internal.url {
+			httpClient = s.internal.http
+		}
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		raw, _ := io.ReadAll(resp.Body)
+		return response{resp.StatusCode, resp.Header, raw}
+	}
+	// The bytes, the bytes as JSON would mangle them, and a value never added.
+	values := []string{"\xff\xfe", "\ufffd\ufffd", "plain"}
+	body, err := json.Marshal(wire.PeerValuesBody(values))
+	if err != nil || !strings.Contains(string(body), wire.Base64ValuesField) {
+		t.Fatalf("the body of values that are not all UTF-8: %s, %v; want %s", body, err, wire.Base64ValuesField)
+	}
+	public := wire.FilterOpPath("f", wire.OpMultiCheck)
+	var answers []bool
+	post(s.internal.url, wire.InternalPath(public), body, true).wantJSON(t, http.StatusOK, &answers)
+	if !slices.Equal(answers, []bool{true, false, false}) {
+		t.Fatalf("a peer's multi-check of values as base64 answered %v, want [true false false]", answers)
+	}
+	if msg := post(s.url, public, body, true).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "unknown parameter") {
+		t.Errorf("base64 values on the client port: %q; want unknown parameter", msg)
+	}
+	if msg := post(s.internal.url, wire.InternalPath(public), body, false).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "unknown parameter") {
+		t.Errorf("base64 values on the internal port from the operator, not a peer: %q; want unknown parameter", msg)
+	}
+	bad := []byte(`{"` + wire.Base64ValuesField + `": ["not base64!"]}`)
+	if msg := post(s.internal.url, wire.InternalPath(public), bad, true).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, wire.Base64ValuesField) {
+		t.Errorf("a peer's bad base64: %q; want an error naming %s", msg, wire.Base64ValuesField)
 	}
 }

@@ -644,3 +644,67 @@ func TestRESPInfo(t *testing.T) {
 	}
 	expect(t, "INFO memory", "")(rdb.Info(ctx, "memory").Result())
 }
+
+// Items are bytes, as in Redis: an item that is not UTF-8 keeps its bytes when a pod sends it to
+// another (a filter's home, a partition's owner), and is found through every pod; the item as
+// JSON would have mangled it is not.
+func TestRESPBinaryItemsKeepTheirBytesBetweenPods(t *testing.T) {
+	t.Parallel()
+	items := []string{"\xff\xfe", "caf\xe9", "ok\x00\x01", "\xed\xa0\x80"}
+	var mangled []string // of the items that are not UTF-8
+	for _, item := range items {
+		if m := strings.ToValidUTF8(item, "\uFFFD"); m != item {
+			mangled = append(mangled, m)
+		}
+	}
+	everywhere := func(t *testing.T, pods []*testServer, name string) {
+		t.Helper()
+		for i, ts := range pods {
+			rdb := redisClient(t, ts)
+			wantBools(t, fmt.Sprintf("BF.MEXISTS %s of the items through pod %d", name, i), rdb.BFMExists(t.Context(), name, toAny(items)...).Val(), nil, true, true, true, true)
+			for _, item := range items {
+				expect(t, fmt.Sprintf("BF.EXISTS %s %q through pod %d", name, item, i), true)(rdb.BFExists(t.Context(), name, item).Result())
+			}
+			wantBools(t, fmt.Sprintf("BF.MEXISTS %s of the mangled items through pod %d", name, i), rdb.BFMExists(t.Context(), name, toAny(mangled)...).Val(), nil, false, false, false)
+		}
+	}
+
+	t.Run("to the home", func(t *testing.T) {
+		t.Parallel()
+		a, b := runServer(t, nil), runServer(t, nil)
+		members := []wire.Member{{Name: "a", URL: a.internal.url}, {Name: "b", URL: b.internal.url}}
+		for self, ts := range map[string]*testServer{"a": a, "b": b} {
+			if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		waitUntilReady(t, a)
+		waitUntilReady(t, b)
+		for i := range 6 { // some homed at a, some at b
+			name := fmt.Sprintf("binary-%d", i)
+			if err := redisClient(t, a).BFReserve(t.Context(), name, 0.0001, 1000).Err(); err != nil {
+				t.Fatal(err)
+			}
+			wantBools(t, "BF.MADD "+name, redisClient(t, a).BFMAdd(t.Context(), name, toAny(items[:2])...).Val(), nil, true, true)
+			for _, item := range items[2:] {
+				expect(t, "BF.ADD "+name, true)(redisClient(t, a).BFAdd(t.Context(), name, item).Result())
+			}
+			everywhere(t, []*testServer{a, b}, name)
+		}
+	})
+
+	t.Run("to the partitions' owners", func(t *testing.T) {
+		t.Parallel()
+		c := newPlacedCluster(t, 4, nil)
+		c.push(wire.Placement{ReplicationFactor: 1}, nil)
+		opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.0001), Partitions: new(8)}
+		if _, _, err := c.pods[0].client.At(wire.ConsistencyAll).Create(t.Context(), "binary", opts); err != nil {
+			t.Fatal(err)
+		}
+		wantBools(t, "BF.MADD through pod 1", redisClient(t, c.pods[1]).BFMAdd(t.Context(), "binary", toAny(items[:2])...).Val(), nil, true, true)
+		for _, item := range items[2:] {
+			expect(t, "BF.ADD through pod 2", true)(redisClient(t, c.pods[2]).BFAdd(t.Context(), "binary", item).Result())
+		}
+		everywhere(t, c.pods, "binary")
+	})
+}
