@@ -8,7 +8,8 @@
 -- Env: BENCH_FILTER  filter name (default "bench"; bench/run.sh creates it).
 
 local filter = os.getenv("BENCH_FILTER") or "bench"
-local path = "/v1/bloomfilter/" .. filter .. "/check"
+-- BENCH_QUERY is appended to the path, such as "?consistency=quorum".
+local path = "/v1/bloomfilter/" .. filter .. "/check" .. (os.getenv("BENCH_QUERY") or "")
 local run_id = string.format("%x", os.time())
 
 -- setup runs once per thread in the main Lua state; thread:set hands each thread its id.

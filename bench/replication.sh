@@ -3,9 +3,10 @@
 #
 #   bench/replication.sh [DURATION] [THREADS] [CONNECTIONS]
 #
-# 1. check-and-set and multi-check-and-set (100 values) through one pod alone, then through pod 0
-#    of a 3-pod cluster with ?consistency=one, quorum and all (W = 1, 2, 3). The 3-pod runs
-#    include the forwarding of check-and-sets to the filter's home pod when pod 0 is not it.
+# 1. check-and-set, multi-check-and-set (100 values) and check (of absent values) through one pod
+#    alone, then through pod 0 of a 3-pod cluster with ?consistency=one, quorum and all (W = 1, 2,
+#    3; a check at quorum or all asks the peers). The 3-pod runs include the forwarding of
+#    check-and-sets to the filter's home pod when pod 0 is not it.
 #    With 2 or more cores the pods share core 0 and wrk runs on core 1.
 # 2. Catch-up: a pod holding 1 GiB of filters (CATCHUP_MIB, default 1024), a new empty pod told
 #    the membership; the time until the new pod's /readyz answers 200. CATCHUP_MIB=0 skips it.
@@ -47,6 +48,7 @@ run_all() {
 	local label=$1 query=$2
 	result["$label cas"]=$(load check-and-set "$query")
 	result["$label mcas"]=$(load multi-check-and-set "$query" 100)
+	result["$label check"]=$(load check "$query")
 }
 
 log "one pod alone"
@@ -71,7 +73,7 @@ stop_all
 
 printf '\n%-22s %-8s %12s %10s %10s %8s\n' "setup" "request" "requests/s" "p50" "p99" "ratio"
 for label in "1 pod" "3 pods, one" "3 pods, quorum" "3 pods, all"; do
-	for kind in cas mcas; do
+	for kind in cas mcas check; do
 		read -r rps p50 p99 <<<"${result["$label $kind"]}"
 		read -r base _ _ <<<"${result["1 pod $kind"]}"
 		printf '%-22s %-8s %12s %10s %10s %8s\n' "$label" "$kind" "$rps" "$p50" "$p99" "$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.2f", a / b}')"

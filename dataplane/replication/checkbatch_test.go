@@ -248,44 +248,57 @@ func TestChecksGoTogetherWithinBounds(t *testing.T) {
 	}
 }
 
-// Checks routed to a peer by many callers at once go over HTTP in fewer requests than checks,
-// each caller answered for its own values.
-func TestRoutedChecksShareRequestsToAPeer(t *testing.T) {
-	var requests atomic.Int32
-	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		time.Sleep(5 * time.Millisecond) // a request under way gathers the checks behind it
-		var body struct{ Values []string }
-		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.URL.Path != wire.InternalPath(wire.FilterOpPath("f", wire.OpMultiCheck)) {
-			http.Error(w, fmt.Sprintf("%s: %v", r.URL.Path, err), http.StatusBadRequest)
-			return
-		}
-		answers := make([]bool, len(body.Values))
-		for i, v := range body.Values {
-			answers[i] = strings.HasSuffix(v, "+")
-		}
-		_ = json.NewEncoder(w).Encode(answers)
-	})
-	n := nodeWithPeer(t, peer, 5*time.Second)
-	const callers = 64
-	var wg sync.WaitGroup
-	errs := make([]error, callers)
-	for i := range callers {
-		wg.Go(func() {
-			values := []string{fmt.Sprintf("in%d+", i), fmt.Sprintf("out%d", i)}
-			got, err := n.ServeOn(t.Context(), peer, wire.OpMultiCheck, "f", values, wire.ConsistencyOne)
-			if err == nil && !slices.Equal(got, []bool{true, false}) {
-				err = fmt.Errorf("answers %v, want [true false]", got)
+// Checks sent to a peer by many callers at once, routed to a partition's owner or asked by a read
+// at consistency all, go over HTTP in fewer requests than checks, each caller answered for its
+// own values.
+func TestChecksShareRequestsToAPeer(t *testing.T) {
+	ask := map[string]func(n *Node, peer wire.Member, values []string) ([]bool, error){
+		"routed": func(n *Node, peer wire.Member, values []string) ([]bool, error) {
+			return n.ServeOn(t.Context(), peer, wire.OpMultiCheck, "f", values, wire.ConsistencyOne)
+		},
+		"read at consistency all": func(n *Node, _ wire.Member, values []string) ([]bool, error) {
+			present := make([]bool, len(values))
+			return present, n.CheckPeers(t.Context(), "f", values, wire.ConsistencyAll, present)
+		},
+	}
+	for name, ask := range ask {
+		t.Run(name, func(t *testing.T) {
+			var requests atomic.Int32
+			peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				time.Sleep(5 * time.Millisecond) // a request under way gathers the checks behind it
+				var body struct{ Values []string }
+				if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.URL.Path != wire.InternalPath(wire.FilterOpPath("f", wire.OpMultiCheck)) {
+					http.Error(w, fmt.Sprintf("%s: %v", r.URL.Path, err), http.StatusBadRequest)
+					return
+				}
+				answers := make([]bool, len(body.Values))
+				for i, v := range body.Values {
+					answers[i] = strings.HasSuffix(v, "+")
+				}
+				_ = json.NewEncoder(w).Encode(answers)
+			})
+			n := nodeWithPeer(t, peer, 5*time.Second)
+			const callers = 64
+			var wg sync.WaitGroup
+			errs := make([]error, callers)
+			for i := range callers {
+				wg.Go(func() {
+					got, err := ask(n, peer, []string{fmt.Sprintf("in%d+", i), fmt.Sprintf("out%d", i)})
+					if err == nil && !slices.Equal(got, []bool{true, false}) {
+						err = fmt.Errorf("answers %v, want [true false]", got)
+					}
+					errs[i] = err
+				})
 			}
-			errs[i] = err
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			if got := requests.Load(); got >= callers || n.Stats().ForwardedRequests.Load() != int64(got) {
+				t.Fatalf("%d callers' checks took %d requests (%d counted); want fewer, each counted", callers, got, n.Stats().ForwardedRequests.Load())
+			}
+			t.Logf("%d callers' checks took %d requests", callers, requests.Load())
 		})
 	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	if got := requests.Load(); got >= callers || n.Stats().ForwardedRequests.Load() != int64(got) {
-		t.Fatalf("%d callers' checks took %d requests (%d counted); want fewer, each counted", callers, got, n.Stats().ForwardedRequests.Load())
-	}
-	t.Logf("%d callers' checks took %d requests", callers, requests.Load())
 }

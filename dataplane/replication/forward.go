@@ -40,7 +40,8 @@ func (n *Node) Forward(ctx context.Context, peer wire.Member, method, requestURI
 
 // CheckPeers asks enough peers for a read at level to reach that many pods with this one, in
 // parallel, and ORs their answers into present: a value any of them holds is reported present.
-// It errs when too few answer in time.
+// It errs when too few answer in time. The checks go with the others bound for the same peer and
+// filter (checkBatcher).
 func (n *Node) CheckPeers(ctx context.Context, name string, values []string, level wire.Consistency, present []bool) error {
 	peers := n.members.Peers()
 	need := level.Count(len(peers)+1) - 1
@@ -56,8 +57,7 @@ func (n *Node) CheckPeers(ctx context.Context, name string, values []string, lev
 	answers := make(chan answer, len(peers))
 	for _, p := range peers {
 		go func() {
-			n.stats.ForwardedRequests.Add(1)
-			got, err := n.peer(p).MultiCheck(ctx, name, values)
+			got, err := n.checks.check(ctx, checkRoute{peer: p, name: name, level: wire.ConsistencyOne}, values)
 			if err != nil {
 				err = fmt.Errorf("%s: %w", p.Name, err)
 			}
