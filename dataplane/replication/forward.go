@@ -123,9 +123,11 @@ func (n *Node) ServeOn(ctx context.Context, peer wire.Member, op wire.FilterOp, 
 }
 
 // sendChecks is one request of checks that went together (checkBatcher): it is no one caller's,
-// so it ends with the node rather than with a caller.
+// so it ends with the node rather than with a caller. A peer answers checks from its own copy,
+// asking no one, so one timeout bounds it: a hung peer holds the checks queued behind it no
+// longer than it would hold one.
 func (n *Node) sendChecks(r checkRoute, values []string) ([]bool, error) {
-	ctx, cancel := context.WithTimeout(n.ctx, 2*n.opts.Timeout)
+	ctx, cancel := context.WithTimeout(n.ctx, n.opts.Timeout)
 	defer cancel()
 	n.stats.ForwardedRequests.Add(1)
 	return n.peer(r.peer).At(r.level).MultiCheck(ctx, r.name, values)

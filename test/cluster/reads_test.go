@@ -18,12 +18,14 @@ func TestQuorumAndAllReadsNeedEnoughPods(t *testing.T) {
 	if err := a.With(wire.ConsistencyAll).Set(t.Context(), "users", "everywhere"); err != nil {
 		t.Fatal(err)
 	}
-	// "elsewhere" is held by b and d, not a: written through b while a is cut off.
-	c.Partition(a)
+	// "elsewhere" is held by b and d, not a: written through b while a refuses its peers. It
+	// goes on refusing them: b's sender may still be trying a with that write when Set returns
+	// (d's acknowledgement made the quorum), and would deliver it once a took connections again.
+	c.Proxy(b, a).Set(cluster.Refuse())
+	c.Proxy(d, a).Set(cluster.Refuse())
 	if err := b.Client.Set(t.Context(), "users", "elsewhere"); err != nil {
 		t.Fatal(err)
 	}
-	c.Heal()
 	if a.HoldsAll(t, "users", "elsewhere") || !b.HoldsAll(t, "users", "elsewhere") || !d.HoldsAll(t, "users", "elsewhere") {
 		t.Fatal(`"elsewhere" should be on b and d only`)
 	}
@@ -47,8 +49,10 @@ func TestQuorumAndAllReadsNeedEnoughPods(t *testing.T) {
 	wantRead(wire.ConsistencyQuorum, "elsewhere", true)
 	wantRead(wire.ConsistencyAll, "elsewhere", true)
 	wantRead(wire.ConsistencyAll, "nowhere", false)
-	if got := a.Metric(t, forwardedTotal) - forwarded; got != 6 {
-		t.Errorf("three widened reads on %s were sent to %v peers, want 6 (every peer is asked)", a.Name, got)
+	// Each asks both peers; a quorum read may have its answer before its check to the second
+	// left this pod, which is then not sent.
+	if got := a.Metric(t, forwardedTotal) - forwarded; got < 5 || got > 6 {
+		t.Errorf("three widened reads on %s were sent to %v peers, want 6, or 5 when the quorum read's second was not needed", a.Name, got)
 	}
 	if a.HoldsAll(t, "users", "elsewhere") {
 		t.Error("a quorum read copied the value it found elsewhere: reads are not repaired")
