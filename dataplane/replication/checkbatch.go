@@ -18,11 +18,11 @@ import (
 // bounds their bytes; a larger check goes alone.
 const maxCheckBatchValues = 1024
 
-// checkRoute is where checks go together: one filter on one peer, at one level.
+// checkRoute is where checks go together: one filter on one peer. The peer answers them from its
+// own copy (they are marked as forwarded), whatever the level of the reads they serve.
 type checkRoute struct {
-	peer  wire.Member
-	name  string
-	level wire.Consistency
+	peer wire.Member
+	name string
 }
 
 // pendingCheck is one caller's check, waiting to be sent or answered.

@@ -99,7 +99,7 @@ func startCheck(ctx context.Context, b *checkBatcher, r checkRoute, values ...st
 	return out
 }
 
-var testRoute = checkRoute{peer: wire.Member{Name: "peer"}, name: "f", level: wire.ConsistencyOne}
+var testRoute = checkRoute{peer: wire.Member{Name: "peer"}, name: "f"}
 
 // A check that finds no request under way goes at once; the checks that arrive while one is
 // under way go together in the next request, and each gets the answers of its own values.

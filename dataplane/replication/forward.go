@@ -57,7 +57,7 @@ func (n *Node) CheckPeers(ctx context.Context, name string, values []string, lev
 	answers := make(chan answer, len(peers))
 	for _, p := range peers {
 		go func() {
-			got, err := n.checks.check(ctx, checkRoute{peer: p, name: name, level: wire.ConsistencyOne}, values)
+			got, err := n.checks.check(ctx, checkRoute{peer: p, name: name}, values)
 			if err != nil {
 				err = fmt.Errorf("%s: %w", p.Name, err)
 			}
@@ -104,7 +104,7 @@ func (n *Node) ServeOn(ctx context.Context, peer wire.Member, op wire.FilterOp, 
 	var err error
 	switch op {
 	case wire.OpMultiCheck:
-		answers, err = n.checks.check(ctx, checkRoute{peer: peer, name: name, level: level}, values)
+		answers, err = n.checks.check(ctx, checkRoute{peer: peer, name: name}, values)
 	case wire.OpMultiCheckAndSet:
 		n.stats.ForwardedRequests.Add(1)
 		answers, err = n.peer(peer).At(level).MultiCheckAndSet(ctx, name, values)
@@ -130,5 +130,5 @@ func (n *Node) sendChecks(r checkRoute, values []string) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.Timeout)
 	defer cancel()
 	n.stats.ForwardedRequests.Add(1)
-	return n.peer(r.peer).At(r.level).MultiCheck(ctx, r.name, values)
+	return n.peer(r.peer).MultiCheck(ctx, r.name, values)
 }
