@@ -42,7 +42,7 @@ func TestRedirectsAreNotFollowed(t *testing.T) {
 	}))
 	defer pod.Close()
 	c := client.New(pod.URL)
-	if _, err := c.Inventory(t.Context()); err == nil {
+	if _, err := c.Membership(t.Context()); err == nil {
 		t.Error("a redirected call succeeded")
 	}
 	if _, err := c.Forward(t.Context(), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{"value":"x"}`)); err != nil {

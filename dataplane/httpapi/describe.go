@@ -11,7 +11,6 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
@@ -33,7 +32,7 @@ func (s *Server) describePlaced(c echo.Context, f *filter.Filter) (wire.Filter, 
 		}
 		return s.describe(f.InfoOf(only)), nil
 	}
-	rt := s.Node.Route(f.Name(), f.Partitions())
+	rt := s.Writes.Route(f.Name(), f.Partitions())
 	// Partitions grouped by the readers that describe them, in the order to ask them.
 	groups := map[string][]int{}
 	var order []string
@@ -48,7 +47,7 @@ func (s *Server) describePlaced(c echo.Context, f *filter.Filter) (wire.Filter, 
 	var fill, fpp float64
 	for _, key := range order {
 		parts := groups[key]
-		part, err := s.describeOn(c, f, rt.Self(), strings.Split(key, ","), parts, rt)
+		part, err := s.describeOn(c, f, rt.Self(), strings.Split(key, ","), parts, rt.Member)
 		if err != nil {
 			return wire.Filter{}, err
 		}
@@ -79,7 +78,7 @@ func (s *Server) describeNew(f *filter.Filter) wire.Filter {
 }
 
 // describeOn describes the partitions parts of f on the first of servers that answers.
-func (s *Server) describeOn(c echo.Context, f *filter.Filter, self string, servers []string, parts []int, rt *replication.Route) (wire.Filter, error) {
+func (s *Server) describeOn(c echo.Context, f *filter.Filter, self string, servers []string, parts []int, member func(name string) wire.Member) (wire.Filter, error) {
 	list := make([]string, len(parts))
 	for i, p := range parts {
 		list[i] = strconv.Itoa(p)
@@ -95,7 +94,7 @@ func (s *Server) describeOn(c echo.Context, f *filter.Filter, self string, serve
 			return s.describe(f.InfoOf(only)), nil
 		}
 		uri := wire.FilterPath(f.Name()) + "?" + wire.PartitionsParam + "=" + strings.Join(list, ",")
-		a, err := s.Node.Forward(c.Request().Context(), rt.Member(server), http.MethodGet, uri, "", nil)
+		a, err := s.Node.Forward(c.Request().Context(), member(server), http.MethodGet, uri, "", nil)
 		if err != nil {
 			failures = append(failures, err.Error())
 			continue

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/persist"
 )
 
@@ -23,7 +24,7 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 	cfg.RequestTimeout = 300 * time.Millisecond
 	s := newTestAPI(t, cfg)
 	const budget = 1 << 20
-	s.dumpCopies = newCopyBudget(budget)
+	s.peers = peer.NewServer(peer.ServerOptions{Host: s.Node, Store: s.Store, MaxRequestBytes: cfg.MaxHTTPRequestLength, DumpCopyBytes: budget})
 	f, _, err := s.Store.Create("big", filter.Options{Capacity: 16_000_000, FPP: 0.01}, false)
 	if err != nil {
 		t.Fatal(err)
@@ -47,20 +48,8 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 	if _, err := fmt.Fprintf(stalled, "GET /v1/bloomfilter/big/dump HTTP/1.1\r\nHost: bloomery\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stalled dump to hold the whole budget", func() bool {
-		if s.dumpCopies.sem.TryAcquire(1) {
-			s.dumpCopies.sem.Release(1)
-			return false
-		}
-		return true
-	})
-	waitFor(t, "the stalled reader to be dropped and the budget to come back", func() bool {
-		if s.dumpCopies.sem.TryAcquire(budget) {
-			s.dumpCopies.sem.Release(budget)
-			return true
-		}
-		return false
-	})
+	waitFor(t, "the stalled dump to hold the whole budget", func() bool { return s.peers.DumpBytesHeld() == budget })
+	waitFor(t, "the stalled reader to be dropped and the budget to come back", func() bool { return s.peers.DumpBytesHeld() == 0 })
 
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL+"/v1/bloomfilter/big/dump", nil)
 	if err != nil {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
@@ -65,7 +64,7 @@ func writeError(err error, creating bool) error {
 	switch {
 	case errors.Is(err, writes.ErrCatchingUp), errors.Is(err, filter.ErrNotHeld):
 		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()}
-	case errors.Is(err, replication.ErrReplication):
+	case errors.Is(err, writes.ErrReplication):
 		return &apiError{http.StatusServiceUnavailable, wire.CodeReplication, err.Error()}
 	}
 	return engineError(err, creating)

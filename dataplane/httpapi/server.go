@@ -3,6 +3,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -14,11 +15,11 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/apidocs"
-	"github.com/bloomery/bloomery/dataplane/batchstream"
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/metrics"
-	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
@@ -32,15 +33,13 @@ type Server struct {
 	tokenDigest []byte
 	// bodies bounds the request bodies the client port holds at once.
 	bodies *bodyBudget
-	// dumpCopies bounds the bits that dumps being written hold copies of (see dump).
-	dumpCopies copyBudget
 	// docsPage is the API documentation page, built once; nil without -d.
 	docsPage []byte
 	// routePaths are the registered route templates, for the route label of metrics: anything
 	// else a request matched is a path of the client's choosing.
 	routePaths map[string]bool
-	// streams serve the peers' streams of batches (wire.ApplyStreamPath).
-	streams *batchstream.Server
+	// peers is the receiving end of the pod-to-pod protocol, which the internal port serves.
+	peers *peer.Server
 	// phase is where the process is: see Phase. A Server nothing is recovered into serves.
 	phase atomic.Int32
 }
@@ -51,7 +50,7 @@ type Options struct {
 	Config  config.Config
 	Log     *slog.Logger
 	Store   *filter.Store
-	Node    *replication.Node
+	Node    Cluster
 	Metrics *metrics.Metrics
 	// Writes runs every write: the handlers decode, it applies, journals and replicates.
 	Writes *writes.Service
@@ -66,6 +65,22 @@ type Options struct {
 	// LogBroken answers why the update log cannot be written, nil while it can (and in memory):
 	// writes then fail, so the pod is not ready.
 	LogBroken func() error
+}
+
+// Cluster is the pod's part of its cluster as the API calls it (replication.Node): what it
+// serves the operator and its peers, and what the public API asks of the peers.
+type Cluster interface {
+	peer.Host
+	// Ready reports whether the pod holds what its peers held when it learned of them; Known
+	// whether it was told its membership.
+	Ready() bool
+	Known() (bool, <-chan struct{})
+	WriteConsistency() wire.Consistency
+	Replicating() bool
+	// CheckPeers ORs into present the answers of enough peers for a read at level.
+	CheckPeers(ctx context.Context, name string, values []string, level wire.Consistency, present []bool) error
+	// Forward sends a client's request to a peer, and answers the peer's answer.
+	Forward(ctx context.Context, to wire.Member, method, requestURI, contentType string, body []byte) (client.Answer, error)
 }
 
 // Phase is a stage of the process's life, as /readyz and the filter API see it.
@@ -87,14 +102,16 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("maxHttpRequestLength must be > 0, got %d", o.Config.MaxHTTPRequestLength)
 	}
 	s := &Server{
-		Options:    o,
-		bodies:     &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))},
-		dumpCopies: newCopyBudget(dumpCopyBytes),
+		Options: o,
+		bodies:  &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))},
 	}
-	s.streams = batchstream.NewServer(s.applyBatch, batchstream.Options{
-		MaxBatchBytes: int(min(replication.ApplyBodyLimit(o.Config.MaxHTTPRequestLength), math.MaxInt32)),
-		Timeout:       o.Config.RequestTimeout,
-		IdleTimeout:   o.Config.IdleTimeout,
+	s.peers = peer.NewServer(peer.ServerOptions{
+		Host:            o.Node,
+		Store:           o.Store,
+		MaxRequestBytes: o.Config.MaxHTTPRequestLength,
+		Timeout:         o.Config.RequestTimeout,
+		IdleTimeout:     o.Config.IdleTimeout,
+		Durable:         o.Durable,
 	})
 	if o.InternalToken != "" {
 		s.tokenDigest = digest(o.InternalToken)

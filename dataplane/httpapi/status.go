@@ -33,7 +33,7 @@ func (s *Server) filterStatus(c echo.Context) error {
 		EstimatedFPP:       u.EstimatedFPP,
 	}
 	if s.Writes.Placed() {
-		rt := s.Node.Route(f.Name(), f.Partitions())
+		rt := s.Writes.Route(f.Name(), f.Partitions())
 		out.PartitionsOwned = 0
 		for p := range f.Partitions() {
 			if rt.Owns(p) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 )
 
 // ErrBadOp refuses an op that could not have come from a peer.
@@ -15,7 +16,7 @@ var ErrBadOp = errors.New("invalid replicated write")
 // holds its effect (durably, as far as its log's sync policy goes). Consecutive adds to the same
 // incarnation are applied as one, so that a batch costs one log commit per filter rather than
 // one per write.
-func (n *Node) Apply(ops []Op) ([]bool, error) {
+func (n *Node) Apply(ops []peer.Op) ([]bool, error) {
 	for i, op := range ops {
 		if err := checkOp(op); err != nil {
 			return nil, fmt.Errorf("ops[%d]: %w", i, err)
@@ -25,21 +26,21 @@ func (n *Node) Apply(ops []Op) ([]bool, error) {
 	for i := 0; i < len(ops); {
 		op := ops[i]
 		switch op.Kind {
-		case OpCreate:
+		case peer.OpCreate:
 			_, err := n.opts.Store.CreateReplica(op.Name, *op.Options, time.Unix(0, op.Generation), n.Holds(op.Name, *op.Options))
 			applied[i] = n.logFailure(op, err)
 			i++
-		case OpDelete:
+		case peer.OpDelete:
 			_, err := n.opts.Store.DeleteReplica(op.Name, op.Generation)
 			applied[i] = n.logFailure(op, err)
 			i++
-		case OpExpire:
+		case peer.OpExpire:
 			held, err := n.opts.Store.ExpireReplica(op.Name, op.Generation, *op.Expiry)
 			applied[i] = n.logFailure(op, err) && held
 			i++
-		case OpAdd:
+		case peer.OpAdd:
 			j := i + 1
-			for j < len(ops) && ops[j].Kind == OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation {
+			for j < len(ops) && ops[j].Kind == peer.OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation {
 				j++
 			}
 			ok := n.applyAdds(ops[i:j])
@@ -53,7 +54,7 @@ func (n *Node) Apply(ops []Op) ([]bool, error) {
 }
 
 // applyAdds adds the keys of a run of adds to the same incarnation.
-func (n *Node) applyAdds(run []Op) bool {
+func (n *Node) applyAdds(run []peer.Op) bool {
 	op := run[0]
 	f, ok := n.opts.Store.Lookup(op.Name)
 	switch {
@@ -62,7 +63,7 @@ func (n *Node) applyAdds(run []Op) bool {
 	case f.Generation() > op.Generation:
 		return true // the filter was replaced: the write's incarnation is gone everywhere
 	}
-	if len(run) == 1 && op.packed.n == 0 {
+	if len(run) == 1 && len(op.Keys) == op.KeyCount() { // no packed keys: Keys holds them all
 		return n.logFailure(op, n.add(f, op.Keys))
 	}
 	// The keys go to the filter applyChunk at a time, through one slice: a batch of packed keys
@@ -103,7 +104,7 @@ func (n *Node) add(f *filter.Filter, keys []string) error {
 // applyChunk is how many of a batch's keys applyAdds hands the filter at once.
 const applyChunk = 4096
 
-func (n *Node) logFailure(op Op, err error) bool {
+func (n *Node) logFailure(op peer.Op, err error) bool {
 	if err != nil {
 		n.opts.Log.Warn("Could not apply a peer's write", "op", op.Kind, "filter", op.Name, "generation", op.Generation, "error", err.Error())
 	}
@@ -116,27 +117,27 @@ func (n *Node) logFailure(op Op, err error) bool {
 // every create for as long as the skew.
 const MaxGenerationSkew = 10 * time.Minute
 
-func checkOp(op Op) error {
+func checkOp(op peer.Op) error {
 	if err := filter.ValidateName(op.Name); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadOp, err)
 	}
 	if op.Generation <= 0 {
 		return fmt.Errorf("%w: generation must be > 0, got %d", ErrBadOp, op.Generation)
 	}
-	if op.Kind == OpCreate || op.Kind == OpDelete {
+	if op.Kind == peer.OpCreate || op.Kind == peer.OpDelete {
 		if err := checkGeneration(op.Generation, time.Now()); err != nil {
 			return fmt.Errorf("%w: %s of %q: %w", ErrBadOp, op.Kind, op.Name, err)
 		}
 	}
 	switch op.Kind {
-	case OpCreate:
+	case peer.OpCreate:
 		if op.Options == nil {
 			return fmt.Errorf("%w: create of %q without options", ErrBadOp, op.Name)
 		}
 		if err := op.Options.Validate(); err != nil {
 			return fmt.Errorf("%w: %w", ErrBadOp, err)
 		}
-	case OpExpire:
+	case peer.OpExpire:
 		if op.Expiry == nil {
 			return fmt.Errorf("%w: expire of %q without an expiry", ErrBadOp, op.Name)
 		}
@@ -147,7 +148,7 @@ func checkOp(op Op) error {
 		if err := checkGeneration(op.Expiry.Stamp, time.Now()); err != nil {
 			return fmt.Errorf("%w: expire of %q: stamp: %w", ErrBadOp, op.Name, err)
 		}
-	case OpDelete, OpAdd:
+	case peer.OpDelete, peer.OpAdd:
 	default:
 		return fmt.Errorf("%w: unknown op %q", ErrBadOp, op.Kind)
 	}

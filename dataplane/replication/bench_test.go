@@ -4,44 +4,21 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// BenchmarkReplicate is a client's write replicated to one peer at consistency all: the queue,
-// the batch's encoding, sending it and decoding the answer, on a stream or as requests (a peer
-// that takes no stream). The fake peer decodes each batch, so its cost is in the numbers too;
-// many writers at once make batches of several writes.
-func BenchmarkReplicate(b *testing.B) {
-	for _, streams := range []bool{true, false} {
-		name := "requests"
-		if streams {
-			name = "stream"
-		}
-		b.Run(name, func(b *testing.B) {
-			peer := newOpsPeer(b, streams, batchstream.Options{MaxBatchBytes: 32 << 20}, allApplied)
-			n := nodeWithPeer(b, peer.Member, 2*time.Second)
-			keys := make([]string, 16)
-			for i := range keys {
-				keys[i] = "key-" + strconv.Itoa(i)
-			}
-			b.SetParallelism(16)
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if err := n.Replicate(b.Context(), Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: keys}, wire.ConsistencyAll); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
-	}
+// peerServer is a fake peer over HTTP answering every request with handle.
+func peerServer(t testing.TB, handle http.HandlerFunc) wire.Member {
+	t.Helper()
+	hs := httptest.NewServer(handle)
+	t.Cleanup(hs.Close)
+	return wire.Member{Name: "peer", URL: hs.URL}
 }
 
 // BenchmarkForward is a client's check-and-set forwarded to its filter's home pod, answered by a
@@ -78,7 +55,11 @@ func BenchmarkRoutedCheck(b *testing.B) {
 		}
 		_ = json.NewEncoder(w).Encode(make([]bool, len(body.Values)))
 	})
-	n := nodeWithPeer(b, owner, 2*time.Second)
+	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "self", Timeout: 2 * time.Second})
+	defer n.Close()
+	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, owner}}); err != nil {
+		b.Fatal(err)
+	}
 	for _, callers := range []int{1, 16} {
 		b.Run(strconv.Itoa(callers)+"-callers", func(b *testing.B) {
 			b.SetParallelism(callers)

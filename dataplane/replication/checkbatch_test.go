@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -249,12 +250,12 @@ func TestChecksGoTogetherWithinBounds(t *testing.T) {
 }
 
 // Checks sent to a peer by many callers at once, routed to a partition's owner or asked by a read
-// at consistency all, go over HTTP in fewer requests than checks, each caller answered for its
+// at consistency all, go in fewer requests than checks, each caller answered for its
 // own values.
 func TestChecksShareRequestsToAPeer(t *testing.T) {
-	ask := map[string]func(n *Node, peer wire.Member, values []string) ([]bool, error){
-		"routed": func(n *Node, peer wire.Member, values []string) ([]bool, error) {
-			return n.ServeOn(t.Context(), peer, wire.OpMultiCheck, "f", values, wire.ConsistencyOne)
+	ask := map[string]func(n *Node, to wire.Member, values []string) ([]bool, error){
+		"routed": func(n *Node, to wire.Member, values []string) ([]bool, error) {
+			return n.ServeOn(t.Context(), to, wire.OpMultiCheck, "f", values, wire.ConsistencyOne)
 		},
 		"read at consistency all": func(n *Node, _ wire.Member, values []string) ([]bool, error) {
 			present := make([]bool, len(values))
@@ -264,7 +265,8 @@ func TestChecksShareRequestsToAPeer(t *testing.T) {
 	for name, ask := range ask {
 		t.Run(name, func(t *testing.T) {
 			var requests atomic.Int32
-			peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
+			net := peer.NewNetwork()
+			b := joinFake(net, "b", &fakePeer{}, func(w http.ResponseWriter, r *http.Request) {
 				requests.Add(1)
 				time.Sleep(5 * time.Millisecond) // a request under way gathers the checks behind it
 				var body struct{ Values []string }
@@ -278,13 +280,13 @@ func TestChecksShareRequestsToAPeer(t *testing.T) {
 				}
 				_ = json.NewEncoder(w).Encode(answers)
 			})
-			n := nodeWithPeer(t, peer, 5*time.Second)
+			n := nodeIn(t, net, "self", Options{}, 1, b)
 			const callers = 64
 			var wg sync.WaitGroup
 			errs := make([]error, callers)
 			for i := range callers {
 				wg.Go(func() {
-					got, err := ask(n, peer, []string{fmt.Sprintf("in%d+", i), fmt.Sprintf("out%d", i)})
+					got, err := ask(n, b, []string{fmt.Sprintf("in%d+", i), fmt.Sprintf("out%d", i)})
 					if err == nil && !slices.Equal(got, []bool{true, false}) {
 						err = fmt.Errorf("answers %v, want [true false]", got)
 					}

@@ -7,14 +7,14 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
-	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -43,14 +43,14 @@ func TestMembershipEpochOnlyGrows(t *testing.T) {
 	if ms.Size() != 3 || len(ms.Peers()) != 2 {
 		t.Fatalf("size %d, peers %v", ms.Size(), ms.Peers())
 	}
-	if err := ms.Set(wire.Membership{Epoch: 1, Self: "a", Members: members("a")}); !errors.Is(err, ErrStaleEpoch) {
-		t.Fatalf("an older epoch: %v, want ErrStaleEpoch", err)
+	if err := ms.Set(wire.Membership{Epoch: 1, Self: "a", Members: members("a")}); !errors.Is(err, peer.ErrStaleEpoch) {
+		t.Fatalf("an older epoch: %v, want peer.ErrStaleEpoch", err)
 	}
 	if err := ms.Set(wire.Membership{Epoch: 2, Self: "a", Members: members("c", "b", "a")}); err != nil {
 		t.Fatalf("the same epoch again: %v", err)
 	}
-	if err := ms.Set(wire.Membership{Epoch: 2, Self: "a", Members: members("a", "b")}); !errors.Is(err, ErrStaleEpoch) {
-		t.Fatalf("the same epoch for another set: %v, want ErrStaleEpoch", err)
+	if err := ms.Set(wire.Membership{Epoch: 2, Self: "a", Members: members("a", "b")}); !errors.Is(err, peer.ErrStaleEpoch) {
+		t.Fatalf("the same epoch for another set: %v, want peer.ErrStaleEpoch", err)
 	}
 	if got := ms.Get(); got.Epoch != 2 || len(got.Members) != 3 {
 		t.Fatalf("Get = %+v", got)
@@ -100,12 +100,12 @@ func TestGenerationsAheadOfTheClockAreRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	ahead := time.Now().Add(MaxGenerationSkew + time.Minute).UnixNano()
-	for _, op := range []Op{
-		{Kind: OpDelete, Name: "f", Generation: math.MaxInt64},
-		{Kind: OpDelete, Name: "f", Generation: ahead},
-		{Kind: OpCreate, Name: "f", Generation: ahead, Options: &opts},
+	for _, op := range []peer.Op{
+		{Kind: peer.OpDelete, Name: "f", Generation: math.MaxInt64},
+		{Kind: peer.OpDelete, Name: "f", Generation: ahead},
+		{Kind: peer.OpCreate, Name: "f", Generation: ahead, Options: &opts},
 	} {
-		if _, err := n.Apply([]Op{op}); !errors.Is(err, ErrBadOp) || !strings.Contains(err.Error(), "ahead of this pod's clock") {
+		if _, err := n.Apply([]peer.Op{op}); !errors.Is(err, ErrBadOp) || !strings.Contains(err.Error(), "ahead of this pod's clock") {
 			t.Errorf("%s at generation %d: %v, want ErrBadOp naming the clock", op.Kind, op.Generation, err)
 		}
 	}
@@ -116,7 +116,7 @@ func TestGenerationsAheadOfTheClockAreRefused(t *testing.T) {
 		t.Errorf("tombstones after refused deletes: %v", store.Tombstones())
 	}
 	within := time.Now().Add(time.Minute).UnixNano()
-	if applied, err := n.Apply([]Op{{Kind: OpDelete, Name: "f", Generation: within}}); err != nil || !applied[0] {
+	if applied, err := n.Apply([]peer.Op{{Kind: peer.OpDelete, Name: "f", Generation: within}}); err != nil || !applied[0] {
 		t.Errorf("a delete a minute ahead (clocks drift): %v, %v", applied, err)
 	}
 }
@@ -156,40 +156,19 @@ func TestRendezvousOrder(t *testing.T) {
 	}
 }
 
-func TestConsistencyCount(t *testing.T) {
-	for _, tc := range []struct {
-		level wire.Consistency
-		n     int
-		want  int
-	}{
-		{wire.ConsistencyOne, 3, 1}, {wire.ConsistencyQuorum, 1, 1}, {wire.ConsistencyQuorum, 2, 2},
-		{wire.ConsistencyQuorum, 3, 2}, {wire.ConsistencyQuorum, 4, 3}, {wire.ConsistencyQuorum, 5, 3}, {wire.ConsistencyAll, 5, 5},
-	} {
-		if got := tc.level.Count(tc.n); got != tc.want {
-			t.Errorf("%s of %d = %d, want %d", tc.level, tc.n, got, tc.want)
-		}
-	}
-	if _, err := Consistency("most", wire.ConsistencyQuorum); err == nil || !strings.Contains(err.Error(), `"most"`) {
-		t.Errorf("an unknown level: %v", err)
-	}
-	if got, _ := Consistency("", wire.ConsistencyAll); got != wire.ConsistencyAll {
-		t.Errorf("no level = %s, want the default", got)
-	}
-}
-
 func TestApplyFollowsGenerations(t *testing.T) {
 	store := filter.NewStore(filter.Limits{}, nil)
 	n := NewNode(Options{Store: store})
 	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
 	gen := time.Now().UnixNano()
-	applied, err := n.Apply([]Op{
-		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"early"}}, // before its create: missed
-		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
-		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"a"}},
-		{Kind: OpAdd, Name: "f", Generation: gen, Keys: []string{"b", "c"}},
-		{Kind: OpAdd, Name: "f", Generation: gen - 1, Keys: []string{"older"}}, // an incarnation replaced since
-		{Kind: OpCreate, Name: "g", Generation: gen, Options: &opts},
-		{Kind: OpDelete, Name: "g", Generation: gen},
+	applied, err := n.Apply([]peer.Op{
+		{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"early"}}, // before its create: missed
+		{Kind: peer.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"a"}},
+		{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"b", "c"}},
+		{Kind: peer.OpAdd, Name: "f", Generation: gen - 1, Keys: []string{"older"}}, // an incarnation replaced since
+		{Kind: peer.OpCreate, Name: "g", Generation: gen, Options: &opts},
+		{Kind: peer.OpDelete, Name: "g", Generation: gen},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -212,10 +191,10 @@ func TestApplyFollowsGenerations(t *testing.T) {
 	if _, err := store.Get("g"); err == nil {
 		t.Error("g survived its replicated delete")
 	}
-	if _, err := n.Apply([]Op{{Kind: "merge", Name: "f", Generation: gen}}); !errors.Is(err, ErrBadOp) {
+	if _, err := n.Apply([]peer.Op{{Kind: "merge", Name: "f", Generation: gen}}); !errors.Is(err, ErrBadOp) {
 		t.Errorf("an unknown op: %v, want ErrBadOp", err)
 	}
-	if _, err := n.Apply([]Op{{Kind: OpCreate, Name: "h", Generation: gen}}); !errors.Is(err, ErrBadOp) {
+	if _, err := n.Apply([]peer.Op{{Kind: peer.OpCreate, Name: "h", Generation: gen}}); !errors.Is(err, ErrBadOp) {
 		t.Errorf("a create without options: %v, want ErrBadOp", err)
 	}
 }
@@ -230,12 +209,12 @@ func TestApplyExpiryTakesTheNewest(t *testing.T) {
 	deadline := time.Unix(0, gen).Add(time.Hour)
 	newer := &filter.Expiry{Mode: filter.ExpiryAt, At: deadline, Stamp: gen + 2, Origin: "a"}
 	older := &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + 1, Origin: "b"}
-	applied, err := n.Apply([]Op{
-		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: older}, // before the create: missed
-		{Kind: OpCreate, Name: "f", Generation: gen, Options: &opts},
-		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: newer},
-		{Kind: OpExpire, Name: "f", Generation: gen, Expiry: older},     // arrives late, loses
-		{Kind: OpExpire, Name: "f", Generation: gen + 5, Expiry: older}, // an incarnation not held
+	applied, err := n.Apply([]peer.Op{
+		{Kind: peer.OpExpire, Name: "f", Generation: gen, Expiry: older}, // before the create: missed
+		{Kind: peer.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: peer.OpExpire, Name: "f", Generation: gen, Expiry: newer},
+		{Kind: peer.OpExpire, Name: "f", Generation: gen, Expiry: older},     // arrives late, loses
+		{Kind: peer.OpExpire, Name: "f", Generation: gen + 5, Expiry: older}, // an incarnation not held
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -246,13 +225,13 @@ func TestApplyExpiryTakesTheNewest(t *testing.T) {
 	if f, _ := store.Get("f"); f == nil || !f.ExpiryOverride().Equal(*newer) {
 		t.Errorf("f's override = %+v, want the newest, %+v", f.ExpiryOverride(), *newer)
 	}
-	for name, op := range map[string]Op{
-		"no expiry":       {Kind: OpExpire, Name: "f", Generation: gen},
-		"no mode":         {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Stamp: gen}},
-		"stamp 0":         {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever}},
-		"stamp far ahead": {Kind: OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + int64(time.Hour)}},
+	for name, op := range map[string]peer.Op{
+		"no expiry":       {Kind: peer.OpExpire, Name: "f", Generation: gen},
+		"no mode":         {Kind: peer.OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Stamp: gen}},
+		"stamp 0":         {Kind: peer.OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever}},
+		"stamp far ahead": {Kind: peer.OpExpire, Name: "f", Generation: gen, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: gen + int64(time.Hour)}},
 	} {
-		if _, err := n.Apply([]Op{op}); !errors.Is(err, ErrBadOp) {
+		if _, err := n.Apply([]peer.Op{op}); !errors.Is(err, ErrBadOp) {
 			t.Errorf("%s: %v, want ErrBadOp", name, err)
 		}
 	}
@@ -270,21 +249,13 @@ func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 	n.Close()
 }
 
-// peerServer is a fake peer answering every request with handle.
-func peerServer(t testing.TB, handle http.HandlerFunc) wire.Member {
-	t.Helper()
-	hs := httptest.NewServer(handle)
-	t.Cleanup(hs.Close)
-	return wire.Member{Name: "peer", URL: hs.URL}
-}
-
 // A home that did the write but could not replicate it answered for it: trying the next pod would
 // make a second write. A home that did not serve the request is skipped.
 func TestForwardKeepsAHomesReplicationFailure(t *testing.T) {
-	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil)})
-	defer n.Close()
+	net := peer.NewNetwork()
+	n := newNode(t, net, "self", Options{})
 	answer := func(code int) wire.Member {
-		return peerServer(t, func(w http.ResponseWriter, _ *http.Request) {
+		return joinFake(net, "home-"+strconv.Itoa(code), &fakePeer{}, func(w http.ResponseWriter, _ *http.Request) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: "x", Code: code})
 		})
@@ -303,23 +274,20 @@ func TestBatchesStayWithinTheirBudget(t *testing.T) {
 	const budget = 64 << 10
 	var mu sync.Mutex
 	var sizes []int
-	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 8 * budget}, func(ops []Op) ([]bool, error) {
+	net := peer.NewNetwork()
+	b := joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]bool, error) {
 		mu.Lock()
-		sizes = append(sizes, len(AppendOps(nil, ops))) // the encoding is the batch's, byte for byte
+		sizes = append(sizes, len(peer.AppendOps(nil, ops))) // the encoding is the batch's, byte for byte
 		mu.Unlock()
 		return make([]bool, len(ops)), nil
-	}).Member
-	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), MaxBatchBytes: budget, PodName: "self"})
-	defer n.Close()
-	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {
-		t.Fatal(err)
-	}
+	}}, nil)
+	n := nodeIn(t, net, "self", Options{MaxBatchBytes: budget}, 1, b)
 	// Every byte of these keys encodes as six.
 	key := strings.Repeat("<>&\x01", 256)
 	var wg sync.WaitGroup
 	for range 200 {
 		wg.Go(func() {
-			_ = n.Replicate(t.Context(), Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{key, key}}, wire.ConsistencyAll)
+			_ = n.Replicate(t.Context(), peer.Op{Kind: peer.OpAdd, Name: "f", Generation: 1, Keys: []string{key, key}}, wire.ConsistencyAll)
 		})
 	}
 	wg.Wait()
@@ -342,11 +310,10 @@ func TestRepairConvergesExpiry(t *testing.T) {
 	gen := time.Now().UnixNano()
 	now := time.Now()
 	var inv wire.Inventory
-	peer := peerServer(t, func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(inv)
-	})
+	net := peer.NewNetwork()
+	b := joinFake(net, "b", &fakePeer{inventory: func() wire.Inventory { return inv }}, nil)
 	store := filter.NewStore(filter.Limits{}, nil)
-	n := NewNode(Options{Store: store, Timeout: time.Second, Log: slog.New(slog.DiscardHandler)})
+	n := newNode(t, net, "self", Options{Store: store, Timeout: time.Second, Log: slog.New(slog.DiscardHandler)})
 	if _, err := store.CreateReplica("f", opts, time.Unix(0, gen), filter.All); err != nil {
 		t.Fatal(err)
 	}
@@ -357,18 +324,18 @@ func TestRepairConvergesExpiry(t *testing.T) {
 	}
 	newer := &wire.ExpiryOverride{Mode: "at", At: now.Add(time.Hour).UTC(), Stamp: now.UnixNano(), Origin: "b"}
 	inv = digest(newer)
-	if rep, err := n.Repair(t.Context(), peer, 0); err != nil || rep.Differences != 1 {
+	if rep, err := n.Repair(t.Context(), b, 0); err != nil || rep.Differences != 1 {
 		t.Fatalf("Repair = %+v, %v; want one difference", rep, err)
 	}
 	if got := f.ExpiryOverride(); got.Mode != filter.ExpiryAt || !got.At.Equal(newer.At) || got.Stamp != newer.Stamp {
 		t.Errorf("override after repair %+v, want the peer's %+v", got, newer)
 	}
 	inv = digest(&wire.ExpiryOverride{Mode: "never", Stamp: now.UnixNano() - 1, Origin: "c"})
-	if rep, err := n.Repair(t.Context(), peer, 0); err != nil || rep.Differences != 0 || f.ExpiryOverride().Mode != filter.ExpiryAt {
+	if rep, err := n.Repair(t.Context(), b, 0); err != nil || rep.Differences != 0 || f.ExpiryOverride().Mode != filter.ExpiryAt {
 		t.Errorf("an older override: %+v, %v, override %+v; want it ignored", rep, err, f.ExpiryOverride())
 	}
 	inv = digest(&wire.ExpiryOverride{Mode: "never", Stamp: now.Add(time.Hour).UnixNano(), Origin: "c"})
-	if _, err := n.Repair(t.Context(), peer, 0); err == nil || f.ExpiryOverride().Mode != filter.ExpiryAt {
+	if _, err := n.Repair(t.Context(), b, 0); err == nil || f.ExpiryOverride().Mode != filter.ExpiryAt {
 		t.Errorf("an override stamped an hour ahead: %v, override %+v; want it refused", err, f.ExpiryOverride())
 	}
 }

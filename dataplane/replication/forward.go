@@ -107,10 +107,10 @@ func (n *Node) ServeOn(ctx context.Context, peer wire.Member, op wire.FilterOp, 
 		answers, err = n.checks.check(ctx, checkRoute{peer: peer, name: name}, values)
 	case wire.OpMultiCheckAndSet:
 		n.stats.ForwardedRequests.Add(1)
-		answers, err = n.peer(peer).At(level).MultiCheckAndSet(ctx, name, values)
+		answers, err = n.peer(peer).Serve(ctx, level, op, name, values)
 	default:
 		n.stats.ForwardedRequests.Add(1)
-		err = n.peer(peer).At(level).MultiSet(ctx, name, values)
+		_, err = n.peer(peer).Serve(ctx, level, op, name, values)
 	}
 	var apiErr *client.Error
 	switch {
@@ -130,5 +130,5 @@ func (n *Node) sendChecks(r checkRoute, values []string) ([]bool, error) {
 	ctx, cancel := context.WithTimeout(n.ctx, n.opts.Timeout)
 	defer cancel()
 	n.stats.ForwardedRequests.Add(1)
-	return n.peer(r.peer).MultiCheck(ctx, r.name, values)
+	return n.peer(r.peer).Serve(ctx, wire.ConsistencyOne, wire.OpMultiCheck, r.name, values)
 }

@@ -10,11 +10,9 @@ import (
 	"sync"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
-
-// ErrStaleEpoch refuses a membership older than the one held.
-var ErrStaleEpoch = errors.New("stale membership epoch")
 
 // Membership is what a pod was last told about its cluster. Until it is told, it is a cluster of
 // one: itself, with no peers, behaving exactly as a single server.
@@ -89,10 +87,10 @@ func (ms *Membership) Set(m wire.Membership) error {
 	ms.mu.Lock()
 	defer ms.mu.Unlock()
 	if m.Epoch < ms.current.Epoch {
-		return fmt.Errorf("%w: this pod holds epoch %d, got %d", ErrStaleEpoch, ms.current.Epoch, m.Epoch)
+		return fmt.Errorf("%w: this pod holds epoch %d, got %d", peer.ErrStaleEpoch, ms.current.Epoch, m.Epoch)
 	}
 	if m.Epoch == ms.current.Epoch && !Same(m, ms.current) {
-		return fmt.Errorf("%w: epoch %d already names another membership; a change needs a higher epoch", ErrStaleEpoch, m.Epoch)
+		return fmt.Errorf("%w: epoch %d already names another membership; a change needs a higher epoch", peer.ErrStaleEpoch, m.Epoch)
 	}
 	m.Members = slices.Clone(m.Members)
 	ms.current = m

@@ -6,14 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -40,13 +39,15 @@ type Options struct {
 	// MaxDumpBytes bounds a dump read from a peer before it is allocated.
 	MaxDumpBytes int64
 	// MaxBatchBytes bounds the writes sent to a peer in one request, as encoded; peers accept
-	// batches of up to ApplyBodyLimit(MaxBatchBytes).
+	// batches of up to peer.ApplyBodyLimit(MaxBatchBytes).
 	MaxBatchBytes int64
 	// PodName, when known, is this pod's name: a membership whose Self names another pod is
 	// refused (a pod IP reused before the operator noticed must not take another's identity).
 	PodName string
 	// Durable makes bits merged from peers survive a crash (a snapshot); nil when in memory.
 	Durable func() error
+	// Transport reaches the peers; nil builds the HTTP one with Token and TLS.
+	Transport peer.Transport
 	// Token is the cluster's bearer token, which the peers' internal ports require.
 	Token string
 	// TLS verifies https peers and presents this pod's certificate to them; nil for http.
@@ -55,15 +56,15 @@ type Options struct {
 
 // Node is this pod's part of the cluster.
 type Node struct {
-	opts    Options
-	members *Membership
-	http    *http.Client
-	stats   Stats
+	opts      Options
+	members   *Membership
+	transport peer.Transport
+	stats     Stats
 
 	mu      sync.Mutex
-	senders map[wire.Member]*sender
+	senders map[wire.Member]*peer.Sender
 	// active are the senders of the current peers, read on every write without a lock.
-	active atomic.Pointer[[]*sender]
+	active atomic.Pointer[[]*peer.Sender]
 	ctx    context.Context // of the senders and of the routed checks' requests
 	cancel context.CancelFunc
 
@@ -97,29 +98,22 @@ func NewNode(opts Options) *Node {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &Node{
-		opts:    opts,
-		members: NewMembership(),
-		http: client.NewHTTPClient(client.TransportOptions{
-			DialTimeout:         opts.Timeout,
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 64,
-			TLSHandshakeTimeout: opts.Timeout,
-			TLS:                 opts.TLS,
-		}),
-		senders: make(map[wire.Member]*sender),
-		ctx:     ctx,
-		cancel:  cancel,
+		opts:      opts,
+		members:   NewMembership(),
+		transport: opts.Transport,
+		senders:   make(map[wire.Member]*peer.Sender),
+		ctx:       ctx,
+		cancel:    cancel,
+	}
+	if n.transport == nil {
+		n.transport = peer.NewHTTP(peer.HTTPOptions{Token: opts.Token, TLS: opts.TLS, DialTimeout: opts.Timeout,
+			Log: opts.Log, Streamed: &n.stats.StreamedBatches})
 	}
 	// A value may grow sixfold as JSON (\u escapes): the checks that go together fit a request.
 	n.checks = newCheckBatcher(int(opts.MaxBatchBytes/8), n.sendChecks)
 	n.caughtUp.Store(!opts.AwaitMembership)
 	return n
 }
-
-// ApplyBodyLimit is the largest batch of writes a pod accepts from a peer whose batches are
-// bounded by maxBatchBytes: a batch may exceed the bound by one op, which encodes a client's
-// request of at most maxBatchBytes in at most six times its size.
-func ApplyBodyLimit(maxBatchBytes int64) int64 { return 8 * maxBatchBytes }
 
 // Stats are the node's counters.
 func (n *Node) Stats() *Stats { return &n.stats }
@@ -177,44 +171,35 @@ func (n *Node) syncSenders() {
 	for _, p := range peers {
 		keep[p] = true
 		if _, ok := n.senders[p]; !ok {
-			s := newSender(n, p)
+			s := peer.NewSender(p.Name, n.transport.Peer(p), peer.SenderOptions{MaxBatchBytes: n.opts.MaxBatchBytes,
+				Timeout: n.opts.Timeout, Sent: &n.stats.SentBatches, Dropped: &n.stats.DroppedOps})
 			n.senders[p] = s
-			go s.run(n.ctx)
+			go s.Run(n.ctx)
 		}
 	}
 	for m, s := range n.senders {
 		if !keep[m] {
-			s.stop()
+			s.Stop()
 			delete(n.senders, m)
 		}
 	}
-	active := make([]*sender, 0, len(peers))
+	active := make([]*peer.Sender, 0, len(peers))
 	for _, p := range peers {
 		active = append(active, n.senders[p])
 	}
 	n.active.Store(&active)
 }
 
-func (n *Node) currentSenders() []*sender {
+func (n *Node) currentSenders() []*peer.Sender {
 	if active := n.active.Load(); active != nil {
 		return *active
 	}
 	return nil
 }
 
-// peer is the client of a member: its sender's while it is a peer, a new one otherwise.
-func (n *Node) peer(m wire.Member) *client.Client {
-	for _, s := range n.currentSenders() {
-		if s.peer == m {
-			return s.client
-		}
-	}
-	return n.newClient(m)
-}
-
-func (n *Node) newClient(m wire.Member) *client.Client {
-	return client.New(m.URL, client.WithHTTPClient(n.http), client.Internal(n.opts.Token), client.Forwarded())
-}
+// peer is the link to a member, for a call other than a batch of writes (those go through its
+// sender).
+func (n *Node) peer(m wire.Member) peer.Peer { return n.transport.Peer(m) }
 
 // Known reports whether the pod was told its membership.
 func (n *Node) Known() (bool, <-chan struct{}) { return n.members.Known() }
@@ -229,23 +214,12 @@ func (n *Node) Close() { n.cancel() }
 // what its peers held when it learned of them.
 func (n *Node) Ready() bool { return n.caughtUp.Load() }
 
-// Consistency reads a request's level: the query parameter, or def when absent.
-func Consistency(param string, def wire.Consistency) (wire.Consistency, error) {
-	switch c := wire.Consistency(param); c {
-	case "":
-		return def, nil
-	case wire.ConsistencyOne, wire.ConsistencyQuorum, wire.ConsistencyAll:
-		return c, nil
-	}
-	return "", fmt.Errorf("must be one of one, quorum, all; got %q", param)
-}
-
 // WriteConsistency is the default level of writes.
 func (n *Node) WriteConsistency() wire.Consistency { return n.opts.WriteConsistency }
 
 // Replicate forwards op, already applied here, to every peer, and waits until as many pods as
 // level asks (this one included) hold it. Peers beyond that count get it too, without waiting.
-func (n *Node) Replicate(ctx context.Context, op Op, level wire.Consistency) error {
+func (n *Node) Replicate(ctx context.Context, op peer.Op, level wire.Consistency) error {
 	senders := n.currentSenders()
 	if len(senders) == 0 {
 		return nil
@@ -255,11 +229,11 @@ func (n *Node) Replicate(ctx context.Context, op Op, level wire.Consistency) err
 
 // replicateVia sends op to senders and waits until the pods that acknowledged it, with the mine
 // (0 or 1) that this pod counts for, reach need of the pods the level counts.
-func (n *Node) replicateVia(ctx context.Context, op Op, senders []*sender, level wire.Consistency, need, mine int) error {
+func (n *Node) replicateVia(ctx context.Context, op peer.Op, senders []*peer.Sender, level wire.Consistency, need, mine int) error {
 	n.stats.ReplicatedOps.Add(1)
-	acks := make(chan ack, len(senders))
+	acks := make(chan peer.Ack, len(senders))
 	for i, s := range senders {
-		s.enqueue(op, ackTo{acks, i})
+		s.Enqueue(op, peer.AckTo{Ch: acks, Peer: i})
 	}
 	t := []tally{{need: need, mine: mine, acked: mine, sent: len(senders)}}
 	only := []int{0}
@@ -291,7 +265,7 @@ func (t *tally) count(err error) {
 // awaitTallies counts each peer's acknowledgement for the tallies tallied(peer) names, until
 // every tally reaches its need or one cannot, at most the replication timeout. It answers the
 // index of a tally that fell short, its failures listed, or -1.
-func (n *Node) awaitTallies(ctx context.Context, acks <-chan ack, tallies []tally, tallied func(peer int) []int) int {
+func (n *Node) awaitTallies(ctx context.Context, acks <-chan peer.Ack, tallies []tally, tallied func(peer int) []int) int {
 	timer := time.NewTimer(n.opts.Timeout)
 	defer timer.Stop()
 	for {
@@ -311,8 +285,8 @@ func (n *Node) awaitTallies(ctx context.Context, acks <-chan ack, tallies []tall
 		if t.possible() {
 			select {
 			case a := <-acks:
-				for _, i := range tallied(a.peer) {
-					tallies[i].count(a.err)
+				for _, i := range tallied(a.Peer) {
+					tallies[i].count(a.Err)
 				}
 				continue
 			case <-timer.C:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -146,7 +147,7 @@ func (n *Node) CheckRoom(name string, opts filter.Options) error {
 func (n *Node) CheckRoomEverywhere(ctx context.Context, name string, opts filter.Options) error {
 	m := n.members.Get()
 	rt := n.Route(name, opts.PartitionCount())
-	batch := AppendOps(nil, []Op{{Kind: OpCreate, Name: name, Generation: 1, Options: &opts}})
+	batch := []peer.Op{{Kind: peer.OpCreate, Name: name, Generation: 1, Options: &opts}}
 	ctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 	defer cancel()
 	var mu sync.Mutex

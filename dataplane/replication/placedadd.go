@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -23,7 +24,7 @@ type PlacedKeys struct {
 // those peers ahead of the keys, and its outcome is not waited for. It waits until every set has
 // its acknowledgements, at most the replication timeout, and errs for the first set that falls
 // short.
-func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name string, generation int64, sets []PlacedKeys, create *Op) error {
+func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name string, generation int64, sets []PlacedKeys, create *peer.Op) error {
 	self := n.members.Self()
 	tallies := make([]tally, len(sets))
 	for i, set := range sets {
@@ -32,14 +33,14 @@ func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name strin
 			tallies[i].mine, tallies[i].acked = 1, 1
 		}
 	}
-	var targets []*sender
+	var targets []*peer.Sender
 	var keys [][]string // each target's
 	var setsOf [][]int  // the sets each target is a writer of
 	for _, s := range n.currentSenders() {
 		var of []int
 		count := 0
 		for i, set := range sets {
-			if slices.Contains(set.Writers, s.peer.Name) {
+			if slices.Contains(set.Writers, s.Name()) {
 				of = append(of, i)
 				count += len(set.Keys)
 				tallies[i].sent++
@@ -54,17 +55,17 @@ func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name strin
 		}
 		targets, keys, setsOf = append(targets, s), append(keys, ks), append(setsOf, of)
 	}
-	acks := make(chan ack, len(targets))
-	ignored := make(chan ack, len(targets))
+	acks := make(chan peer.Ack, len(targets))
+	ignored := make(chan peer.Ack, len(targets))
 	for i, s := range targets {
 		if create != nil {
-			s.enqueue(*create, ackTo{ignored, i})
+			s.Enqueue(*create, peer.AckTo{Ch: ignored, Peer: i})
 		}
 		n.stats.ReplicatedOps.Add(1)
-		s.enqueue(Op{Kind: OpAdd, Name: name, Generation: generation, Keys: keys[i]}, ackTo{acks, i})
+		s.Enqueue(peer.Op{Kind: peer.OpAdd, Name: name, Generation: generation, Keys: keys[i]}, peer.AckTo{Ch: acks, Peer: i})
 	}
 
-	short := n.awaitTallies(ctx, acks, tallies, func(peer int) []int { return setsOf[peer] })
+	short := n.awaitTallies(ctx, acks, tallies, func(target int) []int { return setsOf[target] })
 	if short < 0 {
 		return nil
 	}

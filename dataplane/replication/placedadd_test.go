@@ -5,10 +5,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/bloomery/bloomery/dataplane/batchstream"
-	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -17,20 +15,15 @@ import (
 // quorum, a set this pod and a live peer hold does not.
 func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
 	var mu sync.Mutex
-	var got []Op
-	b := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	var got []peer.Op
+	net := peer.NewNetwork()
+	b := joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]bool, error) {
 		mu.Lock()
 		got = append(got, ops...)
 		mu.Unlock()
 		return allApplied(ops)
-	}).Member
-	b.Name = "b"
-	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "a", Timeout: 5 * time.Second})
-	defer n.Close()
-	down := wire.Member{Name: "c", URL: "http://127.0.0.1:1"}
-	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://127.0.0.1:2"}, b, down}}); err != nil {
-		t.Fatal(err)
-	}
+	}}, nil)
+	n := nodeIn(t, net, "a", Options{}, 1, b, member("c")) // c never joined the network: it is down
 	sets := []PlacedKeys{
 		{Writers: []string{"a", "b"}, Keys: []string{"k1", "k2"}, Applied: true},
 		{Writers: []string{"b", "c"}, Keys: []string{"k3"}},
@@ -40,7 +33,7 @@ func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
 		t.Fatalf("consistency one: %v; every set has a writer that holds its keys", err)
 	}
 	mu.Lock()
-	if len(got) != 1 || got[0].Kind != OpAdd || strings.Join(got[0].AllKeys(), ",") != "k1,k2,k3" {
+	if len(got) != 1 || got[0].Kind != peer.OpAdd || strings.Join(got[0].AllKeys(), ",") != "k1,k2,k3" {
 		t.Errorf("b got %+v, want one add of k1, k2 and k3", got)
 	}
 	got = nil

@@ -260,7 +260,7 @@ func (n *Node) pullDump(ctx context.Context, peer wire.Member, name string, part
 	defer cancel()
 	stalled := time.AfterFunc(n.opts.Timeout, cancel)
 	defer stalled.Stop()
-	body, size, err := n.peer(peer).DumpPartitions(ctx, name, partitions)
+	body, size, err := n.peer(peer).Dump(ctx, name, partitions)
 	if err != nil {
 		return filter.State{}, nil, fmt.Errorf("dump of %q from %s: %w", name, peer.Name, err)
 	}

@@ -23,7 +23,7 @@ func (n *Node) QueuedWrites() map[string]int64 {
 	defer n.mu.Unlock()
 	out := make(map[string]int64, len(n.senders))
 	for m, s := range n.senders {
-		out[m.Name] = s.queued.Load()
+		out[m.Name] = s.Queued()
 	}
 	return out
 }

@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/batchstream"
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/persist"
-	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -210,9 +209,9 @@ func TestApplyBinaryBatches(t *testing.T) {
 	s := newTestServer(t, nil)
 	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
 	gen := time.Now().UnixNano()
-	batch := replication.AppendOps(nil, []replication.Op{
-		{Kind: replication.OpCreate, Name: "f", Generation: gen, Options: &opts},
-		{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
+	batch := peer.AppendOps(nil, []peer.Op{
+		{Kind: peer.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
 	})
 	post := func(body []byte) response {
 		t.Helper()
@@ -255,26 +254,26 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 	if err != nil {
 		t.Fatalf("upgrade with the token: %v", err)
 	}
-	stream := batchstream.NewConn(conn)
+	stream := peer.NewStream(conn)
 	defer func() { _ = stream.Close() }()
-	framed := func(ops ...replication.Op) []byte {
-		return replication.AppendOps(make([]byte, batchstream.HeaderSize), ops)
+	framed := func(ops ...peer.Op) []byte {
+		return peer.AppendOps(make([]byte, peer.FrameHeaderSize), ops)
 	}
 	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
 	gen := time.Now().UnixNano()
 	applied, err := stream.Apply(t.Context(), framed(
-		replication.Op{Kind: replication.OpCreate, Name: "f", Generation: gen, Options: &opts},
-		replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
-		replication.Op{Kind: replication.OpAdd, Name: "g", Generation: gen, Keys: []string{"a"}},
+		peer.Op{Kind: peer.OpCreate, Name: "f", Generation: gen, Options: &opts},
+		peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
+		peer.Op{Kind: peer.OpAdd, Name: "g", Generation: gen, Keys: []string{"a"}},
 	))
 	if err != nil || len(applied) != 3 || !applied[0] || !applied[1] || applied[2] {
 		t.Fatalf("a create, an add and an add to a filter the pod lacks: %v, %v; want true, true, false", applied, err)
 	}
-	broken := framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"c"}})
-	if _, err := stream.Apply(t.Context(), broken[:len(broken)-1]); !batchstream.IsRefused(err) || !strings.Contains(err.Error(), "malformed batch") {
+	broken := framed(peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"c"}})
+	if _, err := stream.Apply(t.Context(), broken[:len(broken)-1]); !peer.IsRefused(err) || !strings.Contains(err.Error(), "malformed batch") {
 		t.Errorf("a truncated batch: %v, want it refused as malformed", err)
 	}
-	if _, err := stream.Apply(t.Context(), framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"d"}})); err != nil {
+	if _, err := stream.Apply(t.Context(), framed(peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"d"}})); err != nil {
 		t.Fatalf("the batch after a refused one: %v", err)
 	}
 	if present := multiCheck(t, s, "f", []string{"a", "b", "c", "d"}); !present[0] || !present[1] || present[2] || !present[3] {
@@ -283,7 +282,7 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if _, err := stream.Apply(t.Context(), framed(replication.Op{Kind: replication.OpAdd, Name: "f", Generation: gen, Keys: []string{"e"}})); err == nil {
+	if _, err := stream.Apply(t.Context(), framed(peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"e"}})); err == nil {
 		t.Error("a batch after shutdown was answered, want the stream closed")
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -338,7 +338,8 @@ func TestExpiryConvergesByAntiEntropy(t *testing.T) {
 	pods := threePods(t, time.Second)
 	ctx := t.Context()
 	reserveEverywhere(t, pods, "f")
-	inv, err := pods[2].internal.client.Inventory(ctx)
+	var inv wire.Inventory
+	err := pods[2].internal.client.Call(ctx, http.MethodGet, wire.InventoryPath, "", nil, &inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,9 +349,9 @@ func TestExpiryConvergesByAntiEntropy(t *testing.T) {
 			generation = d.Generation
 		}
 	}
-	op := replication.Op{Kind: replication.OpExpire, Name: "f", Generation: generation,
+	op := peer.Op{Kind: peer.OpExpire, Name: "f", Generation: generation,
 		Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: time.Now().UnixNano(), Origin: "elsewhere"}}
-	body, err := json.Marshal(wire.ApplyRequest[replication.Op]{Ops: []replication.Op{op}})
+	body, err := json.Marshal(wire.ApplyRequest[peer.Op]{Ops: []peer.Op{op}})
 	if err != nil {
 		t.Fatal(err)
 	}

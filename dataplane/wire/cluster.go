@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Error codes of replication.
 const (
@@ -92,6 +95,17 @@ const (
 
 // ConsistencyParam is the query parameter that overrides a request's consistency.
 const ConsistencyParam = "consistency"
+
+// ParseConsistency reads a request's level: param, or def when param is empty.
+func ParseConsistency(param string, def Consistency) (Consistency, error) {
+	switch c := Consistency(param); c {
+	case "":
+		return def, nil
+	case ConsistencyOne, ConsistencyQuorum, ConsistencyAll:
+		return c, nil
+	}
+	return "", fmt.Errorf("must be one of one, quorum, all; got %q", param)
+}
 
 // Count is how many of n members the level involves.
 func (c Consistency) Count(n int) int {

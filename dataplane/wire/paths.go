@@ -89,7 +89,7 @@ const (
 	// ApplyPath takes a batch of a peer's writes (POST ApplyRequest, answered ApplyResponse).
 	ApplyPath = InternalBasePath + "/apply"
 	// ApplyStreamPath takes a peer's batches on one connection: a GET with the Upgrade header
-	// ApplyStreamProtocol, answered 101 Switching Protocols, then frames (package batchstream).
+	// ApplyStreamProtocol, answered 101 Switching Protocols, then frames (package peer).
 	ApplyStreamPath = ApplyPath + "/stream"
 	// RoomPath asks whether the pod can hold the filters of a batch of creates (POST, in the
 	// binary form of OpsContentType); 200 when it can, else the error it would answer the create.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -285,16 +286,16 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 	// A filter's create reaches the pods from the home of its name, its adds from the homes of
 	// their partitions: through other queues, which may overtake the create's while it is young.
 	// Its adds then carry the create ahead of them; a pod that holds the filter ignores it.
-	var create *replication.Op
+	var create *peer.Op
 	if s.store.Now().Sub(f.Created()) < createEcho {
 		o := f.Options()
-		create = &replication.Op{Kind: replication.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o}
+		create = &peer.Op{Kind: peer.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o}
 	}
 	err := s.node.AddPlaced(ctx, level, f.Name(), f.Generation(), sets, create)
 	if errors.Is(err, replication.ErrReplication) {
 		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
 			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
-			"filter", f.Name(), "op", replication.OpAdd, "error", err.Error())
+			"filter", f.Name(), "op", peer.OpAdd, "error", err.Error())
 	}
 	return err
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -22,6 +23,9 @@ import (
 // ErrCatchingUp refuses a create on a pod that has not caught up from its peers: the filter
 // would be a new incarnation that replaces, on every pod, the one its peers already hold.
 var ErrCatchingUp = errors.New("catching up from the peers; retry shortly")
+
+// ErrReplication is replication's: a write applied here that too few pods acknowledged in time.
+var ErrReplication = replication.ErrReplication
 
 // NotHomeError refuses a request that a peer forwarded to this pod as the filter's home while this
 // pod cannot serve as one; the sender takes it as its cue to try the next pod.
@@ -66,7 +70,7 @@ func (s *Service) Create(ctx context.Context, level wire.Consistency, name strin
 	s.log.Info("Created filter", "filter", name, "capacity", opts.Capacity, "fpp", opts.FPP,
 		"scalable", opts.Scalable, "partitions", opts.PartitionCount(), "sizeBytes", f.SizeBytes(), "overwrite", overwrite, "generation", f.Generation())
 	o := f.Options()
-	return f, true, s.replicate(ctx, level, replication.Op{Kind: replication.OpCreate, Name: name, Generation: f.Generation(), Options: &o})
+	return f, true, s.replicate(ctx, level, peer.Op{Kind: peer.OpCreate, Name: name, Generation: f.Generation(), Options: &o})
 }
 
 // Delete deletes a filter; deleting one that does not exist is not an error, and is replicated
@@ -79,7 +83,7 @@ func (s *Service) Delete(ctx context.Context, level wire.Consistency, name strin
 	if deleted {
 		s.log.Info("Deleted filter", "filter", name, "generation", generation)
 	}
-	return s.replicate(ctx, level, replication.Op{Kind: replication.OpDelete, Name: name, Generation: generation})
+	return s.replicate(ctx, level, peer.Op{Kind: peer.OpDelete, Name: name, Generation: generation})
 }
 
 // ChangeExpiry changes f's expiry as change decides (Redis's EXPIRE, PEXPIRE, PERSIST and their
@@ -106,7 +110,7 @@ func (s *Service) ChangeExpiry(ctx context.Context, level wire.Consistency, f *f
 	case !changed:
 		return false, nil
 	}
-	return true, s.replicate(ctx, level, replication.Op{Kind: replication.OpExpire, Name: f.Name(), Generation: f.Generation(), Expiry: &e})
+	return true, s.replicate(ctx, level, peer.Op{Kind: peer.OpExpire, Name: f.Name(), Generation: f.Generation(), Expiry: &e})
 }
 
 // CheckAndSet adds key to f and reports whether it may have been present before.
@@ -146,12 +150,12 @@ func (s *Service) replicateAdd(ctx context.Context, level wire.Consistency, f *f
 	if len(keys) == 0 {
 		return nil
 	}
-	return s.replicate(ctx, level, replication.Op{Kind: replication.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys})
+	return s.replicate(ctx, level, peer.Op{Kind: peer.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys})
 }
 
 // replicate sends a write applied here to the peers and waits for the level's acknowledgements;
 // without peers there is nothing to wait for.
-func (s *Service) replicate(ctx context.Context, level wire.Consistency, op replication.Op) error {
+func (s *Service) replicate(ctx context.Context, level wire.Consistency, op peer.Op) error {
 	if !s.node.Replicating() {
 		return nil
 	}
@@ -168,6 +172,11 @@ func (s *Service) replicate(ctx context.Context, level wire.Consistency, op repl
 
 // Replicating reports whether this pod has peers, to which its writes go.
 func (s *Service) Replicating() bool { return s.node.Replicating() }
+
+// Route is how the filter name of that many partitions is placed under the membership held.
+func (s *Service) Route(name string, partitions int) *replication.Route {
+	return s.node.Route(name, partitions)
+}
 
 // Request is a client's request as it arrived, to forward to a filter's home unchanged.
 type Request struct {

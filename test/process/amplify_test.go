@@ -158,7 +158,7 @@ func TestMultiValuesOfTheWrongTypeCostLittle(t *testing.T) {
 // the batch holds, never a string header for each of the millions of keys it declares or holds.
 func TestApplyBatchOfTinyKeysCostsLittle(t *testing.T) {
 	dp := startPlainDataPlane(t, nil, t.TempDir())
-	const limit = 8 * 10 << 20 // replication.ApplyBodyLimit of the default maxHttpRequestLength
+	const limit = 8 * 10 << 20 // peer.ApplyBodyLimit of the default maxHttpRequestLength
 	// batch is one add to a filter named "missing" declaring a count of keys, then holding empty
 	// keys (a zero length each) up to size bytes, the last byte being tail.
 	batch := func(declared uint64, tail byte) []byte {

@@ -1,4 +1,4 @@
-package batchstream
+package peer
 
 import (
 	"bufio"
@@ -9,33 +9,33 @@ import (
 	"io"
 )
 
-// Conn is the sending end of a stream. One sender owns it: it is not safe for concurrent use.
+// Stream is the sending end of a stream. One sender owns it: it is not safe for concurrent use.
 // After any error but a RefusedError it is closed, and the next batch needs a new one.
-type Conn struct {
+type Stream struct {
 	rwc    io.ReadWriteCloser
 	r      *bufio.Reader
 	answer []byte // the last answer's bytes, reused
 	used   bool
 }
 
-// NewConn is the sending end of the upgraded connection rwc.
-func NewConn(rwc io.ReadWriteCloser) *Conn {
-	return &Conn{rwc: rwc, r: bufio.NewReaderSize(rwc, 4096)}
+// NewStream is the sending end of the upgraded connection rwc.
+func NewStream(rwc io.ReadWriteCloser) *Stream {
+	return &Stream{rwc: rwc, r: bufio.NewReaderSize(rwc, 4096)}
 }
 
 // Used reports whether a batch went through the stream: one that waited since may have been
 // closed by the receiver meanwhile (it restarted, or closed the stream idle), which its sender
 // learns only from its next batch.
-func (c *Conn) Used() bool { return c.used }
+func (c *Stream) Used() bool { return c.used }
 
 // Apply sends a batch and answers per op whether the receiver holds it. framed is the batch
-// behind HeaderSize bytes, which Apply fills in; it may be reused once Apply returned. ctx bounds
+// behind FrameHeaderSize bytes, which Apply fills in; it may be reused once Apply returned. ctx bounds
 // the whole exchange: when it ends first, the stream is closed.
-func (c *Conn) Apply(ctx context.Context, framed []byte) ([]bool, error) {
-	if len(framed) < HeaderSize {
+func (c *Stream) Apply(ctx context.Context, framed []byte) ([]bool, error) {
+	if len(framed) < FrameHeaderSize {
 		return nil, fmt.Errorf("a frame of %d bytes has no room for its header", len(framed))
 	}
-	binary.BigEndian.PutUint32(framed, uint32(len(framed)-HeaderSize))
+	binary.BigEndian.PutUint32(framed, uint32(len(framed)-FrameHeaderSize))
 	stop := context.AfterFunc(ctx, func() { _ = c.rwc.Close() })
 	defer stop()
 	c.used = true
@@ -50,7 +50,7 @@ func (c *Conn) Apply(ctx context.Context, framed []byte) ([]bool, error) {
 	return applied, err
 }
 
-func (c *Conn) exchange(framed []byte) ([]bool, error) {
+func (c *Stream) exchange(framed []byte) ([]bool, error) {
 	if _, err := c.rwc.Write(framed); err != nil {
 		return nil, err
 	}
@@ -77,4 +77,4 @@ func (c *Conn) exchange(framed []byte) ([]bool, error) {
 }
 
 // Close closes the stream.
-func (c *Conn) Close() error { return c.rwc.Close() }
+func (c *Stream) Close() error { return c.rwc.Close() }

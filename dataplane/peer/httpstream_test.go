@@ -1,19 +1,19 @@
-package replication
+package peer
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/batchstream"
-	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -22,13 +22,13 @@ import (
 // would). apply answers each batch. Its counters say how each batch came.
 type opsPeer struct {
 	wire.Member
-	streams  *batchstream.Server
+	streams  *StreamServer
 	requests atomic.Int32 // batches that came as requests
 	upgrades atomic.Int32 // streams opened
 	streamed atomic.Int32 // batches that came on streams
 }
 
-func newOpsPeer(t testing.TB, streams bool, opts batchstream.Options, apply func(ops []Op) ([]bool, error)) *opsPeer {
+func newOpsPeer(t testing.TB, streams bool, opts StreamOptions, apply func(ops []Op) ([]bool, error)) *opsPeer {
 	t.Helper()
 	p := &opsPeer{}
 	decoded := func(raw []byte) ([]bool, error) {
@@ -38,7 +38,7 @@ func newOpsPeer(t testing.TB, streams bool, opts batchstream.Options, apply func
 		}
 		return apply(ops)
 	}
-	p.streams = batchstream.NewServer(func(raw []byte) ([]bool, error) {
+	p.streams = NewStreamServer(func(raw []byte) ([]bool, error) {
 		p.streamed.Add(1)
 		return decoded(raw)
 	}, opts)
@@ -80,23 +80,40 @@ func allApplied(ops []Op) ([]bool, error) {
 	return applied, nil
 }
 
-func nodeWithPeer(t testing.TB, peer wire.Member, timeout time.Duration) *Node {
-	t.Helper()
-	n := NewNode(Options{Store: filter.NewStore(filter.Limits{}, nil), PodName: "self", Timeout: timeout})
-	t.Cleanup(n.Close)
-	if err := n.SetMembership(wire.Membership{Epoch: 1, Self: "self", Members: []wire.Member{{Name: "self", URL: "http://127.0.0.1:1"}, peer}}); err != nil {
-		t.Fatal(err)
-	}
-	return n
+// linkTo is a sender of writes to a peer over HTTP, with its counters.
+type linkTo struct {
+	*Sender
+	h                       *HTTP
+	sent, dropped, streamed atomic.Int64
 }
 
-func add(key string) Op { return Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{key}} }
+func newLinkTo(t testing.TB, m wire.Member, timeout time.Duration) *linkTo {
+	t.Helper()
+	l := &linkTo{}
+	l.h = NewHTTP(HTTPOptions{DialTimeout: timeout, Streamed: &l.streamed})
+	l.Sender = NewSender(m.Name, l.h.Peer(m), SenderOptions{MaxBatchBytes: 4 << 20, Timeout: timeout, Sent: &l.sent, Dropped: &l.dropped})
+	ctx, cancel := context.WithCancel(context.Background())
+	go l.Run(ctx)
+	t.Cleanup(cancel)
+	return l
+}
+
+// write sends op and waits for the peer's acknowledgement.
+func (l *linkTo) write(op Op) error {
+	acks := make(chan Ack, 1)
+	l.Enqueue(op, AckTo{Ch: acks})
+	return (<-acks).Err
+}
+
+func add(key string) Op {
+	return Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{key}}
+}
 
 // Writes to a peer that takes streams travel on one stream, none as a request.
 func TestWritesTravelOnOneStream(t *testing.T) {
 	var mu sync.Mutex
 	var keys []string
-	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, op := range ops {
@@ -104,9 +121,9 @@ func TestWritesTravelOnOneStream(t *testing.T) {
 		}
 		return allApplied(ops)
 	})
-	n := nodeWithPeer(t, peer.Member, 5*time.Second)
+	n := newLinkTo(t, peer.Member, 5*time.Second)
 	for _, k := range []string{"a", "b", "c"} {
-		if err := n.Replicate(t.Context(), add(k), wire.ConsistencyAll); err != nil {
+		if err := n.write(add(k)); err != nil {
 			t.Fatalf("write of %s: %v", k, err)
 		}
 	}
@@ -116,7 +133,7 @@ func TestWritesTravelOnOneStream(t *testing.T) {
 		t.Errorf("the peer got %v in %d batches on %d streams and %d requests; want a, b and c in 3 batches on one stream",
 			keys, peer.streamed.Load(), peer.upgrades.Load(), peer.requests.Load())
 	}
-	if sent, streamed := n.Stats().SentBatches.Load(), n.Stats().StreamedBatches.Load(); sent != 3 || streamed != 3 {
+	if sent, streamed := n.sent.Load(), n.streamed.Load(); sent != 3 || streamed != 3 {
 		t.Errorf("%d batches counted sent, %d streamed; want 3 and 3", sent, streamed)
 	}
 }
@@ -124,19 +141,19 @@ func TestWritesTravelOnOneStream(t *testing.T) {
 // A peer that takes no stream (an earlier version, during a rollout) is sent requests, and is not
 // asked for a stream again with every batch.
 func TestAPeerWithoutStreamsIsSentRequests(t *testing.T) {
-	peer := newOpsPeer(t, false, batchstream.Options{}, allApplied)
-	n := nodeWithPeer(t, peer.Member, 5*time.Second)
+	peer := newOpsPeer(t, false, StreamOptions{}, allApplied)
+	n := newLinkTo(t, peer.Member, 5*time.Second)
 	var upgrades atomic.Int32
-	n.http.Transport = countUpgrades(n.http.Transport, &upgrades)
+	n.h.http.Transport = countUpgrades(n.h.http.Transport, &upgrades)
 	for _, k := range []string{"a", "b", "c"} {
-		if err := n.Replicate(t.Context(), add(k), wire.ConsistencyAll); err != nil {
+		if err := n.write(add(k)); err != nil {
 			t.Fatalf("write of %s: %v", k, err)
 		}
 	}
 	if peer.requests.Load() != 3 || upgrades.Load() != 1 {
 		t.Errorf("%d requests after %d upgrades asked, want 3 after one", peer.requests.Load(), upgrades.Load())
 	}
-	if sent, streamed := n.Stats().SentBatches.Load(), n.Stats().StreamedBatches.Load(); sent != 3 || streamed != 0 {
+	if sent, streamed := n.sent.Load(), n.streamed.Load(); sent != 3 || streamed != 0 {
 		t.Errorf("%d batches counted sent, %d streamed; want 3 and none", sent, streamed)
 	}
 }
@@ -158,9 +175,9 @@ func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { retur
 // A stream the peer closed while it waited (the peer restarted, or closed it idle) costs no
 // write: the batch goes again on a new one.
 func TestAStreamClosedWhileIdleIsOpenedAgain(t *testing.T) {
-	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20, IdleTimeout: 20 * time.Millisecond}, allApplied)
-	n := nodeWithPeer(t, peer.Member, 5*time.Second)
-	if err := n.Replicate(t.Context(), add("a"), wire.ConsistencyAll); err != nil {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20, IdleTimeout: 20 * time.Millisecond}, allApplied)
+	n := newLinkTo(t, peer.Member, 5*time.Second)
+	if err := n.write(add("a")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -170,7 +187,7 @@ func TestAStreamClosedWhileIdleIsOpenedAgain(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := n.Replicate(t.Context(), add("b"), wire.ConsistencyAll); err != nil {
+	if err := n.write(add("b")); err != nil {
 		t.Fatalf("a write after the peer closed the idle stream: %v", err)
 	}
 	if peer.upgrades.Load() != 2 || peer.streamed.Load() != 2 {
@@ -181,18 +198,18 @@ func TestAStreamClosedWhileIdleIsOpenedAgain(t *testing.T) {
 // A batch the peer refuses fails its writes with the peer's reason, and the stream carries the
 // next.
 func TestARefusedBatchFailsItsWritesAndKeepsTheStream(t *testing.T) {
-	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
 		if ops[0].AllKeys()[0] == "bad" {
 			return nil, errors.New("ops[0]: not this one")
 		}
 		return allApplied(ops)
 	})
-	n := nodeWithPeer(t, peer.Member, 5*time.Second)
-	err := n.Replicate(t.Context(), add("bad"), wire.ConsistencyAll)
-	if !errors.Is(err, ErrReplication) || !strings.Contains(err.Error(), "not this one") {
-		t.Errorf("a refused write: %v, want a replication error with the peer's reason", err)
+	n := newLinkTo(t, peer.Member, 5*time.Second)
+	err := n.write(add("bad"))
+	if err == nil || !strings.Contains(err.Error(), "not this one") {
+		t.Errorf("a refused write: %v, want the peer's reason", err)
 	}
-	if err := n.Replicate(t.Context(), add("good"), wire.ConsistencyAll); err != nil {
+	if err := n.write(add("good")); err != nil {
 		t.Fatalf("the write after: %v", err)
 	}
 	if peer.upgrades.Load() != 1 || peer.streamed.Load() != 2 {
@@ -204,21 +221,52 @@ func TestARefusedBatchFailsItsWritesAndKeepsTheStream(t *testing.T) {
 // the next batch goes on a new stream.
 func TestABatchNotAnsweredInTimeFailsAndTheNextGetsANewStream(t *testing.T) {
 	release := make(chan struct{})
-	peer := newOpsPeer(t, true, batchstream.Options{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
 		if ops[0].AllKeys()[0] == "slow" {
 			<-release
 		}
 		return allApplied(ops)
 	})
 	defer close(release)
-	n := nodeWithPeer(t, peer.Member, 200*time.Millisecond)
-	if err := n.Replicate(t.Context(), add("slow"), wire.ConsistencyAll); !errors.Is(err, ErrReplication) {
-		t.Fatalf("a write the peer sits on: %v, want a replication error", err)
+	n := newLinkTo(t, peer.Member, 200*time.Millisecond)
+	if err := n.write(add("slow")); err == nil {
+		t.Fatalf("a write the peer sits on: %v, want an error", err)
 	}
-	if err := n.Replicate(t.Context(), add("quick"), wire.ConsistencyAll); err != nil {
+	if err := n.write(add("quick")); err != nil {
 		t.Fatalf("the write after: %v", err)
 	}
 	if peer.upgrades.Load() != 2 {
 		t.Errorf("%d streams, want 2: the one timed out is not used again", peer.upgrades.Load())
+	}
+}
+
+// BenchmarkSend is a write sent to one peer over HTTP, waiting for its acknowledgement: the queue,
+// the batch's encoding, sending it and decoding the answer, on a stream or as requests (a peer
+// that takes no stream). The fake peer decodes each batch, so its cost is in the numbers too;
+// many writers at once make batches of several writes.
+func BenchmarkSend(b *testing.B) {
+	for _, streams := range []bool{true, false} {
+		name := "requests"
+		if streams {
+			name = "stream"
+		}
+		b.Run(name, func(b *testing.B) {
+			p := newOpsPeer(b, streams, StreamOptions{MaxBatchBytes: 32 << 20}, allApplied)
+			n := newLinkTo(b, p.Member, 2*time.Second)
+			keys := make([]string, 16)
+			for i := range keys {
+				keys[i] = "key-" + strconv.Itoa(i)
+			}
+			b.SetParallelism(16)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if err := n.write(Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: keys}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

@@ -1,4 +1,4 @@
-package replication
+package peer
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package replication
+package peer
 
 import (
 	"testing"
@@ -8,7 +8,7 @@ import (
 // A batch takes what is queued at once; lingering, it also takes what comes until its wait ends,
 // and leaves a write over the budget to open the next batch.
 func TestFillTakesWhatComesWhileItLingers(t *testing.T) {
-	s := &sender{node: &Node{opts: Options{MaxBatchBytes: 4 << 10}}, queue: make(chan pending, 16)}
+	s := &Sender{opts: SenderOptions{MaxBatchBytes: 4 << 10}, queue: make(chan pending, 16)}
 	write := pending{op: Op{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{"k"}}}
 	for range 5 {
 		s.queue <- write

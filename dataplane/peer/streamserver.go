@@ -1,4 +1,4 @@
-package batchstream
+package peer
 
 import (
 	"bufio"
@@ -15,15 +15,15 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// ApplyFunc applies a batch (binary, as wire.OpsContentType) and answers per op whether the pod
+// BatchFunc applies a batch (binary, as wire.OpsContentType) and answers per op whether the pod
 // holds it; an error refuses the whole batch.
-type ApplyFunc func(batch []byte) ([]bool, error)
+type BatchFunc func(batch []byte) ([]bool, error)
 
-// Server is the receiving end of streams: it serves each on a goroutine of its own until the
+// StreamServer is the receiving end of streams: it serves each on a goroutine of its own until the
 // sender closes it, and closes them all at shutdown.
-type Server struct {
-	apply ApplyFunc
-	opts  Options
+type StreamServer struct {
+	apply BatchFunc
+	opts  StreamOptions
 
 	closing atomic.Bool
 	mu      sync.Mutex
@@ -31,8 +31,8 @@ type Server struct {
 	serving sync.WaitGroup
 }
 
-// Options bound what a stream may take.
-type Options struct {
+// StreamOptions bound what a stream may take.
+type StreamOptions struct {
 	// MaxBatchBytes is the largest batch taken; a larger one is refused and closes its stream.
 	MaxBatchBytes int
 	// Timeout bounds reading a batch once its first bytes came, and writing its answer.
@@ -42,26 +42,26 @@ type Options struct {
 	IdleTimeout time.Duration
 }
 
-// ErrClosed refuses a stream once the server is closing.
-var ErrClosed = errors.New("the pod is shutting down")
+// ErrStreamsClosed refuses a stream once the server is closing.
+var ErrStreamsClosed = errors.New("the pod is shutting down")
 
-// NewServer serves streams whose batches apply applies.
-func NewServer(apply ApplyFunc, opts Options) *Server {
-	return &Server{apply: apply, opts: opts, conns: make(map[net.Conn]struct{})}
+// NewStreamServer serves streams whose batches apply applies.
+func NewStreamServer(apply BatchFunc, opts StreamOptions) *StreamServer {
+	return &StreamServer{apply: apply, opts: opts, conns: make(map[net.Conn]struct{})}
 }
 
 // Upgrade takes the stream that r asks for (an upgrade to wire.ApplyStreamProtocol) over from
 // the HTTP server: it answers 101 Switching Protocols and serves the connection on a goroutine of
 // its own until it ends. An error, returned before anything was written, is a request that does
 // not ask for a stream (a *BadUpgradeError: a 400 to answer), a connection that cannot be taken
-// over, or ErrClosed.
-func (s *Server) Upgrade(w http.ResponseWriter, r *http.Request) error {
+// over, or ErrStreamsClosed.
+func (s *StreamServer) Upgrade(w http.ResponseWriter, r *http.Request) error {
 	if !strings.EqualFold(r.Header.Get("Upgrade"), wire.ApplyStreamProtocol) || r.ProtoMajor != 1 {
 		return &BadUpgradeError{fmt.Sprintf("%s takes an HTTP/1.1 upgrade to %s (Connection: Upgrade, Upgrade: %s); got %s with Upgrade %q",
 			wire.ApplyStreamPath, wire.ApplyStreamProtocol, wire.ApplyStreamProtocol, r.Proto, r.Header.Get("Upgrade"))}
 	}
 	if s.closing.Load() {
-		return ErrClosed
+		return ErrStreamsClosed
 	}
 	conn, rw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -101,13 +101,13 @@ type BadUpgradeError struct{ Reason string }
 func (e *BadUpgradeError) Error() string { return e.Reason }
 
 // Streams answers how many streams are open.
-func (s *Server) Streams() int {
+func (s *StreamServer) Streams() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
 }
 
-func (s *Server) forget(conn net.Conn) {
+func (s *StreamServer) forget(conn net.Conn) {
 	_ = conn.Close()
 	s.mu.Lock()
 	delete(s.conns, conn)
@@ -117,7 +117,7 @@ func (s *Server) forget(conn net.Conn) {
 // Close stops taking streams, ends those open, and returns once none is served. A stream waiting
 // for its next batch ends at once; one whose batch is being applied ends after answering it; one
 // whose batch is arriving is cut off, and its sender sees the batch fail.
-func (s *Server) Close() {
+func (s *StreamServer) Close() {
 	s.mu.Lock()
 	s.closing.Store(true)
 	for conn := range s.conns {
@@ -127,14 +127,14 @@ func (s *Server) Close() {
 	s.serving.Wait()
 }
 
-func (s *Server) serve(conn net.Conn, r *bufio.Reader) {
+func (s *StreamServer) serve(conn net.Conn, r *bufio.Reader) {
 	w := bufio.NewWriterSize(conn, 512)
 	var answer []byte
 	for {
 		if !s.readDeadline(conn, s.opts.IdleTimeout) {
 			return
 		}
-		if _, err := r.Peek(HeaderSize); err != nil {
+		if _, err := r.Peek(FrameHeaderSize); err != nil {
 			return // closed by the sender, idle, or shutting down
 		}
 		if !s.readDeadline(conn, s.opts.Timeout) {
@@ -160,7 +160,7 @@ func (s *Server) serve(conn net.Conn, r *bufio.Reader) {
 // readDeadline sets the deadline of the next read, none for 0, and reports whether to read: not
 // once the server is closing. Checked after the deadline is set, so that Close's deadline is
 // either seen here or overrides this one.
-func (s *Server) readDeadline(conn net.Conn, d time.Duration) bool {
+func (s *StreamServer) readDeadline(conn net.Conn, d time.Duration) bool {
 	var at time.Time
 	if d > 0 {
 		at = time.Now().Add(d)
@@ -171,7 +171,7 @@ func (s *Server) readDeadline(conn net.Conn, d time.Duration) bool {
 	return !s.closing.Load()
 }
 
-func (s *Server) write(conn net.Conn, w *bufio.Writer, answer []byte) error {
+func (s *StreamServer) write(conn net.Conn, w *bufio.Writer, answer []byte) error {
 	if s.opts.Timeout > 0 {
 		if err := conn.SetWriteDeadline(time.Now().Add(s.opts.Timeout)); err != nil {
 			return err
@@ -204,6 +204,6 @@ func appendAnswer(dst []byte, applied []bool, err error) []byte {
 			dst = append(dst, b)
 		}
 	}
-	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-HeaderSize))
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-FrameHeaderSize))
 	return dst
 }

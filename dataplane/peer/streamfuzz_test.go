@@ -1,4 +1,4 @@
-package batchstream
+package peer
 
 import (
 	"bufio"
@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// FuzzServe feeds a stream arbitrary bytes: the receiver applies exactly the complete frames
+// FuzzStreamServer feeds a stream arbitrary bytes: the receiver applies exactly the complete frames
 // within its limit, in order, answers each with a well-formed frame, refuses a frame over the
 // limit and stops there, and never applies a frame cut short.
-func FuzzServe(f *testing.F) {
+func FuzzStreamServer(f *testing.F) {
 	frame := func(batch string) []byte {
 		return append(binary.BigEndian.AppendUint32(nil, uint32(len(batch))), batch...)
 	}
@@ -24,27 +24,27 @@ func FuzzServe(f *testing.F) {
 	const limit = 64
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var applied [][]byte
-		s := NewServer(func(b []byte) ([]bool, error) {
+		s := NewStreamServer(func(b []byte) ([]bool, error) {
 			applied = append(applied, slices.Clone(b))
 			return echoLengths(b)
-		}, Options{MaxBatchBytes: limit})
+		}, StreamOptions{MaxBatchBytes: limit})
 		conn := &bytesConn{in: bytes.NewReader(in)}
 		s.serve(conn, bufio.NewReader(conn))
 
 		// What a reader of the protocol makes of the input.
 		var want [][]byte
 		refused := false
-		for rest := in; len(rest) >= HeaderSize; {
+		for rest := in; len(rest) >= FrameHeaderSize; {
 			n := int(binary.BigEndian.Uint32(rest))
 			if n > limit {
 				refused = true
 				break
 			}
-			if len(rest) < HeaderSize+n {
+			if len(rest) < FrameHeaderSize+n {
 				break
 			}
-			want = append(want, rest[HeaderSize:HeaderSize+n])
-			rest = rest[HeaderSize+n:]
+			want = append(want, rest[FrameHeaderSize:FrameHeaderSize+n])
+			rest = rest[FrameHeaderSize+n:]
 		}
 		if len(applied) != len(want) {
 			t.Fatalf("applied %d batches, want %d", len(applied), len(want))
@@ -60,7 +60,7 @@ func FuzzServe(f *testing.F) {
 			if err != nil || len(answer) == 0 || answer[0] > statusRefused {
 				t.Fatalf("answer %d is not a frame of the protocol: %q, %v", answers, out, err)
 			}
-			out = out[HeaderSize+len(answer):]
+			out = out[FrameHeaderSize+len(answer):]
 		}
 		if wantAnswers := len(want) + btoi(refused); answers != wantAnswers {
 			t.Fatalf("%d answers, want %d", answers, wantAnswers)

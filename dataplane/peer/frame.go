@@ -1,4 +1,14 @@
-// Package batchstream carries one peer's batches of writes on one connection: the requests of
+package peer
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+)
+
+// A stream carries one peer's batches of writes on one connection: the requests of
 // wire.ApplyPath without the cost of an HTTP request each. The connection is an HTTP request to
 // wire.ApplyStreamPath on the internal port, upgraded (wire.ApplyStreamProtocol), so it is
 // authenticated and encrypted as that port is. Then each batch is a frame, answered by a frame,
@@ -11,18 +21,9 @@
 //
 // A refused batch leaves the stream open; a batch over the receiver's limit closes it after the
 // answer.
-package batchstream
 
-import (
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"io"
-	"slices"
-)
-
-// HeaderSize is the length prefix of a frame.
-const HeaderSize = 4
+// FrameHeaderSize is the length prefix of a frame.
+const FrameHeaderSize = 4
 
 const (
 	statusApplied = 0
@@ -48,7 +49,7 @@ func IsRefused(err error) bool {
 // enough, else into new memory, and answers it. A frame larger than firstRead is read in steps
 // that double, so that a length that is declared but never sent takes little.
 func readFrame(r io.Reader, buf []byte, limit int) ([]byte, error) {
-	var head [HeaderSize]byte
+	var head [FrameHeaderSize]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package batchstream
+package peer
 
 import (
 	"bytes"
@@ -19,9 +19,9 @@ import (
 )
 
 // receiver is a Server behind an HTTP server, as a pod's internal port serves it.
-func receiver(t *testing.T, apply ApplyFunc, opts Options) (*Server, string) {
+func receiver(t *testing.T, apply BatchFunc, opts StreamOptions) (*StreamServer, string) {
 	t.Helper()
-	s := NewServer(apply, opts)
+	s := NewStreamServer(apply, opts)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Upgrade(w, r); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -35,7 +35,7 @@ func receiver(t *testing.T, apply ApplyFunc, opts Options) (*Server, string) {
 }
 
 // dial opens a stream with a bare upgrade request, as any HTTP/1.1 client would send it.
-func dial(t *testing.T, addr string) *Conn {
+func dial(t *testing.T, addr string) *Stream {
 	t.Helper()
 	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", addr)
 	if err != nil {
@@ -45,7 +45,7 @@ func dial(t *testing.T, addr string) *Conn {
 	if _, err := conn.Write([]byte(req)); err != nil {
 		t.Fatal(err)
 	}
-	c := NewConn(conn)
+	c := NewStream(conn)
 	resp, err := http.ReadResponse(c.r, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func dial(t *testing.T, addr string) *Conn {
 }
 
 // framed is batch behind room for its header.
-func framed(batch string) []byte { return append(make([]byte, HeaderSize), batch...) }
+func framed(batch string) []byte { return append(make([]byte, FrameHeaderSize), batch...) }
 
 // echoLengths answers one op per byte of the batch, applied when the byte is 'y'; a batch that
 // starts with "bad" is refused.
@@ -75,7 +75,7 @@ func echoLengths(batch []byte) ([]bool, error) {
 }
 
 // counting is echoLengths, counting the batches it applies in n.
-func counting(n *atomic.Int32) ApplyFunc {
+func counting(n *atomic.Int32) BatchFunc {
 	return func(b []byte) ([]bool, error) {
 		n.Add(1)
 		return echoLengths(b)
@@ -92,7 +92,7 @@ func TestBatchesAreAnsweredInOrderAndARefusalKeepsTheStream(t *testing.T) {
 		got = append(got, string(b))
 		mu.Unlock()
 		return echoLengths(b)
-	}, Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	}, StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
 	for _, tc := range []struct{ batch, want string }{{"yny", "true false true"}, {"", ""}, {"bad one", "refused"}, {"yy", "true true"}} {
 		applied, err := c.Apply(t.Context(), framed(tc.batch))
@@ -135,7 +135,7 @@ func words(applied []bool) string {
 // a frame.
 func TestABatchOverTheLimitIsRefusedAndClosesTheStream(t *testing.T) {
 	var applied atomic.Int32
-	s, addr := receiver(t, counting(&applied), Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	s, addr := receiver(t, counting(&applied), StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
 	_, err := c.Apply(t.Context(), framed(strings.Repeat("y", 1<<10+1)))
 	if !IsRefused(err) || !strings.Contains(err.Error(), "a frame of 1025 bytes, over the limit of 1024") {
@@ -153,11 +153,11 @@ func TestABatchOverTheLimitIsRefusedAndClosesTheStream(t *testing.T) {
 // A frame cut short by the sender's end is not applied.
 func TestAFrameCutShortIsNotApplied(t *testing.T) {
 	var applied atomic.Int32
-	s, addr := receiver(t, counting(&applied), Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	s, addr := receiver(t, counting(&applied), StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
 	frame := framed("yyyyyyyyyy")
 	binary.BigEndian.PutUint32(frame, 10)
-	if _, err := c.rwc.Write(frame[:HeaderSize+3]); err != nil {
+	if _, err := c.rwc.Write(frame[:FrameHeaderSize+3]); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.Close()
@@ -177,7 +177,7 @@ func TestCloseAnswersTheBatchBeingAppliedAndEndsTheStreams(t *testing.T) {
 			<-release
 		}
 		return echoLengths(b)
-	}, Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	}, StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	idle, busy := dial(t, addr), dial(t, addr)
 	if _, err := idle.Apply(t.Context(), framed("y")); err != nil {
 		t.Fatal(err)
@@ -214,8 +214,8 @@ func TestCloseAnswersTheBatchBeingAppliedAndEndsTheStreams(t *testing.T) {
 	req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, wire.ApplyStreamPath, nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", wire.ApplyStreamProtocol)
-	if err := s.Upgrade(rec, req); !errors.Is(err, ErrClosed) {
-		t.Errorf("an upgrade after Close: %v, want ErrClosed", err)
+	if err := s.Upgrade(rec, req); !errors.Is(err, ErrStreamsClosed) {
+		t.Errorf("an upgrade after Close: %v, want ErrStreamsClosed", err)
 	}
 }
 
@@ -226,7 +226,7 @@ func TestAnExchangeThatOutlivesItsContextClosesTheStream(t *testing.T) {
 	_, addr := receiver(t, func(b []byte) ([]bool, error) {
 		<-release
 		return echoLengths(b)
-	}, Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
+	}, StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
@@ -240,7 +240,7 @@ func TestAnExchangeThatOutlivesItsContextClosesTheStream(t *testing.T) {
 
 // A stream that waits longer than IdleTimeout for its next batch is closed.
 func TestAnIdleStreamIsClosed(t *testing.T) {
-	s, addr := receiver(t, echoLengths, Options{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second, IdleTimeout: 50 * time.Millisecond})
+	s, addr := receiver(t, echoLengths, StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second, IdleTimeout: 50 * time.Millisecond})
 	c := dial(t, addr)
 	if _, err := c.Apply(t.Context(), framed("y")); err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func TestAnIdleStreamIsClosed(t *testing.T) {
 // A request that does not ask for the stream's protocol is refused with what to send, and nothing
 // is taken over.
 func TestARequestThatIsNotAnUpgradeIsRefused(t *testing.T) {
-	s := NewServer(echoLengths, Options{})
+	s := NewStreamServer(echoLengths, StreamOptions{})
 	for _, upgrade := range []string{"", "websocket", "bloomery-batches/2"} {
 		req := httptest.NewRequestWithContext(t.Context(), http.MethodGet, wire.ApplyStreamPath, nil)
 		if upgrade != "" {
@@ -276,7 +276,7 @@ func TestAnswersOutsideTheProtocolFail(t *testing.T) {
 		"cut short":      {0, 0, 0, 9, 0, 1},
 		"too long":       {0xff, 0xff, 0xff, 0xff},
 	} {
-		c := NewConn(&scripted{answer: bytes.NewReader(answer)})
+		c := NewStream(&scripted{answer: bytes.NewReader(answer)})
 		if applied, err := c.Apply(t.Context(), framed("y")); err == nil || IsRefused(err) {
 			t.Errorf("%s: answered %v, %v; want the exchange to fail", name, applied, err)
 		}
