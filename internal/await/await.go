@@ -13,13 +13,13 @@ import (
 const firstPause = time.Millisecond
 
 // pauseShare caps the pause at the timeout divided by it, so that an expensive condition (a
-// kubectl call in the end-to-end suite) is not run hundreds of times a second, while a short
-// timeout still gets many looks.
-const pauseShare = 50
+// kubectl call in the end-to-end suite, with minutes to hold) is not run many times a second,
+// while a short timeout still gets a hundred looks and a condition is seen soon after it holds.
+const pauseShare = 100
 
 // Until calls cond until it answers true, or fails the test after timeout with what and the
 // detail of the last look. The pause between looks starts at a millisecond and doubles, up to a
-// fiftieth of the timeout. cond runs on the calling goroutine, and may call t.Fatal.
+// hundredth of the timeout. cond runs on the calling goroutine, and may call t.Fatal.
 func Until(t testing.TB, timeout time.Duration, what string, cond func() (ok bool, detail string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

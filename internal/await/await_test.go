@@ -36,7 +36,7 @@ func TestUntilReturnsAsSoonAsTheConditionHolds(t *testing.T) {
 	}
 
 	// One that holds at the fifth look is seen after about 1+2+4+8 ms of pauses, not after a
-	// fiftieth of the hour's timeout.
+	// hundredth of the hour's timeout.
 	looks = 0
 	start = time.Now()
 	await.True(t, time.Hour, "the fifth look", func() bool { looks++; return looks == 5 })
