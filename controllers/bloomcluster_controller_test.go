@@ -32,6 +32,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // envtest runs no StatefulSet controller and no garbage collector: the tests check the objects
@@ -101,7 +103,7 @@ func setStatefulSetStatus(t *testing.T, ns, name string, mutate func(*appsv1.Sta
 func waitFor[T client.Object](t *testing.T, obj T, ns, name string, check func(T) (bool, string)) T {
 	t.Helper()
 	what := fmt.Sprintf("%T %s/%s", obj, ns, name)
-	eventually(t, 20*time.Second, what, func() (bool, string) {
+	await.Until(t, 20*time.Second, what, func() (bool, string) {
 		if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, obj); err != nil {
 			return false, err.Error()
 		}
@@ -324,7 +326,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	}
 
 	// An event for each child created, on the BloomCluster.
-	eventually(t, 20*time.Second, "events of the created children", func() (bool, string) {
+	await.Until(t, 20*time.Second, "events of the created children", func() (bool, string) {
 		var events eventsv1.EventList
 		if err := k8s.List(t.Context(), &events, client.InNamespace(ns)); err != nil {
 			return false, err.Error()
@@ -443,7 +445,7 @@ func TestBloomClusterSpecChangeUpdatesChildren(t *testing.T) {
 
 	// Turning the PodDisruptionBudget off deletes it.
 	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.PodDisruptionBudget.Enabled = new(false) })
-	eventually(t, 20*time.Second, "PodDisruptionBudget deleted", func() (bool, string) {
+	await.Until(t, 20*time.Second, "PodDisruptionBudget deleted", func() (bool, string) {
 		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "beta"}, &policyv1.PodDisruptionBudget{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})
@@ -579,7 +581,7 @@ func clusterReconciles(t *testing.T) float64 {
 func waitPasses(t *testing.T, n float64) {
 	t.Helper()
 	start := clusterReconciles(t)
-	eventually(t, 30*time.Second, fmt.Sprintf("%v reconcile passes", n), func() (bool, string) {
+	await.Until(t, 30*time.Second, fmt.Sprintf("%v reconcile passes", n), func() (bool, string) {
 		done := clusterReconciles(t) - start
 		return done >= n, fmt.Sprintf("%v passes", done)
 	})
@@ -785,7 +787,7 @@ func TestBloomClusterServiceMonitorDiscoveredAtRunTime(t *testing.T) {
 	}
 
 	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Monitoring.ServiceMonitor.Enabled = false })
-	eventually(t, 20*time.Second, "ServiceMonitor deleted", func() (bool, string) {
+	await.Until(t, 20*time.Second, "ServiceMonitor deleted", func() (bool, string) {
 		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "watched"}, sm)
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})

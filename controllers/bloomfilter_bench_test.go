@@ -10,6 +10,8 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // BenchmarkFiveHundredFiltersReady creates 500 BloomFilters on a cluster of three pods and
@@ -30,7 +32,7 @@ func BenchmarkFiveHundredFiltersReady(b *testing.B) {
 		for i := range filters {
 			createBloomFilter(b, ns, fmt.Sprintf("f-%03d", i), "c")
 		}
-		eventually(b, 5*time.Minute, "500 filters Ready", func() (bool, string) {
+		await.Until(b, 5*time.Minute, "500 filters Ready", func() (bool, string) {
 			var list bloomeryv1alpha1.BloomFilterList
 			if err := k8s.List(b.Context(), &list); err != nil {
 				return false, err.Error()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -274,116 +273,31 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 }
 
 // report writes the pass's observations into status and conditions, and records events for
-// what changed on the pods.
+// what changed on the pods. What it writes is decided by summarize and the condition functions.
 func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster *bloomeryv1alpha1.BloomCluster, observed []podObservation) {
-	gen := bf.Generation
 	wasPresent := map[string]bool{}
 	for _, p := range bf.Status.Pods {
 		wasPresent[p.Pod] = p.Present
 	}
-	var unreachable, mismatched, waiting, created []string
-	var items, size int64
-	// The sums over the pods, and of the copies of a partition they hold (partitions held over
-	// partitions): with partitions placed on some pods only, the filter's items and bytes are the
-	// sums over the copies.
-	var sumItems, sumSize int64
-	var copies float64
-	var partial bool
-	var partitions int32 // 0 until a pod that holds the filter reports it
-	var fill, fpr float64
-	var oldestSnapshot time.Time
-	bf.Status.Pods = bf.Status.Pods[:0]
-	for _, o := range observed {
-		bf.Status.Pods = append(bf.Status.Pods, o.status)
-		switch {
-		case o.mismatch:
-			mismatched = append(mismatched, o.status.Pod)
-		case o.unreachable:
-			unreachable = append(unreachable, o.status.Pod)
-		case o.waiting:
-			waiting = append(waiting, o.status.Pod)
-		}
-		if o.created {
-			created = append(created, o.status.Pod)
-			if wasPresent[o.status.Pod] {
-				now := metav1.Now()
-				bf.Status.LastRecreationTime = &now
-				r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Recreated", "Recreate",
-					"Recreated the filter on pod %s, which had lost it (expired or restarted without its volume)", o.status.Pod)
-			}
-		}
-		if o.status.Present {
-			items, size = max(items, o.status.Items), max(size, o.status.SizeBytes)
-			sumItems, sumSize = sumItems+o.status.Items, sumSize+o.status.SizeBytes
-			held, all := o.status.PartitionsHeld, int32(partitionsOf(o.filter))
-			copies += float64(held) / float64(all)
-			partial = partial || (held > 0 && held < all)
-			partitions = max(partitions, int32(partitionsOf(o.filter)))
-			fill, fpr = max(fill, o.filter.EstimatedFillRatio), max(fpr, o.filter.EstimatedFPP)
-			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (oldestSnapshot.IsZero() || at.Before(oldestSnapshot)) {
-				oldestSnapshot = at
-			}
-		}
+	s := summarize(cluster.Name, cluster.DesiredReplicas(), observed, wasPresent)
+	bf.Status.Pods = append(bf.Status.Pods[:0], s.pods...)
+	for _, pod := range s.recreated {
+		now := metav1.Now()
+		bf.Status.LastRecreationTime = &now
+		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Recreated", "Recreate",
+			"Recreated the filter on pod %s, which had lost it (expired or restarted without its volume)", pod)
 	}
-	if len(created) > 0 {
-		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(created, ", "))
+	if len(s.created) > 0 {
+		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(s.created, ", "))
 	}
-	if partial && copies > 0 {
-		items, size = int64(math.Round(float64(sumItems)/copies)), int64(math.Round(float64(sumSize)/copies))
-	}
-	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = items, size, partitions
-	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(fill), formatRate(fpr)
+	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = s.items, s.size, s.partitions
+	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(s.fill), formatRate(s.fpr)
 	bf.Status.LastSnapshotTime = nil
-	if !oldestSnapshot.IsZero() {
-		bf.Status.LastSnapshotTime = &metav1.Time{Time: oldestSnapshot}
+	if !s.oldestSnapshot.IsZero() {
+		bf.Status.LastSnapshotTime = &metav1.Time{Time: s.oldestSnapshot}
 	}
-
-	desired := cluster.DesiredReplicas()
-	present := int32(len(observed) - len(unreachable) - len(mismatched) - len(waiting))
-	var problems []string
-	if len(unreachable) > 0 {
-		problems = append(problems, "pods not answering: "+strings.Join(unreachable, ", "))
-	}
-	if len(mismatched) > 0 {
-		problems = append(problems, "pods holding a filter of another shape: "+strings.Join(mismatched, ", "))
-	}
-	switch {
-	case len(mismatched) > 0:
-		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonShapeMismatch, strings.Join(problems, "; "))
-	case len(unreachable) > 0:
-		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonPodsUnreachable, strings.Join(problems, "; "))
-	case present > 0 && present < desired:
-		// Served, with less redundancy than asked for: a pod was deleted, restarted or is
-		// catching up.
-		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionTrue, ReasonPodsNotReady,
-			fmt.Sprintf("The filter is served by %d of %d pods; not serving yet: %s", present, desired, strings.Join(notServing(observed, desired), ", ")))
-	default:
-		setCondition(&bf.Status.Conditions, gen, ConditionDegraded, metav1.ConditionFalse, ReasonAsExpected, "Every pod that answers holds the filter")
-	}
-	ready := desired > 0 && present == desired && int32(len(observed)) == desired
-	switch {
-	case ready:
-		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionTrue, ReasonOnAllPods,
-			fmt.Sprintf("The filter is on all %d pods", desired))
-		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionFalse, ReasonAsExpected, "")
-	case desired == 0 || len(observed) == 0:
-		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionFalse, ReasonNoPods,
-			fmt.Sprintf("BloomCluster %s has no pods", cluster.Name))
-		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, boolStatus(desired > 0), ReasonNoPods, "Waiting for pods")
-	default:
-		msg := fmt.Sprintf("The filter is on %d of %d pods", present, desired)
-		if len(problems) > 0 {
-			msg += "; " + strings.Join(problems, "; ")
-		}
-		if len(waiting) > 0 {
-			msg += "; waiting for pods: " + strings.Join(waiting, ", ")
-		}
-		reason := ReasonCreating
-		if len(unreachable) > 0 {
-			reason = ReasonPodsUnreachable
-		}
-		setCondition(&bf.Status.Conditions, gen, ConditionReady, metav1.ConditionFalse, reason, msg)
-		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionTrue, reason, msg)
+	for _, c := range []metav1.Condition{degradedCondition(s), readyCondition(s), progressingCondition(s)} {
+		setCondition(&bf.Status.Conditions, bf.Generation, c.Type, c.Status, c.Reason, c.Message)
 	}
 }
 

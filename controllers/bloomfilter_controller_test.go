@@ -26,6 +26,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // fakePod is a data-plane pod for envtest: a Pod object of the cluster's StatefulSet whose status
@@ -287,7 +288,7 @@ func condition(bf *bloomeryv1alpha1.BloomFilter, typ string) (metav1.ConditionSt
 func waitCondition(t *testing.T, ns, name, typ string, want metav1.ConditionStatus, contains string) *bloomeryv1alpha1.BloomFilter {
 	t.Helper()
 	var bf *bloomeryv1alpha1.BloomFilter
-	eventually(t, 20*time.Second, fmt.Sprintf("BloomFilter %s %s=%s", name, typ, want), func() (bool, string) {
+	await.Until(t, 20*time.Second, fmt.Sprintf("BloomFilter %s %s=%s", name, typ, want), func() (bool, string) {
 		bf = getBloomFilter(t, ns, name)
 		status, detail := condition(bf, typ)
 		return status == want && strings.Contains(detail, contains) && bf.Status.ObservedGeneration == bf.Generation, detail
@@ -320,7 +321,7 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 	if err := pods[1].client.MultiSet(t.Context(), "users", []string{"a", "b", "c"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "items in status", func() (bool, string) {
+	await.Until(t, 10*time.Second, "items in status", func() (bool, string) {
 		bf = getBloomFilter(t, ns, "users")
 		return bf.Status.Items == 3 && len(bf.Status.Pods) == 3, fmt.Sprintf("items %d, pods %+v", bf.Status.Items, bf.Status.Pods)
 	})
@@ -346,7 +347,7 @@ func TestBloomFilterWithPartitions(t *testing.T) {
 	createBloomFilter(t, ns, "split", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.Partitions = new(int32(4)) })
 
 	bf := waitCondition(t, ns, "split", ConditionReady, metav1.ConditionTrue, "all 2 pods")
-	eventually(t, 10*time.Second, "partitions in status", func() (bool, string) {
+	await.Until(t, 10*time.Second, "partitions in status", func() (bool, string) {
 		bf = getBloomFilter(t, ns, "split")
 		return bf.Status.Partitions == 4, fmt.Sprintf("status.partitions %d", bf.Status.Partitions)
 	})
@@ -399,7 +400,7 @@ func TestBloomFilterStatusOfPartitionsPlacedOnSomePods(t *testing.T) {
 	createBloomFilter(t, ns, "placed", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.Partitions = new(int32(4)) })
 
 	// 6 partitions held of 4: 1.5 copies of each; 6000 items and 24576 bytes summed.
-	eventually(t, 10*time.Second, "the sums over 1.5 copies in status", func() (bool, string) {
+	await.Until(t, 10*time.Second, "the sums over 1.5 copies in status", func() (bool, string) {
 		bf := getBloomFilter(t, ns, "placed")
 		held, owned := map[string]int32{}, map[string]int32{}
 		for _, p := range bf.Status.Pods {
@@ -419,7 +420,7 @@ func TestBloomFilterReportsTheLastSnapshot(t *testing.T) {
 	startFilterReconciler(t, ns)
 	before := time.Now().Add(-time.Second)
 	createBloomFilter(t, ns, "f", "c")
-	eventually(t, 20*time.Second, "lastSnapshotTime in status", func() (bool, string) {
+	await.Until(t, 20*time.Second, "lastSnapshotTime in status", func() (bool, string) {
 		bf := getBloomFilter(t, ns, "f")
 		at := bf.Status.LastSnapshotTime
 		return at != nil && !at.Time.Before(before.Truncate(time.Second)), fmt.Sprint(at)
@@ -436,7 +437,7 @@ func TestBloomFilterComesBackOnARestartedPod(t *testing.T) {
 	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
 
 	pods[1].restartEmpty(t)
-	eventually(t, 20*time.Second, "the filter back on the restarted pod", func() (bool, string) {
+	await.Until(t, 20*time.Second, "the filter back on the restarted pod", func() (bool, string) {
 		_, err := pods[1].client.Get(t.Context(), "f")
 		return err == nil, fmt.Sprint(err)
 	})
@@ -462,7 +463,7 @@ func TestExpiryWorksAsRotation(t *testing.T) {
 	if err := pod.client.Set(t.Context(), "daily", "old"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "the filter recreated after it expired", func() (bool, string) {
+	await.Until(t, 20*time.Second, "the filter recreated after it expired", func() (bool, string) {
 		bf := getBloomFilter(t, ns, "daily")
 		f, err := pod.client.Get(t.Context(), "daily")
 		return bf.Status.LastRecreationTime != nil && err == nil && f.Created != first.Created,
@@ -569,7 +570,7 @@ func TestBloomFilterDeletionNeverHangs(t *testing.T) {
 
 func waitGone(t *testing.T, ns, name string) {
 	t.Helper()
-	eventually(t, 20*time.Second, "BloomFilter "+name+" deleted", func() (bool, string) {
+	await.Until(t, 20*time.Second, "BloomFilter "+name+" deleted", func() (bool, string) {
 		var bf bloomeryv1alpha1.BloomFilter
 		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: name}, &bf)
 		return apierrors.IsNotFound(err), fmt.Sprintf("finalizers %v, err %v", bf.Finalizers, err)

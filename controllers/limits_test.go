@@ -18,6 +18,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // limitedCluster is a cluster with the given memory limit, maxTotalBytes, maxFilterBytes and
@@ -114,7 +116,7 @@ func TestFormatBytes(t *testing.T) {
 // waitEvent waits for a Warning event of reason about the cluster whose note holds contains.
 func waitEvent(t *testing.T, ns, cluster, reason, contains string) {
 	t.Helper()
-	eventually(t, 20*time.Second, reason+" event", func() (bool, string) {
+	await.Until(t, 20*time.Second, reason+" event", func() (bool, string) {
 		var events eventsv1.EventList
 		if err := k8s.List(t.Context(), &events, client.InNamespace(ns)); err != nil {
 			return false, err.Error()

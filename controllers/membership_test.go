@@ -17,6 +17,7 @@ import (
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // countingDataPlane counts the memberships the operator sends, so a test can tell a steady state
@@ -70,7 +71,7 @@ func waitMembership(t *testing.T, ns, cluster string, members ...*fakePod) uint6
 		want[i] = wire.Member{Name: p.name, URL: p.internalURL()}
 	}
 	var epoch uint64
-	eventually(t, 20*time.Second, fmt.Sprintf("membership %v on every member", want), func() (bool, string) {
+	await.Until(t, 20*time.Second, fmt.Sprintf("membership %v on every member", want), func() (bool, string) {
 		c := getCluster(t, ns, cluster)
 		recorded := make([]wire.Member, len(c.Status.Members))
 		for i, m := range c.Status.Members {

@@ -16,6 +16,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // The operator's pods, as the chart labels them and passes them to --operator-pod-labels.
@@ -141,7 +143,7 @@ func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
 
 	// Disabled: the policy the operator made goes away, and the cluster is not degraded.
 	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.NetworkPolicy.Enabled = new(false) })
-	eventually(t, 20*time.Second, "NetworkPolicy deleted", func() (bool, string) {
+	await.Until(t, 20*time.Second, "NetworkPolicy deleted", func() (bool, string) {
 		err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "follow"}, &networkingv1.NetworkPolicy{})
 		return apierrors.IsNotFound(err), fmt.Sprintf("get: %v", err)
 	})

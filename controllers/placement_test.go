@@ -23,6 +23,7 @@ import (
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // placementDataPlane is the real data plane with the placement status that pods do not serve yet
@@ -94,7 +95,7 @@ func startPlacementReconcilerOn(t *testing.T, ns string, dp *placementDataPlane)
 func waitPlacement(t *testing.T, ns, cluster string, members []*fakePod, want bloomeryv1alpha1.ClusterPlacement) *bloomeryv1alpha1.BloomCluster {
 	t.Helper()
 	var got *bloomeryv1alpha1.BloomCluster
-	eventually(t, 20*time.Second, fmt.Sprintf("placement %+v on every member", want), func() (bool, string) {
+	await.Until(t, 20*time.Second, fmt.Sprintf("placement %+v on every member", want), func() (bool, string) {
 		c := getCluster(t, ns, cluster)
 		p := c.Status.Placement
 		if names := memberNames(c.Status.Members); len(names) != len(members) {
@@ -148,7 +149,7 @@ func TestPlacementMovesToANewFactor(t *testing.T) {
 	all := []string{"p-0", "p-1", "p-2"}
 
 	waitPlacement(t, ns, "p", pods, placementOn(bloomeryv1alpha1.PlacementStable, 3, all...))
-	eventually(t, 10*time.Second, "bytes of each pod in status", func() (bool, string) {
+	await.Until(t, 10*time.Second, "bytes of each pod in status", func() (bool, string) {
 		got := getCluster(t, ns, "p").Status.Placement.BytesPerPod
 		return len(got) == 3 && got[0] == (bloomeryv1alpha1.PodBytes{Pod: "p-0", Bytes: 1 << 20}), fmt.Sprintf("%+v", got)
 	})
@@ -165,7 +166,7 @@ func TestPlacementMovesToANewFactor(t *testing.T) {
 	modify(t, &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "p"}},
 		func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replication.Factor = new(int32(2)) })
 	moving := waitPlacement(t, ns, "p", pods, movingFrom(placementOn(bloomeryv1alpha1.PlacementMoving, 2, all...), 3, all...))
-	eventually(t, 10*time.Second, "partitions moving in status", func() (bool, string) {
+	await.Until(t, 10*time.Second, "partitions moving in status", func() (bool, string) {
 		p := getCluster(t, ns, "p").Status.Placement
 		return p.PartitionsMoving == 9 && p.PartitionsOwned == 24, fmt.Sprintf("%+v", p)
 	})
@@ -244,7 +245,7 @@ func TestPlacementScaleDownDrainsFirst(t *testing.T) {
 	// drops it.
 	dp.caughtUp.Store(true)
 	waitPlacement(t, ns, "d", pods, placementOn(bloomeryv1alpha1.PlacementDraining, 1, "d-0", "d-1"))
-	eventually(t, 20*time.Second, "StatefulSet scaled down", func() (bool, string) {
+	await.Until(t, 20*time.Second, "StatefulSet scaled down", func() (bool, string) {
 		got := stsReplicas()
 		return got == 2, fmt.Sprintf("replicas %d", got)
 	})
@@ -418,7 +419,7 @@ func TestPlacementReportsUnderReplication(t *testing.T) {
 	waitClusterCondition(t, ns, "u", ConditionDegraded, "False/"+ReasonAsExpected, "")
 	underReplicated := func(want int64) {
 		t.Helper()
-		eventually(t, 10*time.Second, fmt.Sprintf("%d partitions under-replicated in status", want), func() (bool, string) {
+		await.Until(t, 10*time.Second, fmt.Sprintf("%d partitions under-replicated in status", want), func() (bool, string) {
 			p := getCluster(t, ns, "u").Status.Placement
 			return p.PartitionsUnderReplicated == want, fmt.Sprintf("%+v", p)
 		})

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -187,24 +186,6 @@ func startStoppableManager(t testing.TB, cfg *rest.Config, namespace string, set
 	}
 	t.Cleanup(stop)
 	return writes, stop
-}
-
-// eventually polls cond until it holds or the timeout passes.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		last = detail
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // needsAPIServer skips a test that needs envtest's API server when -short left it out.

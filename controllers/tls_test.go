@@ -20,6 +20,7 @@ import (
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	dpclient "github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/internal/testca"
 )
 
@@ -267,7 +268,7 @@ func TestClusterOverTLS(t *testing.T) {
 	if err := pods[0].client.MultiSet(t.Context(), "users", []string{"a", "b"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the values on the other pod", func() (bool, string) {
+	await.Until(t, 10*time.Second, "the values on the other pod", func() (bool, string) {
 		got, err := pods[1].client.MultiCheck(t.Context(), "users", []string{"a", "b"})
 		return err == nil && slices.Equal(got, []bool{true, true}), fmt.Sprint(got, err)
 	})

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // The cluster's token: made once, at random, in a Secret the cluster owns, mounted into the pods
@@ -121,7 +123,7 @@ func TestMembershipIgnoresPodsTheStatefulSetDoesNotOwn(t *testing.T) {
 	waitFor(t, &bloomeryv1alpha1.BloomCluster{}, ns, "i", func(c *bloomeryv1alpha1.BloomCluster) (bool, string) {
 		return c.Status.IgnoredPods == 2, fmt.Sprintf("status.ignoredPods %d, want 2", c.Status.IgnoredPods)
 	})
-	eventually(t, 20*time.Second, "a Warning event naming the ignored pods", func() (bool, string) {
+	await.Until(t, 20*time.Second, "a Warning event naming the ignored pods", func() (bool, string) {
 		var events eventsv1.EventList
 		if err := k8s.List(t.Context(), &events, client.InNamespace(ns)); err != nil {
 			return false, err.Error()

@@ -13,6 +13,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/persist"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestStalledDumpReaderIsDroppedAndItsCopyReleased starts a dump of a 16 MiB filter for a client
@@ -48,8 +49,8 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 	if _, err := fmt.Fprintf(stalled, "GET /v1/bloomfilter/big/dump HTTP/1.1\r\nHost: bloomery\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stalled dump to hold the whole budget", func() bool { return s.peers.DumpBytesHeld() == budget })
-	waitFor(t, "the stalled reader to be dropped and the budget to come back", func() bool { return s.peers.DumpBytesHeld() == 0 })
+	await.True(t, 10*time.Second, "the stalled dump to hold the whole budget", func() bool { return s.peers.DumpBytesHeld() == budget })
+	await.True(t, 10*time.Second, "the stalled reader to be dropped and the budget to come back", func() bool { return s.peers.DumpBytesHeld() == 0 })
 
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL+"/v1/bloomfilter/big/dump", nil)
 	if err != nil {
@@ -67,17 +68,5 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 	want := f.State()
 	if len(got.Parts) != 1 || len(got.Parts[0].Layers) != 1 || !slices.Equal(got.Parts[0].Layers[0].Words, want.Parts[0].Layers[0].Words) {
 		t.Error("the dump after the stalled one differs from the filter")
-	}
-}
-
-// waitFor polls cond for up to ten seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

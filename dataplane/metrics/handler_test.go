@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // blockingCollector blocks its first Collect until released, so that a test can hold a wave open
@@ -70,25 +72,16 @@ func encodings(t *testing.T, reg prometheus.Gatherer, format, encoding string) f
 	return v
 }
 
-// waitForWaiters polls until n scrapes wait for the wave of key.
-func waitForWaiters(t *testing.T, h *Handler, key responseKey, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+// waiters answers whether n scrapes wait for the wave of key, for await.Until.
+func waiters(h *Handler, key responseKey, n int) func() (bool, string) {
+	return func() (bool, string) {
 		h.mu.Lock()
-		w := h.waves[key]
+		defer h.mu.Unlock()
 		waiting := 0
-		if w != nil {
+		if w := h.waves[key]; w != nil {
 			waiting = w.waiters
 		}
-		h.mu.Unlock()
-		if waiting == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d scrapes joined the wave, want %d", waiting, n)
-		}
-		time.Sleep(time.Millisecond)
+		return waiting == n, fmt.Sprintf("%d scrapes joined the wave, want %d", waiting, n)
 	}
 }
 
@@ -117,7 +110,7 @@ func TestScrapesDuringAWaveShareItsBytes(t *testing.T) {
 	for i := 1; i < scrapes; i++ {
 		wg.Go(func() { scrape(i) })
 	}
-	waitForWaiters(t, h, gzipText, scrapes-1)
+	await.Until(t, 10*time.Second, "the scrapes to join the wave", waiters(h, gzipText, scrapes-1))
 	close(blocking.release)
 	wg.Wait()
 
@@ -242,7 +235,7 @@ func TestWaitersOfAFailedWaveGetAnError(t *testing.T) {
 	<-entered
 	var waiterErr error
 	wg.Go(func() { _, waiterErr = h.Scrape(scrapeRequest(t.Context(), "", "gzip")) })
-	waitForWaiters(t, h, gzipText, 1)
+	await.Until(t, 10*time.Second, "the scrape to join the wave", waiters(h, gzipText, 1))
 	close(release)
 	wg.Wait()
 	if !errors.Is(waiterErr, errProducerFailed) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // opsPeer is a fake peer that takes batches as a pod does: as requests to wire.ApplyPath, and on
@@ -180,13 +181,7 @@ func TestAStreamClosedWhileIdleIsOpenedAgain(t *testing.T) {
 	if err := n.write(add("a")); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for peer.streams.Streams() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the peer never closed the idle stream")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	await.True(t, 10*time.Second, "the peer to close the idle stream", func() bool { return peer.streams.Streams() == 0 })
 	if err := n.write(add("b")); err != nil {
 		t.Fatalf("a write after the peer closed the idle stream: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // receiver is a Server behind an HTTP server, as a pod's internal port serves it.
@@ -147,7 +148,7 @@ func TestABatchOverTheLimitIsRefusedAndClosesTheStream(t *testing.T) {
 	if n := applied.Load(); n != 0 {
 		t.Errorf("%d batches applied, want none", n)
 	}
-	waitFor(t, "the stream to be forgotten", func() bool { return s.Streams() == 0 })
+	await.True(t, 10*time.Second, "the stream to be forgotten", func() bool { return s.Streams() == 0 })
 }
 
 // A frame cut short by the sender's end is not applied.
@@ -161,7 +162,7 @@ func TestAFrameCutShortIsNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
-	waitFor(t, "the stream to end", func() bool { return s.Streams() == 0 })
+	await.True(t, 10*time.Second, "the stream to end", func() bool { return s.Streams() == 0 })
 	if n := applied.Load(); n != 0 {
 		t.Errorf("%d batches applied, want none", n)
 	}
@@ -193,7 +194,7 @@ func TestCloseAnswersTheBatchBeingAppliedAndEndsTheStreams(t *testing.T) {
 		s.Close()
 		close(closed)
 	}()
-	waitFor(t, "the idle stream to end", func() bool { return s.Streams() == 1 })
+	await.True(t, 10*time.Second, "the idle stream to end", func() bool { return s.Streams() == 1 })
 	select {
 	case <-closed:
 		t.Fatal("Close returned while a batch was being applied")
@@ -245,7 +246,7 @@ func TestAnIdleStreamIsClosed(t *testing.T) {
 	if _, err := c.Apply(t.Context(), framed("y")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the idle stream to be closed", func() bool { return s.Streams() == 0 })
+	await.True(t, 10*time.Second, "the idle stream to be closed", func() bool { return s.Streams() == 0 })
 	if _, err := c.Apply(t.Context(), framed("y")); err == nil {
 		t.Error("a batch on a stream closed idle was answered")
 	}
@@ -292,14 +293,3 @@ type scripted struct {
 func (s *scripted) Read(p []byte) (int, error)  { return s.answer.Read(p) }
 func (s *scripted) Write(p []byte) (int, error) { return len(p), nil }
 func (s *scripted) Close() error                { s.closed = true; return nil }
-
-func waitFor(t *testing.T, what string, done func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !done() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

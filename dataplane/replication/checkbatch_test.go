@@ -15,6 +15,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // heldSends is a send for a checkBatcher whose requests each wait until the test lets that one
@@ -76,15 +77,6 @@ func (b *checkBatcher) waiting(r checkRoute) int {
 	return 0
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 type checkResult struct {
 	answers []bool
 	err     error
@@ -113,7 +105,7 @@ func TestChecksThatArriveDuringARequestGoTogether(t *testing.T) {
 	for i := range 20 {
 		later = append(later, startCheck(t.Context(), b, testRoute, fmt.Sprintf("v%d+", i), fmt.Sprintf("w%d", i)))
 	}
-	waitUntil(t, "20 checks waiting", func() bool { return b.waiting(testRoute) == 20 })
+	await.True(t, 10*time.Second, "20 checks waiting", func() bool { return b.waiting(testRoute) == 20 })
 	h.let(under)
 	if got := <-first; got.err != nil || !slices.Equal(got.answers, []bool{true}) {
 		t.Fatalf("the first check: %v, %v; want [true]", got.answers, got.err)
@@ -127,7 +119,7 @@ func TestChecksThatArriveDuringARequestGoTogether(t *testing.T) {
 	if sent := lens(h.sent()); !slices.Equal(sent, []int{1, 40}) {
 		t.Fatalf("requests of %v values; want one of 1 and one of 40", sent)
 	}
-	waitUntil(t, "the route to be idle", func() bool {
+	await.True(t, 10*time.Second, "the route to be idle", func() bool {
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		return len(b.busy) == 0
@@ -156,7 +148,7 @@ func TestARequestsErrorFailsEveryCheckInIt(t *testing.T) {
 	first := startCheck(t.Context(), b, testRoute, "a")
 	underF := <-h.started
 	second, third := startCheck(t.Context(), b, testRoute, "b"), startCheck(t.Context(), b, testRoute, "c")
-	waitUntil(t, "2 checks waiting", func() bool { return b.waiting(testRoute) == 2 })
+	await.True(t, 10*time.Second, "2 checks waiting", func() bool { return b.waiting(testRoute) == 2 })
 
 	other := testRoute
 	other.name = "g"
@@ -189,9 +181,9 @@ func TestACheckWhoseCallerHasGoneIsNotSent(t *testing.T) {
 	under := <-h.started
 	ctx, cancel := context.WithCancel(t.Context())
 	gone := startCheck(ctx, b, testRoute, "gone")
-	waitUntil(t, "a check waiting", func() bool { return b.waiting(testRoute) == 1 })
+	await.True(t, 10*time.Second, "a check waiting", func() bool { return b.waiting(testRoute) == 1 })
 	kept := startCheck(t.Context(), b, testRoute, "kept+")
-	waitUntil(t, "2 checks waiting", func() bool { return b.waiting(testRoute) == 2 })
+	await.True(t, 10*time.Second, "2 checks waiting", func() bool { return b.waiting(testRoute) == 2 })
 	cancel()
 	if got := <-gone; !errors.Is(got.err, context.Canceled) {
 		t.Fatalf("a check whose caller has gone: %v, %v; want context.Canceled", got.answers, got.err)
@@ -233,7 +225,7 @@ func TestChecksGoTogetherWithinBounds(t *testing.T) {
 	var waiting []<-chan checkResult
 	for i := range 3 { // 3 × 40 bytes: two go together, the third after them
 		waiting = append(waiting, startCheck(t.Context(), b, testRoute, fmt.Sprintf("%040d", i)))
-		waitUntil(t, "the check to wait", func() bool { return b.waiting(testRoute) == i+1 })
+		await.True(t, 10*time.Second, "the check to wait", func() bool { return b.waiting(testRoute) == i+1 })
 	}
 	h.let(under)
 	<-first

@@ -9,6 +9,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // Replication through the faults of a network, in memory: three real nodes, each over a store of
@@ -103,7 +104,7 @@ func TestALostAnswerFailsAWriteThePeerApplied(t *testing.T) {
 		t.Fatal("b lacks the write, which reached it")
 	}
 	// The write failed as soon as it could not reach all, perhaps before c applied it.
-	waitUntil(t, "c to hold the write", func() bool { return holds(nodes["c"], "x") })
+	await.True(t, 10*time.Second, "c to hold the write", func() bool { return holds(nodes["c"], "x") })
 }
 
 // A peer slower than the replication timeout fails the writes that wait for it, and not those
@@ -131,7 +132,7 @@ func TestAJoiningPodCatchesUpBeforeItIsReady(t *testing.T) {
 	if err := d.SetMembership(wire.Membership{Epoch: 2, Self: "d", Members: []wire.Member{member("a"), member("b"), member("c"), member("d")}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "d to catch up", d.Ready)
+	await.True(t, 10*time.Second, "d to catch up", d.Ready)
 	if !holds(d, "x") {
 		t.Fatal("d is ready without a write its peers held")
 	}

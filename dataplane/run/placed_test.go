@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,101 +14,9 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/placement"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/test/dataplane"
 )
-
-// placedCluster runs pods that know each other under a placement.
-type placedCluster struct {
-	t     *testing.T
-	pods  []*testServer
-	names []string
-	epoch uint64
-}
-
-func newPlacedCluster(t *testing.T, n int, configure func(*config.Config)) *placedCluster {
-	t.Helper()
-	c := &placedCluster{t: t}
-	for range n {
-		c.add(configure)
-	}
-	return c
-}
-
-func (c *placedCluster) add(configure func(*config.Config)) {
-	c.pods = append(c.pods, runServer(c.t, configure))
-	c.names = append(c.names, "p"+strconv.Itoa(len(c.names)))
-}
-
-func (c *placedCluster) members() []wire.Member {
-	out := make([]wire.Member, len(c.pods))
-	for i, ts := range c.pods {
-		out[i] = wire.Member{Name: c.names[i], URL: ts.internal.url}
-	}
-	return out
-}
-
-// push sends every pod the next epoch of the members with placement and previous.
-func (c *placedCluster) push(p wire.Placement, previous *wire.Placement) {
-	c.t.Helper()
-	c.epoch++
-	for i, ts := range c.pods {
-		m := wire.Membership{Epoch: c.epoch, Self: c.names[i], Members: c.members(), Placement: p, Previous: previous}
-		if err := ts.internal.client.SetMembership(c.t.Context(), m); err != nil {
-			c.t.Fatalf("membership to %s: %v", c.names[i], err)
-		}
-	}
-	for _, ts := range c.pods {
-		waitUntilReady(c.t, ts)
-	}
-}
-
-// status reads every pod's placement status.
-func (c *placedCluster) status() []wire.PlacementStatus {
-	c.t.Helper()
-	out := make([]wire.PlacementStatus, len(c.pods))
-	for i, ts := range c.pods {
-		st, err := ts.internal.client.PlacementStatus(c.t.Context())
-		if err != nil {
-			c.t.Fatalf("placement status of %s: %v", c.names[i], err)
-		}
-		out[i] = st
-	}
-	return out
-}
-
-func toAny(items []string) []any {
-	out := make([]any, len(items))
-	for i, item := range items {
-		out[i] = item
-	}
-	return out
-}
-
-func values(prefix string, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = prefix + strconv.Itoa(i)
-	}
-	return out
-}
-
-// everyValueEverywhere checks that every pod finds every value, one at a time and in batches.
-func (c *placedCluster) everyValueEverywhere(name string, vals []string) {
-	c.t.Helper()
-	for i, ts := range c.pods {
-		got, err := ts.client.MultiCheck(c.t.Context(), name, vals)
-		if err != nil {
-			c.t.Fatalf("multi-check through %s: %v", c.names[i], err)
-		}
-		if missing := slices.Index(got, false); missing >= 0 {
-			c.t.Fatalf("multi-check through %s: %s missing", c.names[i], vals[missing])
-		}
-		for _, v := range vals[:20] {
-			if present, err := ts.client.Check(c.t.Context(), name, v); err != nil || !present {
-				c.t.Fatalf("check of %s through %s: %v, %v", v, c.names[i], present, err)
-			}
-		}
-	}
-}
 
 // With R = 2 of 4 pods, a filter of 8 partitions larger than any pod's memory limit is created
 // and written through any pod, and every value is found through every pod; each pod holds the
@@ -119,63 +26,63 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 	t.Parallel()
 	const partitions = 8
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(400_000)), FPP: new(0.01), Partitions: new(partitions)}
-	whole := create(t, runServer(t, nil), "probe", opts).SizeBytes // what one pod holding all of it takes
-	c := newPlacedCluster(t, 4, func(cfg *config.Config) {
+	whole := dataplane.Create(t, dataplane.Start(t, nil), "probe", opts).SizeBytes // what one pod holding all of it takes
+	c := dataplane.NewCluster(t, 4, func(cfg *config.Config) {
 		cfg.MaxTotalBytes = whole * 3 / 4
 		// No pod fails here: an acknowledgement late on a busy machine (2 s, the default, was
 		// once too short under make test) must not fail a write; one never sent still does.
 		cfg.ReplicationTimeout = 30 * time.Second
 	})
-	c.push(wire.Placement{ReplicationFactor: 2}, nil)
+	c.Push(wire.Placement{ReplicationFactor: 2}, nil)
 
 	// Created at consistency=all, so that every pod holds the filter when values are routed to it.
-	f, _, err := c.pods[1].client.At(wire.ConsistencyAll).Create(t.Context(), "big", opts)
+	f, _, err := c.Pods[1].Client.At(wire.ConsistencyAll).Create(t.Context(), "big", opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if f.Partitions != partitions {
 		t.Fatalf("created with %d partitions, want %d", f.Partitions, partitions)
 	}
-	vals := values("v", 20_000)
-	for i, ts := range c.pods { // each pod writes a quarter, in batches and one by one
+	vals := dataplane.Values("v", 20_000)
+	for i, ts := range c.Pods { // each pod writes a quarter, in batches and one by one
 		share := vals[i*5000 : (i+1)*5000]
-		if err := ts.client.MultiSet(t.Context(), "big", share[:4000]); err != nil {
-			t.Fatalf("multi-set through %s: %v", c.names[i], err)
+		if err := ts.Client.MultiSet(t.Context(), "big", share[:4000]); err != nil {
+			t.Fatalf("multi-set through %s: %v", c.Names[i], err)
 		}
 		for _, v := range share[4000:] {
-			if err := ts.client.Set(t.Context(), "big", v); err != nil {
-				t.Fatalf("set through %s: %v", c.names[i], err)
+			if err := ts.Client.Set(t.Context(), "big", v); err != nil {
+				t.Fatalf("set through %s: %v", c.Names[i], err)
 			}
 		}
 	}
-	c.everyValueEverywhere("big", vals)
-	for i, ts := range c.pods {
-		got, err := ts.client.MultiCheck(t.Context(), "big", values("absent", 1000))
+	c.EveryValueEverywhere("big", vals)
+	for i, ts := range c.Pods {
+		got, err := ts.Client.MultiCheck(t.Context(), "big", dataplane.Values("absent", 1000))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n := len(slices.DeleteFunc(got, func(b bool) bool { return !b })); n > 30 {
-			t.Errorf("through %s, %d of 1000 values never added are present", c.names[i], n)
+			t.Errorf("through %s, %d of 1000 values never added are present", c.Names[i], n)
 		}
 	}
 
 	// GET sums the partitions, whichever pods hold them.
-	for i, ts := range c.pods {
-		got, err := ts.client.Get(t.Context(), "big")
+	for i, ts := range c.Pods {
+		got, err := ts.Client.Get(t.Context(), "big")
 		if err != nil || got.Partitions != partitions || got.SizeBytes != whole || got.Items < 19_800 || got.Items > 20_000 ||
 			got.Bits > whole*8 || got.Bits < whole*8-partitions*64 || got.FillRatio <= 0 || got.EstimatedFPP <= 0 || got.EstimatedFPP > 0.01 {
-			t.Errorf("GET through %s: %+v, %v; want 8 partitions of %d bytes holding about 20,000 values", c.names[i], got, err, whole)
+			t.Errorf("GET through %s: %+v, %v; want 8 partitions of %d bytes holding about 20,000 values", c.Names[i], got, err, whole)
 		}
 	}
 
 	bound := placement.Bound(partitions, 2, 4)
 	total := 0
-	for i, st := range c.status() {
+	for i, st := range c.Status() {
 		if st.PartitionsOwned > bound || st.PartitionsHeld != st.PartitionsOwned || !st.CaughtUp {
-			t.Errorf("%s: %+v; want at most %d partitions owned, all held, caught up", c.names[i], st, bound)
+			t.Errorf("%s: %+v; want at most %d partitions owned, all held, caught up", c.Names[i], st, bound)
 		}
 		if st.Bytes > whole*3/4 {
-			t.Errorf("%s holds %d bytes, more than its limit", c.names[i], st.Bytes)
+			t.Errorf("%s holds %d bytes, more than its limit", c.Names[i], st.Bytes)
 		}
 		total += st.PartitionsOwned
 	}
@@ -185,15 +92,15 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 
 	// RESP routes as HTTP does: a filter of one partition, reserved through a pod, is held by two
 	// pods and written and answered through all four.
-	items := values("item", 500)
-	if err := redisClient(t, c.pods[0]).BFReserve(t.Context(), "r", 0.001, 1000).Err(); err != nil {
+	items := dataplane.Values("item", 500)
+	if err := dataplane.RedisClient(t, c.Pods[0]).BFReserve(t.Context(), "r", 0.001, 1000).Err(); err != nil {
 		t.Fatalf("BF.RESERVE: %v", err)
 	}
-	args := append([]any{"BF.MADD", "r"}, toAny(items[:300])...)
-	if err := redisClient(t, c.pods[2]).Do(t.Context(), args...).Err(); err != nil {
+	args := append([]any{"BF.MADD", "r"}, dataplane.ToAny(items[:300])...)
+	if err := dataplane.RedisClient(t, c.Pods[2]).Do(t.Context(), args...).Err(); err != nil {
 		t.Fatalf("BF.MADD: %v", err)
 	}
-	pipe := redisClient(t, c.pods[3]).Pipeline()
+	pipe := dataplane.RedisClient(t, c.Pods[3]).Pipeline()
 	for _, item := range items[300:] {
 		pipe.BFAdd(t.Context(), "r", item)
 	}
@@ -201,15 +108,15 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 		t.Fatalf("pipelined BF.ADD: %v", err)
 	}
 	holders, owners := 0, 0
-	for i, ts := range c.pods {
-		got, err := redisClient(t, ts).BFMExists(t.Context(), "r", toAny(items)...).Result()
+	for i, ts := range c.Pods {
+		got, err := dataplane.RedisClient(t, ts).BFMExists(t.Context(), "r", dataplane.ToAny(items)...).Result()
 		if err != nil || slices.Contains(got, false) {
-			t.Fatalf("BF.MEXISTS through %s: %v, %v", c.names[i], got, err)
+			t.Fatalf("BF.MEXISTS through %s: %v, %v", c.Names[i], got, err)
 		}
-		if f, err := ts.client.Get(t.Context(), "r"); err != nil || f.Partitions != 1 || f.Items != 500 {
-			t.Fatalf("GET r through %s: %+v, %v; want 1 partition of 500 items", c.names[i], f, err)
+		if f, err := ts.Client.Get(t.Context(), "r"); err != nil || f.Partitions != 1 || f.Items != 500 {
+			t.Fatalf("GET r through %s: %+v, %v; want 1 partition of 500 items", c.Names[i], f, err)
 		}
-		local, err := ts.internal.client.FilterStatus(t.Context(), "r")
+		local, err := ts.Internal.Client.FilterStatus(t.Context(), "r")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,11 +124,11 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 			holders++
 		}
 		if local.PartitionsOwned != local.PartitionsHeld {
-			t.Errorf("%s owns %d partitions of r and holds %d; with no move under way, want the same", c.names[i], local.PartitionsOwned, local.PartitionsHeld)
+			t.Errorf("%s owns %d partitions of r and holds %d; with no move under way, want the same", c.Names[i], local.PartitionsOwned, local.PartitionsHeld)
 		}
 		owners += local.PartitionsOwned
-		if listed, err := ts.client.ListDetails(t.Context()); err != nil || len(listed) != 2 || listed[1].Name != "r" || listed[1].PartitionsHeld != local.PartitionsHeld {
-			t.Errorf("the list's details through %s: %+v, %v; want r with the %d partitions it holds", c.names[i], listed, err, local.PartitionsHeld)
+		if listed, err := ts.Client.ListDetails(t.Context()); err != nil || len(listed) != 2 || listed[1].Name != "r" || listed[1].PartitionsHeld != local.PartitionsHeld {
+			t.Errorf("the list's details through %s: %+v, %v; want r with the %d partitions it holds", c.Names[i], listed, err, local.PartitionsHeld)
 		}
 	}
 	if holders != 2 || owners != 2 {
@@ -230,33 +137,33 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 
 	// A second filter as large does not fit: the create is refused, naming the pods that cannot
 	// hold their partitions, and leaves nothing behind.
-	_, _, err = c.pods[2].client.Create(t.Context(), "another", opts)
+	_, _, err = c.Pods[2].Client.Create(t.Context(), "another", opts)
 	var refusal *client.Error
 	if !errors.As(err, &refusal) || refusal.Status != http.StatusInsufficientStorage || !strings.Contains(err.Error(), "pod p") {
 		t.Errorf("create of a filter the pods cannot hold: %v; want 507 naming the pods", err)
 	} else {
 		t.Logf("refused: %v", err)
 	}
-	for i, ts := range c.pods {
-		if names, err := ts.client.List(t.Context()); err != nil || slices.Contains(names, "another") {
-			t.Errorf("%s lists %v, %v after the refused create", c.names[i], names, err)
+	for i, ts := range c.Pods {
+		if names, err := ts.Client.List(t.Context()); err != nil || slices.Contains(names, "another") {
+			t.Errorf("%s lists %v, %v after the refused create", c.Names[i], names, err)
 		}
 	}
 
 	// A multi-check-and-set sends the values of each pod's partitions in one request, not one per
 	// set of owners: at most one to each of the three peers.
 	forwarded := func() float64 {
-		return value(t, scrape(t, &http.Client{}, c.pods[0].ops, ""), "bloomery_replication_forwarded_requests_total")
+		return dataplane.Value(t, dataplane.Scrape(t, &http.Client{}, c.Pods[0].Ops, ""), "bloomery_replication_forwarded_requests_total")
 	}
 	before := forwarded()
-	news, err := c.pods[0].client.MultiCheckAndSet(t.Context(), "big", values("mcas", 400))
+	news, err := c.Pods[0].Client.MultiCheckAndSet(t.Context(), "big", dataplane.Values("mcas", 400))
 	if err != nil || slices.Contains(news, true) {
 		t.Fatalf("a multi-check-and-set of 400 new values: %v, %v; want every one false", news, err)
 	}
 	if n := forwarded() - before; n < 1 || n > 3 {
 		t.Errorf("a multi-check-and-set of values of all 8 partitions made %v forwarded requests, want one to each peer that is home of some", n)
 	}
-	again, err := c.pods[3].client.MultiCheckAndSet(t.Context(), "big", values("mcas", 400))
+	again, err := c.Pods[3].Client.MultiCheckAndSet(t.Context(), "big", dataplane.Values("mcas", 400))
 	if err != nil || slices.Contains(again, false) {
 		t.Fatalf("the same values again through another pod: %v, %v; want every one true", again, err)
 	}
@@ -264,10 +171,10 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 	for round := range 20 {
 		value := fmt.Sprintf("race-%d", round)
 		var wg sync.WaitGroup
-		answers := make([]bool, len(c.pods))
-		for i, ts := range c.pods {
+		answers := make([]bool, len(c.Pods))
+		for i, ts := range c.Pods {
 			wg.Go(func() {
-				present, err := ts.client.CheckAndSet(t.Context(), "big", value)
+				present, err := ts.Client.CheckAndSet(t.Context(), "big", value)
 				if err != nil {
 					t.Error(err)
 				}
@@ -287,36 +194,36 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 func TestPlacedClusterMovesPartitionsToNewPods(t *testing.T) {
 	t.Parallel()
 	const partitions = 16
-	c := newPlacedCluster(t, 4, func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
+	c := dataplane.NewCluster(t, 4, func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
 	r2 := wire.Placement{ReplicationFactor: 2}
-	c.push(r2, nil)
-	if _, _, err := c.pods[0].client.At(wire.ConsistencyAll).Create(t.Context(), "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), Partitions: new(partitions)}); err != nil {
+	c.Push(r2, nil)
+	if _, _, err := c.Pods[0].Client.At(wire.ConsistencyAll).Create(t.Context(), "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), Partitions: new(partitions)}); err != nil {
 		t.Fatal(err)
 	}
-	before := values("before", 10_000)
-	if err := c.pods[2].client.MultiSet(t.Context(), "f", before); err != nil {
+	before := dataplane.Values("before", 10_000)
+	if err := c.Pods[2].Client.MultiSet(t.Context(), "f", before); err != nil {
 		t.Fatal(err)
 	}
 
-	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
-	c.add(func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
-	old := wire.Placement{Owners: c.names[:4], ReplicationFactor: 2}
-	c.push(wire.Placement{ReplicationFactor: 2}, &old)
-	during := values("during", 2000)
-	if err := c.pods[5].client.MultiSet(t.Context(), "f", during); err != nil {
+	c.Add(func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
+	c.Add(func(cfg *config.Config) { cfg.ReplicationTimeout = 2 * time.Second })
+	old := wire.Placement{Owners: c.Names[:4], ReplicationFactor: 2}
+	c.Push(wire.Placement{ReplicationFactor: 2}, &old)
+	during := dataplane.Values("during", 2000)
+	if err := c.Pods[5].Client.MultiSet(t.Context(), "f", during); err != nil {
 		t.Fatal(err)
 	}
-	c.everyValueEverywhere("f", append(slices.Clone(before), during...))
-	eventually(t, 30*time.Second, 50*time.Millisecond, "every pod caught up with the move", func() bool {
-		for _, st := range c.status() {
-			if !st.CaughtUp || st.Epoch != c.epoch {
+	c.EveryValueEverywhere("f", append(slices.Clone(before), during...))
+	await.True(t, 30*time.Second, "every pod caught up with the move", func() bool {
+		for _, st := range c.Status() {
+			if !st.CaughtUp || st.Epoch != c.Epoch() {
 				return false
 			}
 		}
 		return true
 	})
 	moved := int64(0)
-	for _, st := range c.status()[4:] {
+	for _, st := range c.Status()[4:] {
 		if st.PartitionsOwned == 0 || st.PartitionsMoving != 0 || st.MovedBytes == 0 {
 			t.Errorf("a new pod: %+v; want partitions owned, pulled", st)
 		}
@@ -324,16 +231,16 @@ func TestPlacedClusterMovesPartitionsToNewPods(t *testing.T) {
 	}
 	t.Logf("moved %d bytes to the two new pods", moved)
 
-	c.push(wire.Placement{ReplicationFactor: 2}, nil)
-	after := values("after", 2000)
-	if err := c.pods[3].client.MultiSet(t.Context(), "f", after); err != nil {
+	c.Push(wire.Placement{ReplicationFactor: 2}, nil)
+	after := dataplane.Values("after", 2000)
+	if err := c.Pods[3].Client.MultiSet(t.Context(), "f", after); err != nil {
 		t.Fatal(err)
 	}
-	c.everyValueEverywhere("f", slices.Concat(before, during, after))
+	c.EveryValueEverywhere("f", slices.Concat(before, during, after))
 	bound := placement.Bound(partitions, 2, 6)
-	for i, st := range c.status() {
+	for i, st := range c.Status() {
 		if st.PartitionsOwned > bound || st.PartitionsHeld != st.PartitionsOwned {
-			t.Errorf("%s after the move: %+v; want at most %d owned, and only those held", c.names[i], st, bound)
+			t.Errorf("%s after the move: %+v; want at most %d owned, and only those held", c.Names[i], st, bound)
 		}
 	}
 }

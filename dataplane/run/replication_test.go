@@ -16,26 +16,28 @@ import (
 	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/test/dataplane"
 )
 
 func TestMembershipEndpoint(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	var m wire.Membership
-	s.internal.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
+	s.Internal.Send(t, http.MethodGet, wire.MembershipPath, "").WantJSON(t, http.StatusOK, &m)
 	if m.Epoch != 0 || len(m.Members) != 0 {
 		t.Fatalf("a pod never told: %+v, want epoch 0 and no members", m)
 	}
 	push := `{"epoch":3,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"},{"name":"b","url":"http://127.0.0.1:2"}]}`
-	s.internal.send(t, http.MethodPut, wire.MembershipPath, push).wantJSON(t, http.StatusOK, &m)
+	s.Internal.Send(t, http.MethodPut, wire.MembershipPath, push).WantJSON(t, http.StatusOK, &m)
 	if m.Epoch != 3 || m.Self != "a" || len(m.Members) != 2 {
 		t.Fatalf("after a push: %+v", m)
 	}
 	older := `{"epoch":2,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`
-	msg := s.internal.send(t, http.MethodPut, wire.MembershipPath, older).wantError(t, http.StatusConflict, wire.CodeStaleEpoch)
+	msg := s.Internal.Send(t, http.MethodPut, wire.MembershipPath, older).WantError(t, http.StatusConflict, wire.CodeStaleEpoch)
 	if !strings.Contains(msg, "holds epoch 3, got 2") {
 		t.Errorf("stale epoch message: %q", msg)
 	}
-	if err := s.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1}); !client.IsStaleEpoch(err) {
+	if err := s.Internal.Client.SetMembership(t.Context(), wire.Membership{Epoch: 1}); !client.IsStaleEpoch(err) {
 		t.Errorf("the client's SetMembership of an older epoch: %v, want IsStaleEpoch", err)
 	}
 	for body, want := range map[string]string{
@@ -44,33 +46,33 @@ func TestMembershipEndpoint(t *testing.T) {
 		`{"epoch":4,"members":[],"extra":1}`: `unknown field "extra"`,
 		`{"epoch":4,"self":"a","members":[{"name":"a","url":"ftp://x"}]}`: `is not an http(s) URL`,
 	} {
-		if msg := s.internal.send(t, http.MethodPut, wire.MembershipPath, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+		if msg := s.Internal.Send(t, http.MethodPut, wire.MembershipPath, body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
 			t.Errorf("PUT %s: %q, want it to contain %q", body, msg, want)
 		}
 	}
 }
 
 func TestConsistencyParameterIsValidated(t *testing.T) {
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{})
 	for _, path := range []string{"/v1/bloomfilter/f/check-and-set", "/v1/bloomfilter/f/check", "/v1/bloomfilter/f/set"} {
-		msg := s.send(t, http.MethodPost, path+"?consistency=most", `{"value":"x"}`).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		msg := s.Send(t, http.MethodPost, path+"?consistency=most", `{"value":"x"}`).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 		if !strings.Contains(msg, `"consistency"`) || !strings.Contains(msg, `"most"`) {
 			t.Errorf("%s: %q", path, msg)
 		}
 	}
-	if present := multiCheck(t, s, "f", []string{"x"}); present[0] {
+	if present := dataplane.MultiCheck(t, s, "f", []string{"x"}); present[0] {
 		t.Error("a write refused for its consistency parameter was applied")
 	}
 	// A pod without peers serves every level alone.
-	cl := client.New(s.url, client.WithConsistency(wire.ConsistencyAll))
+	cl := client.New(s.URL, client.WithConsistency(wire.ConsistencyAll))
 	if present, err := cl.CheckAndSet(t.Context(), "f", "y"); err != nil || present {
 		t.Fatalf("check-and-set with consistency=all on a pod alone = %v, %v", present, err)
 	}
 }
 
 func TestApplyRefusesMalformedOps(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	for body, want := range map[string]string{
 		`{"ops":[{"op":"explode","name":"f","generation":1}]}`:          `unknown op "explode"`,
 		`{"ops":[{"op":"create","name":"f","generation":1}]}`:           "without options",
@@ -78,7 +80,7 @@ func TestApplyRefusesMalformedOps(t *testing.T) {
 		`{"ops":[{"op":"add","name":"f","generation":0,"keys":["a"]}]}`: "generation must be > 0",
 		`{"ops":"nope"}`: "invalid JSON body",
 	} {
-		if msg := s.internal.send(t, http.MethodPost, "/internal/v1/apply", body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+		if msg := s.Internal.Send(t, http.MethodPost, "/internal/v1/apply", body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
 			t.Errorf("apply %s: %q, want it to contain %q", body, msg, want)
 		}
 	}
@@ -88,77 +90,77 @@ func TestApplyRefusesMalformedOps(t *testing.T) {
 // a delete at the largest generation, which would leave a tombstone outliving every create, and
 // epochs the operator could not count past.
 func TestInternalInputThatCannotHurt(t *testing.T) {
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{})
-	msg := s.internal.send(t, http.MethodPost, wire.ApplyPath, `{"ops":[{"op":"delete","name":"f","generation":9223372036854775807}]}`).
-		wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{})
+	msg := s.Internal.Send(t, http.MethodPost, wire.ApplyPath, `{"ops":[{"op":"delete","name":"f","generation":9223372036854775807}]}`).
+		WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 	if !strings.Contains(msg, "generation 9223372036854775807 is more than 10m0s ahead") {
 		t.Errorf("a delete far in the future: %q", msg)
 	}
-	if _, err := s.client.Get(t.Context(), "f"); err != nil {
+	if _, err := s.Client.Get(t.Context(), "f"); err != nil {
 		t.Errorf("the filter after the refused delete: %v", err)
 	}
-	if _, _, err := s.client.Create(t.Context(), "f", client.CreateOptions{Overwrite: true}); err != nil {
+	if _, _, err := s.Client.Create(t.Context(), "f", client.CreateOptions{Overwrite: true}); err != nil {
 		t.Errorf("a create after the refused delete: %v", err)
 	}
 
 	for _, epoch := range []string{"9007199254740992", "18446744073709551615"} {
 		push := `{"epoch":` + epoch + `,"self":"a","members":[{"name":"a","url":"http://127.0.0.1:1"}]}`
-		msg := s.internal.send(t, http.MethodPut, wire.MembershipPath, push).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		msg := s.Internal.Send(t, http.MethodPut, wire.MembershipPath, push).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 		if !strings.Contains(msg, "epoch: must be at most 9007199254740991") {
 			t.Errorf("epoch %s: %q", epoch, msg)
 		}
 	}
 	var m wire.Membership
-	s.internal.send(t, http.MethodGet, wire.MembershipPath, "").wantJSON(t, http.StatusOK, &m)
+	s.Internal.Send(t, http.MethodGet, wire.MembershipPath, "").WantJSON(t, http.StatusOK, &m)
 	if m.Epoch != 0 {
 		t.Errorf("after refused pushes the pod holds epoch %d, want 0", m.Epoch)
 	}
 }
 
 func TestDumpAndMerge(t *testing.T) {
-	src, dst := newTestServer(t, nil), newTestServer(t, nil)
+	src, dst := dataplane.Handlers(t, nil), dataplane.Handlers(t, nil)
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
-	create(t, src, "f", opts)
-	create(t, dst, "f", opts)
+	dataplane.Create(t, src, "f", opts)
+	dataplane.Create(t, dst, "f", opts)
 	values := make([]string, 3000) // enough to grow the source to several layers
 	for i := range values {
 		values[i] = "v" + string(rune('a'+i%26)) + strings.Repeat("x", i%7) + time.Duration(i).String()
 	}
-	if err := src.client.MultiSet(t.Context(), "f", values); err != nil {
+	if err := src.Client.MultiSet(t.Context(), "f", values); err != nil {
 		t.Fatal(err)
 	}
-	dump := src.send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "")
-	if dump.status != http.StatusOK || dump.header.Get("Content-Type") != "application/octet-stream" {
-		t.Fatalf("dump: %d %s", dump.status, dump.header.Get("Content-Type"))
+	dump := src.Send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "")
+	if dump.Status != http.StatusOK || dump.Header.Get("Content-Type") != "application/octet-stream" {
+		t.Fatalf("dump: %d %s", dump.Status, dump.Header.Get("Content-Type"))
 	}
 	var merged wire.Filter
-	dst.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.body)).wantJSON(t, http.StatusOK, &merged)
-	if merged.Layers != get(t, src, "f").Layers {
-		t.Errorf("after the merge the filter has %d layers, the source %d", merged.Layers, get(t, src, "f").Layers)
+	dst.Send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.Body)).WantJSON(t, http.StatusOK, &merged)
+	if merged.Layers != dataplane.Get(t, src, "f").Layers {
+		t.Errorf("after the merge the filter has %d layers, the source %d", merged.Layers, dataplane.Get(t, src, "f").Layers)
 	}
-	for i, ok := range multiCheck(t, dst, "f", values) {
+	for i, ok := range dataplane.MultiCheck(t, dst, "f", values) {
 		if !ok {
 			t.Fatalf("after the merge %q is absent", values[i])
 		}
 	}
 
-	create(t, dst, "other", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.001)})
-	if msg := dst.send(t, http.MethodPost, "/v1/bloomfilter/other/merge", string(dump.body)).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "another shape") {
+	dataplane.Create(t, dst, "other", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.001)})
+	if msg := dst.Send(t, http.MethodPost, "/v1/bloomfilter/other/merge", string(dump.Body)).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "another shape") {
 		t.Errorf("merge of another shape: %q", msg)
 	}
-	corrupt := bytes.Clone(dump.body)
+	corrupt := bytes.Clone(dump.Body)
 	corrupt[len(corrupt)-1] ^= 0x80
-	if msg := dst.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(corrupt)).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "invalid dump") {
+	if msg := dst.Send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(corrupt)).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "invalid dump") {
 		t.Errorf("merge of a corrupt dump: %q", msg)
 	}
-	dst.send(t, http.MethodPost, "/v1/bloomfilter/absent/merge", string(dump.body)).wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
-	small := newTestServer(t, func(c *config.Config) { c.MaxHTTPRequestLength = 100 })
-	create(t, small, "f", opts)
-	small.send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.body)).wantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
+	dst.Send(t, http.MethodPost, "/v1/bloomfilter/absent/merge", string(dump.Body)).WantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+	small := dataplane.Handlers(t, func(c *config.Config) { c.MaxHTTPRequestLength = 100 })
+	dataplane.Create(t, small, "f", opts)
+	small.Send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.Body)).WantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
 
 	// The dump is the format persist reads.
-	st, _, err := persist.ReadDump(bytes.NewReader(dump.body), int64(len(dump.body)))
+	st, _, err := persist.ReadDump(bytes.NewReader(dump.Body), int64(len(dump.Body)))
 	if err != nil || st.Name != "f" || len(st.Parts[0].Layers) != merged.Layers {
 		t.Fatalf("ReadDump: %v, %+v", err, st.Options)
 	}
@@ -170,73 +172,73 @@ func TestDumpAndMerge(t *testing.T) {
 // A pod configured to await its membership is not ready until told, then ready at once when it
 // has no peers.
 func TestReadinessAwaitsMembership(t *testing.T) {
-	srv := newServer(t, func(c *config.Config) { c.InMemory, c.AwaitMembership = true, true })
-	ts, stop := startRun(t, srv)
+	srv := dataplane.New(t, func(c *config.Config) { c.InMemory, c.AwaitMembership = true, true })
+	ts, stop := dataplane.Run(t, srv)
 	t.Cleanup(func() { _ = stop() })
-	eventually(t, 10*time.Second, time.Millisecond, "the API to serve", func() bool {
-		return ts.send(t, http.MethodGet, "/v1/bloomfilter/list", "").status == http.StatusOK
+	await.True(t, 10*time.Second, "the API to serve", func() bool {
+		return ts.Send(t, http.MethodGet, "/v1/bloomfilter/list", "").Status == http.StatusOK
 	})
-	msg := ts.send(t, http.MethodGet, "/readyz", "").wantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	msg := ts.Send(t, http.MethodGet, "/readyz", "").WantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
 	if !strings.Contains(msg, "waiting for the operator") {
 		t.Errorf("/readyz before the membership: %q", msg)
 	}
-	if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "solo", Members: []wire.Member{{Name: "solo", URL: ts.url}}}); err != nil {
+	if err := ts.Internal.Client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "solo", Members: []wire.Member{{Name: "solo", URL: ts.URL}}}); err != nil {
 		t.Fatal(err)
 	}
-	waitUntilReady(t, ts)
+	dataplane.WaitUntilReady(t, ts)
 }
 
 // A pod that has just learned of its peers and not yet caught up from them refuses creates: a
 // filter it created would be a new incarnation replacing, on every pod, the one they hold.
 func TestCreateWaitsForCatchUp(t *testing.T) {
-	s := newTestServer(t, nil) // no Run, so no catch-up: the pod stays behind its peers
-	if err := s.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{
-		{Name: "a", URL: s.internal.url}, {Name: "b", URL: "http://127.0.0.1:1"},
+	s := dataplane.Handlers(t, nil) // no Run, so no catch-up: the pod stays behind its peers
+	if err := s.Internal.Client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{
+		{Name: "a", URL: s.Internal.URL}, {Name: "b", URL: "http://127.0.0.1:1"},
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	msg := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{}`).wantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{}`).WantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
 	if !strings.Contains(msg, "catching up") {
 		t.Errorf("create while catching up: %q", msg)
 	}
-	if names, err := s.client.List(t.Context()); err != nil || len(names) != 0 {
+	if names, err := s.Client.List(t.Context()); err != nil || len(names) != 0 {
 		t.Errorf("after a refused create the pod lists %v, %v", names, err)
 	}
 }
 
 // Peers send writes in the binary batch format; a malformed batch is refused whole.
 func TestApplyBinaryBatches(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
 	gen := time.Now().UnixNano()
 	batch := peer.AppendOps(nil, []peer.Op{
 		{Kind: peer.OpCreate, Name: "f", Generation: gen, Options: &opts},
 		{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
 	})
-	post := func(body []byte) response {
+	post := func(body []byte) dataplane.Response {
 		t.Helper()
-		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.internal.url+wire.ApplyPath, bytes.NewReader(body))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.Internal.URL+wire.ApplyPath, bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", wire.OpsContentType)
-		resp, err := s.internal.http.Do(req)
+		resp, err := s.Internal.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer func() { _ = resp.Body.Close() }()
 		raw, _ := io.ReadAll(resp.Body)
-		return response{resp.StatusCode, resp.Header, raw}
+		return dataplane.Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}
 	}
 	var out struct{ Applied []bool }
-	post(batch).wantJSON(t, http.StatusOK, &out)
+	post(batch).WantJSON(t, http.StatusOK, &out)
 	if len(out.Applied) != 2 || !out.Applied[0] || !out.Applied[1] {
 		t.Fatalf("applied = %v, want both", out.Applied)
 	}
-	if present := multiCheck(t, s, "f", []string{"a", "b", "c"}); !present[0] || !present[1] || present[2] {
+	if present := dataplane.MultiCheck(t, s, "f", []string{"a", "b", "c"}); !present[0] || !present[1] || present[2] {
 		t.Fatalf("after the batch: %v", present)
 	}
-	msg := post(batch[:len(batch)-1]).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	msg := post(batch[:len(batch)-1]).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 	if !strings.Contains(msg, "malformed batch") {
 		t.Errorf("a truncated batch: %q", msg)
 	}
@@ -246,11 +248,11 @@ func TestApplyBinaryBatches(t *testing.T) {
 // answered in order, a malformed one is refused without ending the stream, and shutdown ends the
 // stream before Run returns.
 func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
-	srv := newServer(t, func(cfg *config.Config) { cfg.DataDir = t.TempDir() })
-	s, stop := startRun(t, srv)
+	srv := dataplane.New(t, func(cfg *config.Config) { cfg.DataDir = t.TempDir() })
+	s, stop := dataplane.Run(t, srv)
 	defer func() { _ = stop() }()
-	waitUntilReady(t, s)
-	conn, err := s.internal.client.Upgrade(t.Context(), wire.ApplyStreamPath, wire.ApplyStreamProtocol)
+	dataplane.WaitUntilReady(t, s)
+	conn, err := s.Internal.Client.Upgrade(t.Context(), wire.ApplyStreamPath, wire.ApplyStreamProtocol)
 	if err != nil {
 		t.Fatalf("upgrade with the token: %v", err)
 	}
@@ -276,7 +278,7 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 	if _, err := stream.Apply(t.Context(), framed(peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"d"}})); err != nil {
 		t.Fatalf("the batch after a refused one: %v", err)
 	}
-	if present := multiCheck(t, s, "f", []string{"a", "b", "c", "d"}); !present[0] || !present[1] || present[2] || !present[3] {
+	if present := dataplane.MultiCheck(t, s, "f", []string{"a", "b", "c", "d"}); !present[0] || !present[1] || present[2] || !present[3] {
 		t.Errorf("after the batches: %v, want a, b and d", present)
 	}
 	if err := stop(); err != nil {
@@ -290,15 +292,15 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 // A peer may send a multi- request's values as base64 (wire.PeerValuesBody: RESP's items that are
 // not UTF-8); only a peer, on the internal port. Bad base64 is refused.
 func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
-	s := runServer(t, nil)
-	rdb := redisClient(t, s)
+	s := dataplane.Start(t, nil)
+	rdb := dataplane.RedisClient(t, s)
 	if err := rdb.BFReserve(t.Context(), "f", 0.001, 1000).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := rdb.BFAdd(t.Context(), "f", "\xff\xfe").Err(); err != nil {
 		t.Fatal(err)
 	}
-	post := func(base, path string, body []byte, peer bool) response {
+	post := func(base, path string, body []byte, peer bool) dataplane.Response {
 		t.Helper()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, base+path, bytes.NewReader(body))
 		if err != nil {
@@ -308,9 +310,9 @@ func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
 		if peer {
 			req.Header.Set(wire.ForwardedHeader, "1")
 		}
-		httpClient := s.http
-		if base == s.internal.url {
-			httpClient = s.internal.http
+		httpClient := s.HTTP
+		if base == s.Internal.URL {
+			httpClient = s.Internal.HTTP
 		}
 		resp, err := httpClient.Do(req)
 		if err != nil {
@@ -318,7 +320,7 @@ func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
 		}
 		defer func() { _ = resp.Body.Close() }()
 		raw, _ := io.ReadAll(resp.Body)
-		return response{resp.StatusCode, resp.Header, raw}
+		return dataplane.Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}
 	}
 	// The bytes, the bytes as JSON would mangle them, and a value never added.
 	values := []string{"\xff\xfe", "\ufffd\ufffd", "plain"}
@@ -328,18 +330,18 @@ func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
 	}
 	public := wire.FilterOpPath("f", wire.OpMultiCheck)
 	var answers []bool
-	post(s.internal.url, wire.InternalPath(public), body, true).wantJSON(t, http.StatusOK, &answers)
+	post(s.Internal.URL, wire.InternalPath(public), body, true).WantJSON(t, http.StatusOK, &answers)
 	if !slices.Equal(answers, []bool{true, false, false}) {
 		t.Fatalf("a peer's multi-check of values as base64 answered %v, want [true false false]", answers)
 	}
-	if msg := post(s.url, public, body, true).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "unknown parameter") {
+	if msg := post(s.URL, public, body, true).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "unknown parameter") {
 		t.Errorf("base64 values on the client port: %q; want unknown parameter", msg)
 	}
-	if msg := post(s.internal.url, wire.InternalPath(public), body, false).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "unknown parameter") {
+	if msg := post(s.Internal.URL, wire.InternalPath(public), body, false).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "unknown parameter") {
 		t.Errorf("base64 values on the internal port from the operator, not a peer: %q; want unknown parameter", msg)
 	}
 	bad := []byte(`{"` + wire.Base64ValuesField + `": ["not base64!"]}`)
-	if msg := post(s.internal.url, wire.InternalPath(public), bad, true).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, wire.Base64ValuesField) {
+	if msg := post(s.Internal.URL, wire.InternalPath(public), bad, true).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, wire.Base64ValuesField) {
 		t.Errorf("a peer's bad base64: %q; want an error naming %s", msg, wire.Base64ValuesField)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // Token is the cluster's internal bearer token.
@@ -293,7 +294,7 @@ func (c *Cluster) NameHomedAt(prefix string, home *Pod) string {
 func (c *Cluster) WaitReady(pods ...*Pod) {
 	c.t.Helper()
 	for _, p := range pods {
-		Eventually(c.t, p.Name+" to be ready", func() bool {
+		await.True(c.t, WaitTimeout, p.Name+" to be ready", func() bool {
 			ready, _ := p.Ready(c.t)
 			return ready
 		})

@@ -7,6 +7,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/cluster"
 )
 
@@ -60,7 +61,7 @@ func TestConflictingChangesOfExpiryConverge(t *testing.T) {
 	c.Heal()
 	want := map[string]string{"f": "", "g": deadline.Format(wire.TimeFormat)}
 	for name, expiration := range want {
-		cluster.Eventually(t, "every pod to hold "+name+"'s later change", func() bool {
+		await.True(t, cluster.WaitTimeout, "every pod to hold "+name+"'s later change", func() bool {
 			got, ok := expirations(t, c, name)
 			return ok && got[0] == expiration && got[1] == expiration && got[2] == expiration
 		})

@@ -193,19 +193,6 @@ func WantError(t testing.TB, err error, status, code int) string {
 	return e.Message
 }
 
-// Eventually polls cond until it holds, and fails the test if it does not within a deadline
-// generous enough for a loaded machine under the race detector (30 s). Tests wait for a
-// condition, never for a fixed time.
-func Eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	const timeout = 30 * time.Second
-	deadline := time.Now().Add(timeout)
-	interval := time.Millisecond
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %s", what, timeout)
-		}
-		time.Sleep(interval)
-		interval = min(2*interval, 50*time.Millisecond)
-	}
-}
+// WaitTimeout bounds the tests' waits for a condition: generous enough for a loaded machine
+// under the race detector. Tests wait for a condition (await.True), never for a fixed time.
+const WaitTimeout = 30 * time.Second

@@ -9,6 +9,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/cluster"
 )
 
@@ -28,7 +29,7 @@ func TestNewPodCatchesUpThroughTheProxies(t *testing.T) {
 	}
 
 	joiner := c.Start("pod-3")
-	cluster.Eventually(t, "the new pod to answer", func() bool {
+	await.True(t, cluster.WaitTimeout, "the new pod to answer", func() bool {
 		_, msg := joiner.Ready(t)
 		return msg == "not ready: waiting for the operator to tell this pod its peers"
 	})
@@ -137,7 +138,7 @@ func TestAntiEntropyRepairsAPartitionedPod(t *testing.T) {
 		t.Fatalf("a quorum create with one pod of three cut off: %v, %v", created, err)
 	}
 	before := cut.Metrics(t)
-	cluster.Eventually(t, "anti-entropy passes on the cut-off pod", func() bool {
+	await.True(t, cluster.WaitTimeout, "anti-entropy passes on the cut-off pod", func() bool {
 		return cut.Metric(t, passesTotal) >= before.Value(passesTotal)+3
 	})
 	if cut.HoldsAll(t, "events", missed[:1]...) {
@@ -151,8 +152,8 @@ func TestAntiEntropyRepairsAPartitionedPod(t *testing.T) {
 	}
 
 	c.Heal()
-	cluster.Eventually(t, "the pod to be repaired", func() bool { return cut.HoldsAll(t, "events", missed...) })
-	cluster.Eventually(t, "the filter created meanwhile to reach the pod", func() bool {
+	await.True(t, cluster.WaitTimeout, "the pod to be repaired", func() bool { return cut.HoldsAll(t, "events", missed...) })
+	await.True(t, cluster.WaitTimeout, "the filter created meanwhile to reach the pod", func() bool {
 		_, err := cut.Client.Get(t.Context(), "new")
 		return err == nil
 	})

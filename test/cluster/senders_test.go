@@ -11,6 +11,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/cluster"
 )
 
@@ -43,7 +44,7 @@ func TestSenderQueueOverflowDropsWrites(t *testing.T) {
 			}
 		})
 	}
-	cluster.Eventually(t, "writes to be dropped", func() bool { return a.Metric(t, droppedTotal) > 0 })
+	await.True(t, cluster.WaitTimeout, "writes to be dropped", func() bool { return a.Metric(t, droppedTotal) > 0 })
 	halt()
 
 	m := a.Metrics(t)
@@ -82,12 +83,12 @@ func TestWritesQueuedForADepartedPodFail(t *testing.T) {
 	errs := make(chan error, 2)
 	writes := a.Metric(t, writesTotal)
 	go func() { errs <- all.Set(t.Context(), "events", "in-flight") }()
-	cluster.Eventually(t, "the first write to be in flight to "+gone.Name, func() bool {
+	await.True(t, cluster.WaitTimeout, "the first write to be in flight to "+gone.Name, func() bool {
 		m := a.Metrics(t)
 		return m.Value(writesTotal) == writes+1 && m.Value(queuedWrites, "peer", gone.Name) == 0
 	})
 	go func() { errs <- all.Set(t.Context(), "events", "queued") }()
-	cluster.Eventually(t, "the second write to be queued for "+gone.Name, func() bool {
+	await.True(t, cluster.WaitTimeout, "the second write to be queued for "+gone.Name, func() bool {
 		return a.Metric(t, queuedWrites, "peer", gone.Name) == 1
 	})
 

@@ -10,6 +10,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/cluster"
 )
 
@@ -110,7 +111,7 @@ func TestWritesReachEveryPodThroughTheProxies(t *testing.T) {
 		for _, q := range pods {
 			for w := range 4 {
 				vs := values(fmt.Sprintf("quorum-%s-%d", p.Name, w), 50)
-				cluster.Eventually(t, q.Name+" to hold what "+p.Name+" was written", func() bool { return q.HoldsAll(t, "users", vs...) })
+				await.True(t, cluster.WaitTimeout, q.Name+" to hold what "+p.Name+" was written", func() bool { return q.HoldsAll(t, "users", vs...) })
 			}
 		}
 	}
@@ -194,7 +195,7 @@ func TestWriteThatCannotMeetItsConsistencyStaysAndIsRepaired(t *testing.T) {
 	}
 	c.Heal()
 	for _, q := range []*cluster.Pod{b, d} {
-		cluster.Eventually(t, q.Name+" to be repaired", func() bool { return q.HoldsAll(t, name, written...) })
+		await.True(t, cluster.WaitTimeout, q.Name+" to be repaired", func() bool { return q.HoldsAll(t, name, written...) })
 		m := q.Metrics(t)
 		if m.Value(mergesTotal) <= repairs[q.Name] || m.Value(mergedBytes) == 0 || m.Value(differences) == 0 || m.Value(passesTotal) == 0 {
 			t.Errorf("%s was repaired, but its metrics do not show a merge: merges %v (before %v), bytes %v, differences %v, passes %v", q.Name,

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // victim is the pod TestDeletedPodCatchesUpFromItsPeers deletes; the writer goes through the
@@ -58,7 +60,7 @@ func TestDeletedPodCatchesUpFromItsPeers(t *testing.T) {
 	n.wait("condition=Ready", "pod/"+victim)
 	t.Logf("pod %s Ready %v after its deletion", victim, time.Since(deleted).Round(time.Millisecond))
 	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
-	eventually(t, "the BloomFilter goes not Ready (Progressing or Degraded) while the pod is replaced, then Ready", func() (bool, string) {
+	await.Until(t, waitTimeout, "the BloomFilter goes not Ready (Progressing or Degraded) while the pod is replaced, then Ready", func() (bool, string) {
 		return filterConditions.sawInOrder(startsWith("True"), notReadyButSaysWhy, startsWith("True")), compact(filterConditions.seen())
 	})
 	t.Logf("BloomFilter conditions (Ready Progressing Degraded reason): %s", compact(filterConditions.seen()))
@@ -128,10 +130,10 @@ func TestKilledPodCatchesUpFromItsPeers(t *testing.T) {
 	if code := n.jsonpath("pod/"+home.pod, "{.status.containerStatuses[0].lastState.terminated.exitCode}"); code != "137" {
 		t.Errorf("lastState.terminated.exitCode = %q, want 137 (SIGKILL)", code)
 	}
-	eventually(t, "the BloomCluster goes not Ready while its pod restarts, then Ready", func() (bool, string) {
+	await.Until(t, waitTimeout, "the BloomCluster goes not Ready while its pod restarts, then Ready", func() (bool, string) {
 		return clusterReady.sawInOrder(startsWith("True"), startsWith("False"), startsWith("True")), compact(clusterReady.seen())
 	})
-	eventually(t, "the BloomFilter goes not Ready (Progressing or Degraded) while the pod restarts, then Ready", func() (bool, string) {
+	await.Until(t, waitTimeout, "the BloomFilter goes not Ready (Progressing or Degraded) while the pod restarts, then Ready", func() (bool, string) {
 		return filterConditions.sawInOrder(startsWith("True"), notReadyButSaysWhy, startsWith("True")), compact(filterConditions.seen())
 	})
 	t.Logf("BloomCluster Ready: %s; BloomFilter conditions (Ready Progressing Degraded reason): %s", compact(clusterReady.seen()), compact(filterConditions.seen()))

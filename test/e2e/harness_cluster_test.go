@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // The helpers of the scenarios with several pods: each pod is reached at its own address, as a
@@ -97,7 +99,7 @@ func requireEverywhere(t testing.TB, filter string, values []string, pods []podA
 		p.requirePresent(filter, "quorum", values)
 	}
 	start := time.Now()
-	eventually(t, fmt.Sprintf("every pod's own copy of %s holds the %d acknowledged values", filter, len(values)), func() (bool, string) {
+	await.Until(t, waitTimeout, fmt.Sprintf("every pod's own copy of %s holds the %d acknowledged values", filter, len(values)), func() (bool, string) {
 		var lacking []string
 		for _, p := range pods {
 			missing, err := p.missing(filter, values, "")
@@ -213,7 +215,7 @@ func (n namespace) clusterEpoch() int64 {
 func (n namespace) waitMembership(pods []string) int64 {
 	n.t.Helper()
 	var epoch int64
-	eventually(n.t, fmt.Sprintf("every pod holds the BloomCluster's membership epoch with members %v", pods), func() (bool, string) {
+	await.Until(n.t, waitTimeout, fmt.Sprintf("every pod holds the BloomCluster's membership epoch with members %v", pods), func() (bool, string) {
 		epoch = n.clusterEpoch()
 		if epoch == 0 {
 			return false, "the EPOCH column is blank"
@@ -382,13 +384,13 @@ func requireHome(t *testing.T, filter string, home podAPI, other podAPI) {
 func (n namespace) waitServedBy(filter string, pods []string) {
 	n.t.Helper()
 	replicas := fmt.Sprint(len(pods))
-	eventually(n.t, fmt.Sprintf("kubectl get bloomcluster shows %s of %s pods ready", replicas, replicas), func() (bool, string) {
+	await.Until(n.t, waitTimeout, fmt.Sprintf("kubectl get bloomcluster shows %s of %s pods ready", replicas, replicas), func() (bool, string) {
 		out := n.run("get", "bloomcluster", "example")
 		rows := parseTables(out)[0].rows
 		return len(rows) == 1 && rows[0]["REPLICAS"] == replicas && rows[0]["READY"] == replicas && rows[0]["STATUS"] == "AllReplicasReady", out
 	})
 	want := strings.Join(pods, " ") + "=" + strings.TrimSpace(strings.Repeat("true ", len(pods))) + " True"
-	eventually(n.t, fmt.Sprintf("BloomFilter %s is Ready on %v", filter, pods), func() (bool, string) {
+	await.Until(n.t, waitTimeout, fmt.Sprintf("BloomFilter %s is Ready on %v", filter, pods), func() (bool, string) {
 		got := n.jsonpath("bloomfilter/"+filter, `{.status.pods[*].pod}={.status.pods[*].present} {.status.conditions[?(@.type=="Ready")].status}`)
 		return got == want, got
 	})

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"testing"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // valuesReachEveryPod adds values through each pod's address and reads them through every pod:
@@ -63,7 +65,7 @@ func valuesReachEveryPod(t *testing.T, n namespace, pods []string) {
 		}
 	}
 	// The operator reads the items back from the pods on its next pass.
-	eventually(t, fmt.Sprintf("the ITEMS column shows the %d values added", len(added)), func() (bool, string) {
+	await.Until(t, waitTimeout, fmt.Sprintf("the ITEMS column shows the %d values added", len(added)), func() (bool, string) {
 		out := n.run("get", "bloomfilter", "users")
 		rows := parseTables(out)[0].rows
 		return len(rows) == 1 && rows[0]["ITEMS"] == fmt.Sprint(len(added)), out

@@ -9,30 +9,12 @@ import (
 	"io"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
 
 // waitTimeout bounds every wait for the cluster to reach a state. Generous: a pod that stops
 // gracefully takes its drain delay, and the machine may be busy with other tests.
 const waitTimeout = 3 * time.Minute
-
-// eventually polls cond until it holds, and fails the test with cond's last detail after
-// waitTimeout.
-func eventually(t testing.TB, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		ok, detail := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last seen: %s", what, waitTimeout, detail)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-}
 
 // watcher records what `kubectl get --watch` prints for one object, one line per change, as a
 // user watching it would see it; it catches states that last less than a poll's interval.

@@ -17,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // writerInterval paces a writer: about a hundred check-and-sets a second, enough to have writes
@@ -127,7 +129,7 @@ func (w *writer) halt() {
 // waitAcked waits until at least n values were acknowledged.
 func (w *writer) waitAcked(t *testing.T, n int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("the writer has %d values acknowledged", n), func() (bool, string) {
+	await.Until(t, waitTimeout, fmt.Sprintf("the writer has %d values acknowledged", n), func() (bool, string) {
 		return w.count(time.Time{}, time.Now()) >= n, w.summary()
 	})
 }

@@ -17,6 +17,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // The operator as installed makes the ServiceMonitor a BloomCluster asks for, and the
@@ -77,7 +78,7 @@ func TestOperatorAsInstalled(t *testing.T) {
 			}
 		})
 		// The operator keeps a refusal for 30 s: ask the API server first, as the operator will.
-		eventually(t, "the reader role to be granted", func() (bool, string) {
+		await.Until(t, waitTimeout, "the reader role to be granted", func() (bool, string) {
 			out, _ := n.try("auth", "can-i", "get", "/metrics", "--as", "system:serviceaccount:"+n.name+":prometheus")
 			return strings.TrimSpace(out) == "yes", out
 		})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/placement"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestPartitionedScaleOutAndIn runs the samples on 4 pods with spec.replication.factor 2 and a
@@ -87,7 +88,7 @@ spec:
 // it owns, copies of them in all, each pod holding those it owns.
 func requireFilterShowsItsOwners(t *testing.T, n namespace, name string, copies int) {
 	t.Helper()
-	eventually(t, fmt.Sprintf("status.pods of bloomfilter/%s owning %d partitions in all and holding them", name, copies), func() (bool, string) {
+	await.Until(t, waitTimeout, fmt.Sprintf("status.pods of bloomfilter/%s owning %d partitions in all and holding them", name, copies), func() (bool, string) {
 		owned := n.jsonpath("bloomfilter/"+name, "{.status.pods[*].partitionsOwned}")
 		held := n.jsonpath("bloomfilter/"+name, "{.status.pods[*].partitionsHeld}")
 		sum := 0
@@ -104,7 +105,7 @@ func requireFilterShowsItsOwners(t *testing.T, n namespace, name string, copies 
 func (n namespace) waitPlacement(pods []string, phase string) {
 	n.t.Helper()
 	owners := strings.Join(pods, " ")
-	eventually(n.t, fmt.Sprintf("status.placement %s on %v", phase, pods), func() (bool, string) {
+	await.Until(n.t, waitTimeout, fmt.Sprintf("status.placement %s on %v", phase, pods), func() (bool, string) {
 		got := n.jsonpath("bloomcluster/example", "{.status.placement.phase} {.status.placement.partitionsMoving} {.status.placement.owners[*]}")
 		return got == phase+" 0 "+owners, got
 	})
@@ -116,7 +117,7 @@ func (n namespace) waitPlacement(pods []string, phase string) {
 func requireOwnShare(t *testing.T, n namespace, pods []string, partitions int) {
 	t.Helper()
 	bound := placement.Bound(partitions, 2, len(pods))
-	eventually(t, fmt.Sprintf("every pod of %v holds its share of the partitions", pods), func() (bool, string) {
+	await.Until(t, waitTimeout, fmt.Sprintf("every pod of %v holds its share of the partitions", pods), func() (bool, string) {
 		var wrong []string
 		owned := 0
 		for _, pod := range pods {

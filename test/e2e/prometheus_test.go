@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/e2e/promconfig"
 )
 
@@ -94,7 +95,7 @@ spec:
 	}
 
 	t.Run("every pod is a target and up", func(t *testing.T) {
-		eventually(t, "every pod to be scraped", func() (bool, string) {
+		await.Until(t, waitTimeout, "every pod to be scraped", func() (bool, string) {
 			ctx, cancel := apiContext()
 			defer cancel()
 			targets, err := prom.api.Targets(ctx)
@@ -135,7 +136,7 @@ spec:
 			{"bloomery_replication_membership_epoch", func(v float64) bool { return v >= 1 }, "at least 1: the operator told the pods their peers"},
 		} {
 			query := fmt.Sprintf(`%s{namespace=%q}`, c.metric, n.name)
-			eventually(t, "the series "+query, func() (bool, string) {
+			await.Until(t, waitTimeout, "the series "+query, func() (bool, string) {
 				vector, detail := prom.instantVector(query)
 				if len(vector) != len(pods) {
 					return false, fmt.Sprintf("%d series, want one per pod %v: %s", len(vector), pods, detail)
@@ -157,7 +158,7 @@ spec:
 	})
 
 	t.Run("every alert rule evaluates", func(t *testing.T) {
-		eventually(t, "every rule of config/prometheus/alerts.yaml to be evaluated", func() (bool, string) {
+		await.Until(t, waitTimeout, "every rule of config/prometheus/alerts.yaml to be evaluated", func() (bool, string) {
 			rules, detail := prom.alertingRules()
 			for _, group := range groups {
 				for _, want := range group.Rules {
@@ -184,7 +185,7 @@ spec:
 
 	t.Run("a filter past its capacity fires "+overCapacityAlert, func(t *testing.T) {
 		realGroup := groupOf(t, groups, overCapacityAlert)
-		eventually(t, overCapacityAlert+" to fire on every pod", func() (bool, string) {
+		await.Until(t, waitTimeout, overCapacityAlert+" to fire on every pod", func() (bool, string) {
 			rules, detail := prom.alertingRules()
 			shortened, original := rules[shortenedGroup][overCapacityAlert], rules[realGroup.Name][overCapacityAlert]
 			if !onEveryPod(shortened.Alerts, pods, promv1.AlertStateFiring) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestRESPWithPasswordAndTLS runs the samples with spec.tls and spec.resp.passwordSecret, as
@@ -66,7 +68,7 @@ func TestRESPWithPasswordAndTLS(t *testing.T) {
 		}
 	}
 	for _, pod := range pods {
-		eventually(t, "pod "+pod+" answers the values added over RESP", func() (bool, string) {
+		await.Until(t, waitTimeout, "pod "+pod+" answers the values added over RESP", func() (bool, string) {
 			for i := range 20 {
 				seen, err := clients[pod].BFExists(ctx, "users", fmt.Sprintf("resp-%d", i)).Result()
 				if err != nil || !seen {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // everySecondSyncBound is how long after its acknowledgement a write is on disk under the
@@ -36,7 +38,7 @@ func TestDeletedPodRecoversFromItsVolume(t *testing.T) {
 	}
 	n.wait("condition=Ready", "pod/"+samplePod)
 	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
-	eventually(t, "the BloomFilter goes not Ready (Progressing or Degraded) while its pod is replaced, then Ready", func() (bool, string) {
+	await.Until(t, waitTimeout, "the BloomFilter goes not Ready (Progressing or Degraded) while its pod is replaced, then Ready", func() (bool, string) {
 		return filterConditions.sawInOrder(startsWith("True"), notReadyButSaysWhy, startsWith("True")), strings.Join(filterConditions.seen(), " | ")
 	})
 
@@ -115,7 +117,7 @@ func TestKilledProcessIsRestarted(t *testing.T) {
 	if reason := n.jsonpath("pod/"+samplePod, "{.status.containerStatuses[0].lastState.terminated.exitCode}"); reason != "137" {
 		t.Errorf("lastState.terminated.exitCode = %q, want 137 (SIGKILL)", reason)
 	}
-	eventually(t, "the BloomCluster goes not Ready while its pod restarts, then Ready", func() (bool, string) {
+	await.Until(t, waitTimeout, "the BloomCluster goes not Ready while its pod restarts, then Ready", func() (bool, string) {
 		return clusterReady.sawInOrder(startsWith("True"), startsWith("False"), startsWith("True")), strings.Join(clusterReady.seen(), " | ")
 	})
 	t.Logf("BloomFilter Ready while the process restarted: %s", strings.Join(filterReady.seen(), " | "))

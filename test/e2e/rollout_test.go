@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestSettingChangeRollsThePod changes a data-plane setting of a one-pod BloomCluster (logSync
@@ -25,13 +27,13 @@ func TestSettingChangeRollsThePod(t *testing.T) {
 	progressing := n.watch("bloomcluster/example", `{.status.conditions[?(@.type=="Progressing")].status}{"\n"}`)
 
 	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"persistence":{"logSync":"Always"}}}`)
-	eventually(t, "the pod is replaced", func() (bool, string) {
+	await.Until(t, waitTimeout, "the pod is replaced", func() (bool, string) {
 		uid, err := n.try("get", "pod/"+samplePod, "-o", "jsonpath={.metadata.uid}")
 		return err == nil && uid != "" && uid != oldUID, "UID " + uid
 	})
 	n.run("rollout", "status", "statefulset/example", "--timeout="+waitTimeout.String())
 	n.wait("condition=Ready", "bloomcluster/example", "bloomfilter/users")
-	eventually(t, "the BloomCluster reports the rollout, then its end", func() (bool, string) {
+	await.Until(t, waitTimeout, "the BloomCluster reports the rollout, then its end", func() (bool, string) {
 		return progressing.sawInOrder(startsWith("True"), startsWith("False")), strings.Join(progressing.seen(), " | ")
 	})
 	if rev := n.jsonpath("pod/"+samplePod, "{.metadata.labels.controller-revision-hash}"); rev == oldRevision {
@@ -80,7 +82,7 @@ func TestSettingChangeRollsThePodsOneAtATime(t *testing.T) {
 	w.waitAcked(t, 50)
 	patched := time.Now()
 	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"persistence":{"logSync":"Always"}}}`)
-	eventually(t, "every pod is replaced", func() (bool, string) {
+	await.Until(t, waitTimeout, "every pod is replaced", func() (bool, string) {
 		uids := n.podUIDs()
 		for _, pod := range pods {
 			if uids[pod] == "" || uids[pod] == oldUIDs[pod] {

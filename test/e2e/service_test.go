@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestServicePath sends an application's writes and reads through the client Service, as every
@@ -46,7 +48,7 @@ func TestServicePath(t *testing.T) {
 	// nothing left to resume.
 	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	t.Cleanup(resume)
-	eventually(t, "example-2 leaves the Service's ready endpoints", func() (bool, string) {
+	await.Until(t, waitTimeout, "example-2 leaves the Service's ready endpoints", func() (bool, string) {
 		ready := n.readyEndpoints("example")
 		return !slices.Contains(strings.Fields(ready), endpointIP(endpoint)), "ready endpoints: " + ready
 	})
@@ -58,7 +60,7 @@ func TestServicePath(t *testing.T) {
 	}
 	resume()
 	n.wait("condition=Ready", "pod/example-2")
-	eventually(t, "example-2 gets connections again once ready", func() (bool, string) {
+	await.Until(t, waitTimeout, "example-2 gets connections again once ready", func() (bool, string) {
 		return h.proxy.Connections(endpoint) > before, "ready endpoints: " + n.readyEndpoints("example")
 	})
 

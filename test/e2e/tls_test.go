@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestClusterServesTLS runs the samples with spec.tls on a CA and a kubernetes.io/tls Secret made
@@ -51,7 +52,7 @@ func TestClusterServesTLS(t *testing.T) {
 	})
 	podsTLS.Timeout = dataPlaneHTTP.Timeout
 
-	eventually(t, "every pod holds the membership, its members at https URLs", func() (bool, string) {
+	await.Until(t, waitTimeout, "every pod holds the membership, its members at https URLs", func() (bool, string) {
 		epoch := n.clusterEpoch()
 		var wrong []string
 		for _, pod := range pods {

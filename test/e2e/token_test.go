@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestDeletedTokenSecretRotatesTheToken deletes the sample cluster's token Secret: the operator
@@ -33,11 +35,11 @@ func TestDeletedTokenSecretRotatesTheToken(t *testing.T) {
 	}
 
 	n.run("delete", "secret", "example-internal-token")
-	eventually(t, "a new token", func() (bool, string) {
+	await.Until(t, waitTimeout, "a new token", func() (bool, string) {
 		token, err := n.internalToken("example")
 		return err == nil && token != oldToken, fmt.Sprint(err)
 	})
-	eventually(t, "every pod replaced", func() (bool, string) {
+	await.Until(t, waitTimeout, "every pod replaced", func() (bool, string) {
 		uids := n.podUIDs()
 		for _, pod := range pods {
 			if uids[pod] == "" || uids[pod] == oldUIDs[pod] {

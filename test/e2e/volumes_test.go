@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/e2e/agent"
 )
 
@@ -32,11 +33,11 @@ func TestVolumesGrow(t *testing.T) {
 	for _, pod := range pods {
 		n.wait("jsonpath={.status.capacity.storage}=2Gi", "pvc/data-"+pod)
 	}
-	eventually(t, "the StatefulSet is made anew with a claim template of 2Gi", func() (bool, string) {
+	await.Until(t, waitTimeout, "the StatefulSet is made anew with a claim template of 2Gi", func() (bool, string) {
 		got := n.jsonpath("statefulset/example", `{.metadata.uid} {.spec.volumeClaimTemplates[0].spec.resources.requests.storage}`)
 		return got != statefulSet+" 1Gi" && strings.HasSuffix(got, " 2Gi"), got
 	})
-	eventually(t, "the cluster reports its volumes at size, Ready and not Degraded", func() (bool, string) {
+	await.Until(t, waitTimeout, "the cluster reports its volumes at size, Ready and not Degraded", func() (bool, string) {
 		got := n.jsonpath("bloomcluster/example", `{.status.conditions[?(@.type=="VolumesResizing")].reason} `+
 			`{.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Degraded")].status}`)
 		return got == "AtRequestedSize True False", got
@@ -50,7 +51,7 @@ func TestVolumesGrow(t *testing.T) {
 	requireEverywhere(t, "users", values, n.apis(pods...))
 
 	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"storage":{"size":"1Gi"}}}`)
-	eventually(t, "the smaller size is refused", func() (bool, string) {
+	await.Until(t, waitTimeout, "the smaller size is refused", func() (bool, string) {
 		got := n.jsonpath("bloomcluster/example", `{.status.conditions[?(@.type=="Degraded")].reason}: {.status.conditions[?(@.type=="Degraded")].message}`)
 		return strings.HasPrefix(got, "VolumeShrinkRefused: ") && strings.Contains(got, "cannot shrink"), got
 	})
@@ -73,7 +74,7 @@ func TestVolumesOfAFixedClassDoNotGrow(t *testing.T) {
 	statefulSet := n.jsonpath("statefulset/example", "{.metadata.uid}")
 
 	n.run("patch", "bloomcluster", "example", "--type=merge", "-p", `{"spec":{"storage":{"size":"2Gi"}}}`)
-	eventually(t, "the growth is refused", func() (bool, string) {
+	await.Until(t, waitTimeout, "the growth is refused", func() (bool, string) {
 		got := n.jsonpath("bloomcluster/example", `{.status.conditions[?(@.type=="Degraded")].reason}: {.status.conditions[?(@.type=="Degraded")].message}`)
 		return strings.HasPrefix(got, "VolumeExpansionNotAllowed: ") && strings.Contains(got, fmt.Sprintf("StorageClass %q does not allow volume expansion", class)), got
 	})

@@ -1,7 +1,6 @@
 package process
 
 import (
-	"context"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // TestOperatorCommand runs `bloomery operator` as a process against a real kube-apiserver, with
@@ -87,7 +88,8 @@ func TestOperatorCommand(t *testing.T) {
 		}
 	})
 
-	waitFor(t, 30*time.Second, "the operator's /readyz", exited, func() bool {
+	await.True(t, 30*time.Second, "the operator's /readyz", func() bool {
+		alive(t, exited, "the operator's /readyz")
 		resp, err := http.Get("http://" + probe + "/readyz") //nolint:noctx // a probe, as the kubelet sends it
 		if err != nil {
 			return false
@@ -101,7 +103,8 @@ func TestOperatorCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var sts appsv1.StatefulSet
-	waitFor(t, 30*time.Second, "the StatefulSet of the BloomCluster", exited, func() bool {
+	await.True(t, 30*time.Second, "the StatefulSet of the BloomCluster", func() bool {
+		alive(t, exited, "the StatefulSet of the BloomCluster")
 		return k8s.Get(t.Context(), types.NamespacedName{Namespace: "default", Name: "smoke"}, &sts) == nil
 	})
 	if image := sts.Spec.Template.Spec.Containers[0].Image; image != "example.com/bloomery:test" {
@@ -134,18 +137,13 @@ func freeAddress(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// waitFor polls cond until it holds, failing early if the process exits.
-func waitFor(t *testing.T, timeout time.Duration, what string, exited <-chan error, cond func() bool) {
+// alive fails the test at once if the operator has exited: what the test waits for cannot
+// happen any more, and waiting out the timeout would only hide why.
+func alive(t *testing.T, exited <-chan error, what string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	for !cond() {
-		select {
-		case err := <-exited:
-			t.Fatalf("the operator exited (%v) while waiting for %s", err, what)
-		case <-ctx.Done():
-			t.Fatalf("no %s within %v", what, timeout)
-		case <-time.After(100 * time.Millisecond):
-		}
+	select {
+	case err := <-exited:
+		t.Fatalf("the operator exited (%v) while waiting for %s", err, what)
+	default:
 	}
 }

@@ -1,8 +1,7 @@
-package run_test
+package resp_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -19,47 +18,21 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/test/dataplane"
 )
-
-// redisClient connects go-redis to the RESP port with its defaults: it asks for RESP3 with
-// HELLO 3, is refused, and goes on in RESP2.
-func redisClient(t *testing.T, ts *testServer) *redis.Client {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: ts.resp, MaxRetries: -1})
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
-}
-
-func wantBools(t *testing.T, what string, got []bool, err error, want ...bool) {
-	t.Helper()
-	if err != nil || !slices.Equal(got, want) {
-		t.Errorf("%s = %v, %v; want %v", what, got, err, want)
-	}
-}
-
-// expect checks the value and error of a go-redis call: expect(t, what, want)(cmd.Result()).
-func expect[T comparable](t *testing.T, what string, want T) func(T, error) {
-	t.Helper()
-	return func(got T, err error) {
-		t.Helper()
-		if err != nil || got != want {
-			t.Errorf("%s = %v, %v; want %v", what, got, err, want)
-		}
-	}
-}
 
 // Every command answers as RedisBloom and Redis do, through go-redis's own methods.
 func TestRESPCommands(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 
 	// Connection.
-	expect(t, "PING", "PONG")(rdb.Ping(ctx).Result())
-	expect(t, "PING msg", "hi")(rdb.Do(ctx, "PING", "hi").Text())
-	expect(t, "ECHO", "hello")(rdb.Echo(ctx, "hello").Result())
-	expect(t, "SELECT 0", "OK")(rdb.Do(ctx, "SELECT", 0).Text())
+	dataplane.Expect(t, "PING", "PONG")(rdb.Ping(ctx).Result())
+	dataplane.Expect(t, "PING msg", "hi")(rdb.Do(ctx, "PING", "hi").Text())
+	dataplane.Expect(t, "ECHO", "hello")(rdb.Echo(ctx, "hello").Result())
+	dataplane.Expect(t, "SELECT 0", "OK")(rdb.Do(ctx, "SELECT", 0).Text())
 	hello, err := rdb.Do(ctx, "HELLO", 2).Slice()
 	if err != nil || len(hello) != 14 || hello[0] != "server" || hello[5] != int64(2) {
 		t.Errorf("HELLO 2 = %v, %v; want RESP2's key-value array with proto 2", hello, err)
@@ -70,25 +43,25 @@ func TestRESPCommands(t *testing.T) {
 	}
 	conn := rdb.Conn()
 	defer func() { _ = conn.Close() }()
-	expect(t, "CLIENT SETNAME", true)(conn.ClientSetName(ctx, "tester").Result())
-	expect(t, "CLIENT GETNAME", "tester")(conn.ClientGetName(ctx).Result())
-	expect(t, "CLIENT SETINFO", "OK")(conn.Do(ctx, "CLIENT", "SETINFO", "LIB-NAME", "x").Text())
+	dataplane.Expect(t, "CLIENT SETNAME", true)(conn.ClientSetName(ctx, "tester").Result())
+	dataplane.Expect(t, "CLIENT GETNAME", "tester")(conn.ClientGetName(ctx).Result())
+	dataplane.Expect(t, "CLIENT SETINFO", "OK")(conn.Do(ctx, "CLIENT", "SETINFO", "LIB-NAME", "x").Text())
 
 	// Bloom filters.
-	expect(t, "BF.RESERVE", "OK")(rdb.BFReserve(ctx, "reserved", 0.01, 1000).Result())
-	expect(t, "BF.ADD new", true)(rdb.BFAdd(ctx, "reserved", "a").Result())
-	expect(t, "BF.ADD again", false)(rdb.BFAdd(ctx, "reserved", "a").Result())
+	dataplane.Expect(t, "BF.RESERVE", "OK")(rdb.BFReserve(ctx, "reserved", 0.01, 1000).Result())
+	dataplane.Expect(t, "BF.ADD new", true)(rdb.BFAdd(ctx, "reserved", "a").Result())
+	dataplane.Expect(t, "BF.ADD again", false)(rdb.BFAdd(ctx, "reserved", "a").Result())
 	got, err := rdb.BFMAdd(ctx, "reserved", "a", "b", "b").Result()
-	wantBools(t, "BF.MADD", got, err, false, true, false)
-	expect(t, "BF.EXISTS", true)(rdb.BFExists(ctx, "reserved", "b").Result())
-	expect(t, "BF.EXISTS absent", false)(rdb.BFExists(ctx, "reserved", "zzz").Result())
-	expect(t, "BF.EXISTS missing key", false)(rdb.BFExists(ctx, "missing", "a").Result())
+	dataplane.WantBools(t, "BF.MADD", got, err, false, true, false)
+	dataplane.Expect(t, "BF.EXISTS", true)(rdb.BFExists(ctx, "reserved", "b").Result())
+	dataplane.Expect(t, "BF.EXISTS absent", false)(rdb.BFExists(ctx, "reserved", "zzz").Result())
+	dataplane.Expect(t, "BF.EXISTS missing key", false)(rdb.BFExists(ctx, "missing", "a").Result())
 	got, err = rdb.BFMExists(ctx, "reserved", "a", "zzz", "b").Result()
-	wantBools(t, "BF.MEXISTS", got, err, true, false, true)
+	dataplane.WantBools(t, "BF.MEXISTS", got, err, true, false, true)
 	got, err = rdb.BFMExists(ctx, "missing", "a").Result()
-	wantBools(t, "BF.MEXISTS missing key", got, err, false)
-	expect(t, "BF.CARD", int64(2))(rdb.BFCard(ctx, "reserved").Result())
-	expect(t, "BF.CARD missing key", int64(0))(rdb.BFCard(ctx, "missing").Result())
+	dataplane.WantBools(t, "BF.MEXISTS missing key", got, err, false)
+	dataplane.Expect(t, "BF.CARD", int64(2))(rdb.BFCard(ctx, "reserved").Result())
+	dataplane.Expect(t, "BF.CARD missing key", int64(0))(rdb.BFCard(ctx, "missing").Result())
 	info, err := rdb.BFInfo(ctx, "reserved").Result()
 	if err != nil || info.Capacity != 1000 || info.Filters != 1 || info.ItemsInserted != 2 || info.ExpansionRate != 2 || info.Size <= 0 {
 		t.Errorf("BF.INFO = %+v, %v; want capacity 1000, 1 filter, 2 items, expansion 2", info, err)
@@ -99,23 +72,23 @@ func TestRESPCommands(t *testing.T) {
 	}
 
 	// BF.ADD and BF.MADD create a missing filter with the configured defaults.
-	expect(t, "BF.ADD creating", true)(rdb.BFAdd(ctx, "auto", "x").Result())
+	dataplane.Expect(t, "BF.ADD creating", true)(rdb.BFAdd(ctx, "auto", "x").Result())
 	info, err = rdb.BFInfo(ctx, "auto").Result()
 	if err != nil || uint64(info.Capacity) != config.Default().DefaultExpectedInsertions || info.ItemsInserted != 1 {
 		t.Errorf("BF.INFO of a filter BF.ADD created = %+v, %v; want the default capacity and 1 item", info, err)
 	}
 	got, err = rdb.BFMAdd(ctx, "auto2", "x", "y").Result()
-	wantBools(t, "BF.MADD creating", got, err, true, true)
+	dataplane.WantBools(t, "BF.MADD creating", got, err, true, true)
 
 	// BF.INSERT creates with its options, and NOCREATE refuses a missing key.
 	got, err = rdb.BFInsert(ctx, "inserted", &redis.BFInsertOptions{Capacity: 50, Error: 0.001, Expansion: 4}, "p", "q").Result()
-	wantBools(t, "BF.INSERT", got, err, true, true)
+	dataplane.WantBools(t, "BF.INSERT", got, err, true, true)
 	info, err = rdb.BFInfo(ctx, "inserted").Result()
 	if err != nil || info.Capacity != 50 || info.ExpansionRate != 4 || info.ItemsInserted != 2 {
 		t.Errorf("BF.INFO of an inserted filter = %+v, %v; want capacity 50, expansion 4, 2 items", info, err)
 	}
 	got, err = rdb.BFInsert(ctx, "inserted", &redis.BFInsertOptions{NoCreate: true}, "p", "r").Result()
-	wantBools(t, "BF.INSERT NOCREATE existing", got, err, false, true)
+	dataplane.WantBools(t, "BF.INSERT NOCREATE existing", got, err, false, true)
 	if err := rdb.BFInsert(ctx, "nowhere", &redis.BFInsertOptions{NoCreate: true}, "p").Err(); err == nil || err.Error() != "ERR not found" {
 		t.Errorf("BF.INSERT NOCREATE missing = %v, want ERR not found", err)
 	}
@@ -124,24 +97,24 @@ func TestRESPCommands(t *testing.T) {
 	}
 
 	// Key space.
-	expect(t, "EXISTS", int64(3))(rdb.Exists(ctx, "reserved", "missing", "auto", "reserved").Result())
-	expect(t, "TYPE filter", "MBbloom--")(rdb.Type(ctx, "reserved").Result())
-	expect(t, "TYPE missing", "none")(rdb.Type(ctx, "missing").Result())
+	dataplane.Expect(t, "EXISTS", int64(3))(rdb.Exists(ctx, "reserved", "missing", "auto", "reserved").Result())
+	dataplane.Expect(t, "TYPE filter", "MBbloom--")(rdb.Type(ctx, "reserved").Result())
+	dataplane.Expect(t, "TYPE missing", "none")(rdb.Type(ctx, "missing").Result())
 	keys, err := rdb.Keys(ctx, "auto*").Result()
 	slices.Sort(keys)
 	if err != nil || !slices.Equal(keys, []string{"auto", "auto2"}) {
 		t.Errorf("KEYS auto* = %v, %v; want [auto auto2]", keys, err)
 	}
-	expect(t, "DEL", int64(2))(rdb.Del(ctx, "auto", "auto2", "missing").Result())
-	expect(t, "EXISTS after DEL", int64(0))(rdb.Exists(ctx, "auto").Result())
-	if r := ts.send(t, http.MethodGet, "/v1/bloomfilter/auto", ""); r.status != http.StatusNotFound {
-		t.Errorf("GET of a filter DEL deleted = %d, want 404", r.status)
+	dataplane.Expect(t, "DEL", int64(2))(rdb.Del(ctx, "auto", "auto2", "missing").Result())
+	dataplane.Expect(t, "EXISTS after DEL", int64(0))(rdb.Exists(ctx, "auto").Result())
+	if r := ts.Send(t, http.MethodGet, "/v1/bloomfilter/auto", ""); r.Status != http.StatusNotFound {
+		t.Errorf("GET of a filter DEL deleted = %d, want 404", r.Status)
 	}
 
 	// QUIT answers OK and closes the connection.
-	q := redisClient(t, ts).Conn()
+	q := dataplane.RedisClient(t, ts).Conn()
 	defer func() { _ = q.Close() }()
-	expect(t, "QUIT", "OK")(q.Do(ctx, "QUIT").Text())
+	dataplane.Expect(t, "QUIT", "OK")(q.Do(ctx, "QUIT").Text())
 	if err := q.Ping(ctx).Err(); err == nil {
 		t.Error("PING after QUIT answered")
 	}
@@ -150,9 +123,9 @@ func TestRESPCommands(t *testing.T) {
 // Bad input answers Redis's and RedisBloom's error texts, and applies nothing.
 func TestRESPErrors(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	if err := rdb.BFReserve(ctx, "exists", 0.01, 100).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -205,11 +178,11 @@ func TestRESPErrors(t *testing.T) {
 	if n := rdb.BFCard(ctx, "exists").Val(); n != 0 {
 		t.Errorf("BF.CARD exists = %d after errors, want 0", n)
 	}
-	fs := scrape(t, &http.Client{}, ts.ops, "")
-	if n := sum(fs, "bloomery_resp_command_errors_total"); n < float64(errorCases) {
+	fs := dataplane.Scrape(t, &http.Client{}, ts.Ops, "")
+	if n := dataplane.Sum(fs, "bloomery_resp_command_errors_total"); n < float64(errorCases) {
 		t.Errorf("bloomery_resp_command_errors_total = %v, want at least the %d errors answered", n, errorCases)
 	}
-	if n := sum(fs, "bloomery_resp_commands_total"); n <= sum(fs, "bloomery_resp_command_errors_total") {
+	if n := dataplane.Sum(fs, "bloomery_resp_commands_total"); n <= dataplane.Sum(fs, "bloomery_resp_command_errors_total") {
 		t.Errorf("bloomery_resp_commands_total = %v, want more than the errors", n)
 	}
 }
@@ -219,9 +192,9 @@ func TestRESPErrors(t *testing.T) {
 // nothing after it. Items already present still answer 0.
 func TestRESPNonScalingFull(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	if err := rdb.BFReserveNonScaling(ctx, "small", 0.01, 3).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -235,8 +208,8 @@ func TestRESPNonScalingFull(t *testing.T) {
 	if err := rdb.BFAdd(ctx, "small", "f").Err(); err == nil || err.Error() != "ERR non scaling filter is full" {
 		t.Errorf("BF.ADD to a full filter = %v, want ERR non scaling filter is full", err)
 	}
-	expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, "small", "a").Result())
-	expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, "small").Result())
+	dataplane.Expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, "small", "a").Result())
+	dataplane.Expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, "small").Result())
 	info, err := rdb.Do(ctx, "BF.INFO", "small", "EXPANSION").Slice()
 	if err != nil || len(info) != 1 || info[0] != nil {
 		t.Errorf("BF.INFO EXPANSION of a non-scaling filter = %v, %v; want [nil]", info, err)
@@ -246,9 +219,9 @@ func TestRESPNonScalingFull(t *testing.T) {
 // RESP and REST serve the same filters.
 func TestRESPAndRESTShareFilters(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 
 	if err := rdb.BFReserve(ctx, "from-resp", 0.001, 5000).Err(); err != nil {
 		t.Fatal(err)
@@ -256,29 +229,29 @@ func TestRESPAndRESTShareFilters(t *testing.T) {
 	if err := rdb.BFMAdd(ctx, "from-resp", "a", "b").Err(); err != nil {
 		t.Fatal(err)
 	}
-	f := get(t, ts, "from-resp")
+	f := dataplane.Get(t, ts, "from-resp")
 	if f.ExpectedInsertions != 5000 || f.FPP != 0.001 || f.Items != 2 || !f.Scalable {
 		t.Errorf("GET of a filter made over RESP = %+v; want 5000 insertions, fpp 0.001, 2 items, scalable", f)
 	}
-	if present, err := ts.client.Check(ctx, "from-resp", "a"); err != nil || !present {
+	if present, err := ts.Client.Check(ctx, "from-resp", "a"); err != nil || !present {
 		t.Errorf("REST check of an item added over RESP = %v, %v", present, err)
 	}
 
-	create(t, ts, "from-rest", client.CreateOptions{})
-	if err := ts.client.Set(ctx, "from-rest", "v"); err != nil {
+	dataplane.Create(t, ts, "from-rest", client.CreateOptions{})
+	if err := ts.Client.Set(ctx, "from-rest", "v"); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "BF.EXISTS of an item set over REST", true)(rdb.BFExists(ctx, "from-rest", "v").Result())
-	expect(t, "BF.ADD of an item set over REST", false)(rdb.BFAdd(ctx, "from-rest", "v").Result())
-	expect(t, "TYPE of a filter made over REST", "MBbloom--")(rdb.Type(ctx, "from-rest").Result())
+	dataplane.Expect(t, "BF.EXISTS of an item set over REST", true)(rdb.BFExists(ctx, "from-rest", "v").Result())
+	dataplane.Expect(t, "BF.ADD of an item set over REST", false)(rdb.BFAdd(ctx, "from-rest", "v").Result())
+	dataplane.Expect(t, "TYPE of a filter made over REST", "MBbloom--")(rdb.Type(ctx, "from-rest").Result())
 }
 
 // SCAN walks every name once over pages of COUNT, and MATCH filters them.
 func TestRESPScanPages(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	var want []string
 	for i := range 25 {
 		name := fmt.Sprintf("scan-%02d", i)
@@ -319,87 +292,37 @@ func TestRESPScanPages(t *testing.T) {
 	}
 }
 
-// While the filters are recovered, filter commands answer LOADING, as Redis does while it loads;
-// the connection commands answer.
-func TestRESPLoadingWhileRecovering(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	fillAndStop(t, dir)
-	ts, release := startHeldInRecovery(t, dir)
-	ctx := t.Context()
-	rdb := redisClient(t, ts)
-	expect(t, "PING while recovering", "PONG")(rdb.Ping(ctx).Result())
-	for _, args := range [][]any{{"BF.EXISTS", "kept", "value"}, {"BF.ADD", "kept", "v"}, {"KEYS", "*"}} {
-		if err := rdb.Do(ctx, args...).Err(); err == nil || err.Error() != "LOADING Bloomery is loading the dataset in memory" {
-			t.Errorf("%v while recovering = %v, want LOADING", args, err)
-		}
-	}
-	release()
-	waitUntilReady(t, ts)
-	expect(t, "BF.EXISTS once recovered", true)(rdb.BFExists(ctx, "kept", "value").Result())
-}
-
-// Shutdown closes the RESP connections before the final snapshot, and what they added is in it.
-func TestRESPShutdownClosesConnections(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	ts, stop := startRun(t, newServer(t, func(cfg *config.Config) { cfg.DataDir = dir }))
-	waitUntilReady(t, ts)
-	ctx := t.Context()
-	rdb := redisClient(t, ts)
-	if err := rdb.BFAdd(ctx, "durable", "x").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if err := stop(); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	shortCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(shortCtx).Err(); err == nil {
-		t.Error("PING answered after shutdown")
-	}
-
-	ts, stop = startRun(t, newServer(t, func(cfg *config.Config) { cfg.DataDir = dir }))
-	defer func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	waitUntilReady(t, ts)
-	expect(t, "BF.EXISTS after a restart", true)(redisClient(t, ts).BFExists(ctx, "durable", "x").Result())
-}
-
 // In a cluster, RESP's creates and adds are served by each filter's home: a pod forwards those
 // of the filters another pod is home of, and both pods hold every filter and item afterwards.
 func TestRESPWritesGoToTheHome(t *testing.T) {
 	t.Parallel()
-	a, b := runServer(t, nil), runServer(t, nil)
+	a, b := dataplane.Start(t, nil), dataplane.Start(t, nil)
 	ctx := t.Context()
-	members := []wire.Member{{Name: "a", URL: a.internal.url}, {Name: "b", URL: b.internal.url}}
-	for self, ts := range map[string]*testServer{"a": a, "b": b} {
-		if err := ts.internal.client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
+	members := []wire.Member{{Name: "a", URL: a.Internal.URL}, {Name: "b", URL: b.Internal.URL}}
+	for self, ts := range map[string]*dataplane.Server{"a": a, "b": b} {
+		if err := ts.Internal.Client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitUntilReady(t, a) // caught up from b, so that a takes creates
-	waitUntilReady(t, b)
-	rdb := redisClient(t, a)
+	dataplane.WaitUntilReady(t, a) // caught up from b, so that a takes creates
+	dataplane.WaitUntilReady(t, b)
+	rdb := dataplane.RedisClient(t, a)
 	for i := range 12 {
 		name := fmt.Sprintf("homed-%d", i)
-		expect(t, "BF.ADD "+name, true)(rdb.BFAdd(ctx, name, "x").Result())
-		expect(t, "BF.ADD "+name+" again, over b", false)(redisClient(t, b).BFAdd(ctx, name, "x").Result())
+		dataplane.Expect(t, "BF.ADD "+name, true)(rdb.BFAdd(ctx, name, "x").Result())
+		dataplane.Expect(t, "BF.ADD "+name+" again, over b", false)(dataplane.RedisClient(t, b).BFAdd(ctx, name, "x").Result())
 		if name == "homed-0" {
 			if err := rdb.BFReserve(ctx, name, 0.01, 10).Err(); err == nil || err.Error() != "ERR item exists" {
 				t.Errorf("BF.RESERVE of an existing filter in a cluster = %v, want ERR item exists", err)
 			}
 		}
-		for pod, ts := range map[string]*testServer{"a": a, "b": b} {
-			if present, err := ts.client.Check(ctx, name, "x"); err != nil || !present {
+		for pod, ts := range map[string]*dataplane.Server{"a": a, "b": b} {
+			if present, err := ts.Client.Check(ctx, name, "x"); err != nil || !present {
 				t.Errorf("pod %s: check %s x = %v, %v; want true", pod, name, present, err)
 			}
 		}
 	}
-	if n := value(t, scrape(t, &http.Client{}, a.ops, ""), "bloomery_replication_forwarded_requests_total"); n == 0 {
+	if n := dataplane.Value(t, dataplane.Scrape(t, &http.Client{}, a.Ops, ""), "bloomery_replication_forwarded_requests_total"); n == 0 {
 		t.Error("pod a forwarded no RESP write to pod b, the home of some of the filters")
 	}
 }
@@ -408,14 +331,14 @@ func TestRESPWritesGoToTheHome(t *testing.T) {
 // here, as over HTTP.
 func TestRESPWriteBelowItsConsistency(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, func(cfg *config.Config) { cfg.ReplicationTimeout = 200 * time.Millisecond })
+	ts := dataplane.Start(t, func(cfg *config.Config) { cfg.ReplicationTimeout = 200 * time.Millisecond })
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	if err := rdb.BFReserve(ctx, "lonely", 0.01, 100).Err(); err != nil {
 		t.Fatal(err)
 	}
-	gone := []wire.Member{{Name: "a", URL: ts.internal.url}, {Name: "b", URL: "http://127.0.0.1:1"}}
-	if err := ts.internal.client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: "a", Members: gone}); err != nil {
+	gone := []wire.Member{{Name: "a", URL: ts.Internal.URL}, {Name: "b", URL: "http://127.0.0.1:1"}}
+	if err := ts.Internal.Client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: "a", Members: gone}); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]any{{"BF.ADD", "lonely", "x"}, {"BF.MADD", "lonely", "y", "z"}} {
@@ -424,7 +347,7 @@ func TestRESPWriteBelowItsConsistency(t *testing.T) {
 			t.Errorf("%v with the only peer down = %v, want ERR replication incomplete naming the consistency", args, err)
 		}
 	}
-	expect(t, "BF.EXISTS of the item applied here", true)(rdb.BFExists(ctx, "lonely", "x").Result())
+	dataplane.Expect(t, "BF.EXISTS of the item applied here", true)(rdb.BFExists(ctx, "lonely", "x").Result())
 }
 
 // Pipelined BF.ADDs to one filter go to the engine and the log together: 10,000 of them under
@@ -433,9 +356,9 @@ func TestRESPWriteBelowItsConsistency(t *testing.T) {
 // commands.
 func TestRESPPipelinedAddsShareCommits(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
+	ts := dataplane.Start(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	const adds = 10_000
 	pipe := rdb.Pipeline()
 	var added []*redis.BoolCmd
@@ -456,9 +379,9 @@ func TestRESPPipelinedAddsShareCommits(t *testing.T) {
 			t.Fatalf("pipelined BF.ADD %d = %v, %v; want %v", i, got, err, want)
 		}
 	}
-	expect(t, "BF.EXISTS after the pipeline", true)(exists.Result())
-	expect(t, "BF.EXISTS other", true)(rdb.BFExists(ctx, "other", "x").Result())
-	records := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_log_appended_records_total")
+	dataplane.Expect(t, "BF.EXISTS after the pipeline", true)(exists.Result())
+	dataplane.Expect(t, "BF.EXISTS other", true)(rdb.BFExists(ctx, "other", "x").Result())
+	records := dataplane.Value(t, dataplane.Scrape(t, &http.Client{}, ts.Ops, ""), "bloomery_log_appended_records_total")
 	t.Logf("%d pipelined adds took %v log records", adds, records)
 	if records > adds/5 {
 		t.Errorf("%d pipelined adds took %v log records, want at most one for five", adds, records)
@@ -469,9 +392,9 @@ func TestRESPPipelinedAddsShareCommits(t *testing.T) {
 // an item added, 0 for one not, 0 for every item of a filter that does not exist.
 func TestRESPPipelinedExists(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	if err := rdb.BFMAdd(ctx, "seen", "a", "c", "e").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -488,13 +411,13 @@ func TestRESPPipelinedExists(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, cmd := range seen {
-		expect(t, "pipelined BF.EXISTS seen "+items[i], i%2 == 0)(cmd.Result())
+		dataplane.Expect(t, "pipelined BF.EXISTS seen "+items[i], i%2 == 0)(cmd.Result())
 	}
 	for i, cmd := range missing {
-		expect(t, "pipelined BF.EXISTS never-made "+items[i], false)(cmd.Result())
+		dataplane.Expect(t, "pipelined BF.EXISTS never-made "+items[i], false)(cmd.Result())
 	}
-	fs := scrape(t, &http.Client{}, ts.ops, "")
-	if n := value(t, fs, "bloomery_resp_commands_total", "command", "bf.exists"); n != 12 {
+	fs := dataplane.Scrape(t, &http.Client{}, ts.Ops, "")
+	if n := dataplane.Value(t, fs, "bloomery_resp_commands_total", "command", "bf.exists"); n != 12 {
 		t.Errorf(`bloomery_resp_commands_total{command="bf.exists"} = %v, want the 12 pipelined`, n)
 	}
 }
@@ -506,9 +429,9 @@ func TestRESPPipelinedExists(t *testing.T) {
 // BF.MEXISTS and BF.EXISTS then answers each item.
 func TestRESPPipelinedMixedRuns(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
+	ts := dataplane.Start(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	const rounds = 500
 	pipe := rdb.Pipeline()
 	var madds []*redis.BoolSliceCmd
@@ -525,15 +448,15 @@ func TestRESPPipelinedMixedRuns(t *testing.T) {
 	for i, cmd := range madds {
 		// m-i was added by the MADD before (as its second item), except for the first.
 		got, err := cmd.Result()
-		wantBools(t, fmt.Sprintf("pipelined BF.MADD %d", i), got, err, i == 0, true, true)
+		dataplane.WantBools(t, fmt.Sprintf("pipelined BF.MADD %d", i), got, err, i == 0, true, true)
 	}
 	for i, cmd := range adds {
-		expect(t, fmt.Sprintf("pipelined BF.ADD a-%d after the BF.MADD that added it", i), false)(cmd.Result())
+		dataplane.Expect(t, fmt.Sprintf("pipelined BF.ADD a-%d after the BF.MADD that added it", i), false)(cmd.Result())
 	}
-	wantRedisError(t, "BF.ADD of three arguments in the run", wrong.Err(), "ERR wrong number of arguments for 'bf.add' command")
+	dataplane.WantRedisError(t, "BF.ADD of three arguments in the run", wrong.Err(), "ERR wrong number of arguments for 'bf.add' command")
 	got, err := last.Result()
-	wantBools(t, "the BF.MADD after it", got, err, false, true)
-	records := value(t, scrape(t, &http.Client{}, ts.ops, ""), "bloomery_log_appended_records_total")
+	dataplane.WantBools(t, "the BF.MADD after it", got, err, false, true)
+	records := dataplane.Value(t, dataplane.Scrape(t, &http.Client{}, ts.Ops, ""), "bloomery_log_appended_records_total")
 	t.Logf("%d pipelined BF.MADDs and BF.ADDs took %v log records", 2*rounds+1, records)
 	if records > rounds/5 {
 		t.Errorf("%d pipelined BF.MADDs and BF.ADDs took %v log records, want at most one for ten", 2*rounds+1, records)
@@ -547,12 +470,12 @@ func TestRESPPipelinedMixedRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err = mexists.Result()
-	wantBools(t, "pipelined BF.MEXISTS", got, err, true, false, true)
-	expect(t, "pipelined BF.EXISTS new", true)(exists.Result())
-	expect(t, "pipelined BF.EXISTS absent", false)(absent.Result())
-	fs := scrape(t, &http.Client{}, ts.ops, "")
+	dataplane.WantBools(t, "pipelined BF.MEXISTS", got, err, true, false, true)
+	dataplane.Expect(t, "pipelined BF.EXISTS new", true)(exists.Result())
+	dataplane.Expect(t, "pipelined BF.EXISTS absent", false)(absent.Result())
+	fs := dataplane.Scrape(t, &http.Client{}, ts.Ops, "")
 	for command, want := range map[string]float64{"bf.madd": rounds + 1, "bf.add": rounds + 1, "bf.mexists": 1, "bf.exists": 2} {
-		if n := value(t, fs, "bloomery_resp_commands_total", "command", command); n != want {
+		if n := dataplane.Value(t, fs, "bloomery_resp_commands_total", "command", command); n != want {
 			t.Errorf(`bloomery_resp_commands_total{command=%q} = %v, want %v`, command, n, want)
 		}
 	}
@@ -563,8 +486,8 @@ func TestRESPPipelinedMixedRuns(t *testing.T) {
 // commands, not of everything sent, so its heap does not grow with what the client sends. Not
 // parallel, so that the heap it measures is this test's.
 func TestRESPClientThatDoesNotReadIsNotBuffered(t *testing.T) {
-	ts := runServer(t, nil)
-	if err := redisClient(t, ts).BFMAdd(t.Context(), "unread", "a", "b").Err(); err != nil {
+	ts := dataplane.Start(t, nil)
+	if err := dataplane.RedisClient(t, ts).BFMAdd(t.Context(), "unread", "a", "b").Err(); err != nil {
 		t.Fatal(err)
 	}
 	// BF.MEXISTS of 1,000 one-byte items: 7 KB sent for 4 KB of reply.
@@ -574,7 +497,7 @@ func TestRESPClientThatDoesNotReadIsNotBuffered(t *testing.T) {
 		cmd.WriteString("$1\r\nx\r\n")
 	}
 	chunk := bytes.Repeat(cmd.Bytes(), 16)
-	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", ts.resp)
+	conn, err := (&net.Dialer{}).DialContext(t.Context(), "tcp", ts.RESP)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,9 +537,9 @@ func TestRESPClientThatDoesNotReadIsNotBuffered(t *testing.T) {
 // parses; a section Bloomery does not keep answers nothing.
 func TestRESPInfo(t *testing.T) {
 	t.Parallel()
-	ts := runServer(t, nil)
+	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	empty, err := rdb.InfoMap(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -633,7 +556,7 @@ func TestRESPInfo(t *testing.T) {
 	if err := rdb.BFReserve(ctx, "a", 0.01, 100).Err(); err != nil {
 		t.Fatal(err)
 	}
-	create(t, ts, "b", client.CreateOptions{ValidPeriodAfterCreate: new(int64(0))})
+	dataplane.Create(t, ts, "b", client.CreateOptions{ValidPeriodAfterCreate: new(int64(0))})
 	ks, err := rdb.InfoMap(ctx, "keyspace").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -642,7 +565,7 @@ func TestRESPInfo(t *testing.T) {
 	if got := ks["Keyspace"]["db0"]; got != "keys=2,expires=1,avg_ttl=0" || len(ks) != 1 {
 		t.Errorf("INFO keyspace = %v, want only db0:keys=2,expires=1,avg_ttl=0", ks)
 	}
-	expect(t, "INFO memory", "")(rdb.Info(ctx, "memory").Result())
+	dataplane.Expect(t, "INFO memory", "")(rdb.Info(ctx, "memory").Result())
 }
 
 // Items are bytes, as in Redis: an item that is not UTF-8 keeps its bytes when a pod sends it to
@@ -657,54 +580,54 @@ func TestRESPBinaryItemsKeepTheirBytesBetweenPods(t *testing.T) {
 			mangled = append(mangled, m)
 		}
 	}
-	everywhere := func(t *testing.T, pods []*testServer, name string) {
+	everywhere := func(t *testing.T, pods []*dataplane.Server, name string) {
 		t.Helper()
 		for i, ts := range pods {
-			rdb := redisClient(t, ts)
-			wantBools(t, fmt.Sprintf("BF.MEXISTS %s of the items through pod %d", name, i), rdb.BFMExists(t.Context(), name, toAny(items)...).Val(), nil, true, true, true, true)
+			rdb := dataplane.RedisClient(t, ts)
+			dataplane.WantBools(t, fmt.Sprintf("BF.MEXISTS %s of the items through pod %d", name, i), rdb.BFMExists(t.Context(), name, dataplane.ToAny(items)...).Val(), nil, true, true, true, true)
 			for _, item := range items {
-				expect(t, fmt.Sprintf("BF.EXISTS %s %q through pod %d", name, item, i), true)(rdb.BFExists(t.Context(), name, item).Result())
+				dataplane.Expect(t, fmt.Sprintf("BF.EXISTS %s %q through pod %d", name, item, i), true)(rdb.BFExists(t.Context(), name, item).Result())
 			}
-			wantBools(t, fmt.Sprintf("BF.MEXISTS %s of the mangled items through pod %d", name, i), rdb.BFMExists(t.Context(), name, toAny(mangled)...).Val(), nil, false, false, false)
+			dataplane.WantBools(t, fmt.Sprintf("BF.MEXISTS %s of the mangled items through pod %d", name, i), rdb.BFMExists(t.Context(), name, dataplane.ToAny(mangled)...).Val(), nil, false, false, false)
 		}
 	}
 
 	t.Run("to the home", func(t *testing.T) {
 		t.Parallel()
-		a, b := runServer(t, nil), runServer(t, nil)
-		members := []wire.Member{{Name: "a", URL: a.internal.url}, {Name: "b", URL: b.internal.url}}
-		for self, ts := range map[string]*testServer{"a": a, "b": b} {
-			if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
+		a, b := dataplane.Start(t, nil), dataplane.Start(t, nil)
+		members := []wire.Member{{Name: "a", URL: a.Internal.URL}, {Name: "b", URL: b.Internal.URL}}
+		for self, ts := range map[string]*dataplane.Server{"a": a, "b": b} {
+			if err := ts.Internal.Client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		waitUntilReady(t, a)
-		waitUntilReady(t, b)
+		dataplane.WaitUntilReady(t, a)
+		dataplane.WaitUntilReady(t, b)
 		for i := range 6 { // some homed at a, some at b
 			name := fmt.Sprintf("binary-%d", i)
-			if err := redisClient(t, a).BFReserve(t.Context(), name, 0.0001, 1000).Err(); err != nil {
+			if err := dataplane.RedisClient(t, a).BFReserve(t.Context(), name, 0.0001, 1000).Err(); err != nil {
 				t.Fatal(err)
 			}
-			wantBools(t, "BF.MADD "+name, redisClient(t, a).BFMAdd(t.Context(), name, toAny(items[:2])...).Val(), nil, true, true)
+			dataplane.WantBools(t, "BF.MADD "+name, dataplane.RedisClient(t, a).BFMAdd(t.Context(), name, dataplane.ToAny(items[:2])...).Val(), nil, true, true)
 			for _, item := range items[2:] {
-				expect(t, "BF.ADD "+name, true)(redisClient(t, a).BFAdd(t.Context(), name, item).Result())
+				dataplane.Expect(t, "BF.ADD "+name, true)(dataplane.RedisClient(t, a).BFAdd(t.Context(), name, item).Result())
 			}
-			everywhere(t, []*testServer{a, b}, name)
+			everywhere(t, []*dataplane.Server{a, b}, name)
 		}
 	})
 
 	t.Run("to the partitions' owners", func(t *testing.T) {
 		t.Parallel()
-		c := newPlacedCluster(t, 4, nil)
-		c.push(wire.Placement{ReplicationFactor: 1}, nil)
+		c := dataplane.NewCluster(t, 4, nil)
+		c.Push(wire.Placement{ReplicationFactor: 1}, nil)
 		opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.0001), Partitions: new(8)}
-		if _, _, err := c.pods[0].client.At(wire.ConsistencyAll).Create(t.Context(), "binary", opts); err != nil {
+		if _, _, err := c.Pods[0].Client.At(wire.ConsistencyAll).Create(t.Context(), "binary", opts); err != nil {
 			t.Fatal(err)
 		}
-		wantBools(t, "BF.MADD through pod 1", redisClient(t, c.pods[1]).BFMAdd(t.Context(), "binary", toAny(items[:2])...).Val(), nil, true, true)
+		dataplane.WantBools(t, "BF.MADD through pod 1", dataplane.RedisClient(t, c.Pods[1]).BFMAdd(t.Context(), "binary", dataplane.ToAny(items[:2])...).Val(), nil, true, true)
 		for _, item := range items[2:] {
-			expect(t, "BF.ADD through pod 2", true)(redisClient(t, c.pods[2]).BFAdd(t.Context(), "binary", item).Result())
+			dataplane.Expect(t, "BF.ADD through pod 2", true)(dataplane.RedisClient(t, c.Pods[2]).BFAdd(t.Context(), "binary", item).Result())
 		}
-		everywhere(t, c.pods, "binary")
+		everywhere(t, c.Pods, "binary")
 	})
 }

@@ -1,4 +1,4 @@
-package run_test
+package resp_test
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/peer"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/test/dataplane"
 )
 
 // doInt runs a command and expects an integer reply.
@@ -40,10 +42,10 @@ func doError(t *testing.T, rdb *redis.Client, want string, args ...any) {
 // HTTP API shows the same expiry.
 func TestRESPExpiry(t *testing.T) {
 	t.Parallel()
-	tm := newFakeTime()
-	ts := runServerAt(t, tm, nil) // filters expire 24 h after their creation by default
+	tm := dataplane.NewTime()
+	ts := dataplane.StartAt(t, tm, nil) // filters expire 24 h after their creation by default
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	for _, name := range []string{"f", "g"} {
 		if err := rdb.BFReserve(ctx, name, 0.01, 100).Err(); err != nil {
 			t.Fatal(err)
@@ -58,27 +60,27 @@ func TestRESPExpiry(t *testing.T) {
 	doInt(t, rdb, 0, "PERSIST", "missing")
 
 	// go-redis's own methods.
-	expect(t, "EXPIRE f 100", true)(rdb.Expire(ctx, "f", 100*time.Second).Result())
-	expect(t, "TTL f", 100*time.Second)(rdb.TTL(ctx, "f").Result())
-	expect(t, "PEXPIRE f 100500", true)(rdb.PExpire(ctx, "f", 100500*time.Millisecond).Result())
-	expect(t, "PTTL f", 100500*time.Millisecond)(rdb.PTTL(ctx, "f").Result())
-	deadline := tm.clock.Now().Add(100500 * time.Millisecond)
-	if got := get(t, ts, "f"); got.Expiration != deadline.UTC().Format(wire.TimeFormat) {
+	dataplane.Expect(t, "EXPIRE f 100", true)(rdb.Expire(ctx, "f", 100*time.Second).Result())
+	dataplane.Expect(t, "TTL f", 100*time.Second)(rdb.TTL(ctx, "f").Result())
+	dataplane.Expect(t, "PEXPIRE f 100500", true)(rdb.PExpire(ctx, "f", 100500*time.Millisecond).Result())
+	dataplane.Expect(t, "PTTL f", 100500*time.Millisecond)(rdb.PTTL(ctx, "f").Result())
+	deadline := tm.Clock.Now().Add(100500 * time.Millisecond)
+	if got := dataplane.Get(t, ts, "f"); got.Expiration != deadline.UTC().Format(wire.TimeFormat) {
 		t.Errorf("GET f after PEXPIRE: expiration %q, want %v", got.Expiration, deadline)
 	}
 
 	// TTL rounds to the nearest second, half up, as Redis does.
-	tm.clock.Advance(1000 * time.Millisecond) // 99.5 s left
+	tm.Clock.Advance(1000 * time.Millisecond) // 99.5 s left
 	doInt(t, rdb, 100, "TTL", "f")
 	doInt(t, rdb, 99500, "PTTL", "f")
-	tm.clock.Advance(time.Millisecond) // 99.499 s left
+	tm.Clock.Advance(time.Millisecond) // 99.499 s left
 	doInt(t, rdb, 99, "TTL", "f")
 
-	expect(t, "PERSIST f", true)(rdb.Persist(ctx, "f").Result())
-	expect(t, "TTL f after PERSIST", time.Duration(-1))(rdb.TTL(ctx, "f").Result())
+	dataplane.Expect(t, "PERSIST f", true)(rdb.Persist(ctx, "f").Result())
+	dataplane.Expect(t, "TTL f after PERSIST", time.Duration(-1))(rdb.TTL(ctx, "f").Result())
 	doInt(t, rdb, -1, "PTTL", "f")
-	expect(t, "PERSIST f again", false)(rdb.Persist(ctx, "f").Result())
-	if got := get(t, ts, "f"); got.Expiration != "" {
+	dataplane.Expect(t, "PERSIST f again", false)(rdb.Persist(ctx, "f").Result())
+	if got := dataplane.Get(t, ts, "f"); got.Expiration != "" {
 		t.Errorf("GET f after PERSIST: expiration %q, want none", got.Expiration)
 	}
 
@@ -94,11 +96,11 @@ func TestRESPExpiry(t *testing.T) {
 	doInt(t, rdb, 0, "EXPIRE", "f", 90, "LT")
 	doInt(t, rdb, 1, "PEXPIRE", "f", 40000, "Lt")
 	doInt(t, rdb, 40, "TTL", "f")
-	expect(t, "PERSIST g", true)(rdb.Persist(ctx, "g").Result())
+	dataplane.Expect(t, "PERSIST g", true)(rdb.Persist(ctx, "g").Result())
 	doInt(t, rdb, 1, "EXPIRE", "g", 30, "LT")
 	doInt(t, rdb, 30, "TTL", "g")
-	expect(t, "EXPIRE NX of go-redis", false)(rdb.ExpireNX(ctx, "g", time.Minute).Result())
-	expect(t, "EXPIRE GT of go-redis", true)(rdb.ExpireGT(ctx, "g", time.Minute).Result())
+	dataplane.Expect(t, "EXPIRE NX of go-redis", false)(rdb.ExpireNX(ctx, "g", time.Minute).Result())
+	dataplane.Expect(t, "EXPIRE GT of go-redis", true)(rdb.ExpireGT(ctx, "g", time.Minute).Result())
 
 	// Errors, in Redis's order: options, then the integer, then its range, then the key.
 	doError(t, rdb, "ERR NX and XX, GT or LT options at the same time are not compatible", "EXPIRE", "f", 10, "NX", "XX")
@@ -125,7 +127,7 @@ func TestRESPExpiry(t *testing.T) {
 	doInt(t, rdb, 1, "EXPIRE", "g", -1)
 	doInt(t, rdb, -2, "TTL", "g")
 	doInt(t, rdb, 0, "EXISTS", "g")
-	if _, err := ts.client.Get(ctx, "g"); !client.IsNotFound(err) {
+	if _, err := ts.Client.Get(ctx, "g"); !client.IsNotFound(err) {
 		t.Errorf("GET of a filter given a time in the past: %v, want not found", err)
 	}
 	if err := rdb.BFAdd(ctx, "zero", "x").Err(); err != nil {
@@ -140,53 +142,53 @@ func TestRESPExpiry(t *testing.T) {
 func TestRESPExpiryRunsOut(t *testing.T) {
 	t.Parallel()
 	const purgeInterval = 10 * time.Second
-	tm := newFakeTime()
-	ts := runServerAt(t, tm, func(cfg *config.Config) {
+	tm := dataplane.NewTime()
+	ts := dataplane.StartAt(t, tm, func(cfg *config.Config) {
 		cfg.PurgeInterval = purgeInterval
 		cfg.DefaultValidAfterCreate = 20 * time.Second
 	})
 	ctx := t.Context()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	for _, name := range []string{"short", "kept"} {
 		if err := rdb.BFAdd(ctx, name, "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	create(t, ts, "sliding", client.CreateOptions{ExpectedInsertions: new(uint64(100)), FPP: new(0.01), ValidPeriodAfterAccess: new(int64(30))})
+	dataplane.Create(t, ts, "sliding", client.CreateOptions{ExpectedInsertions: new(uint64(100)), FPP: new(0.01), ValidPeriodAfterAccess: new(int64(30))})
 	doInt(t, rdb, 1, "EXPIRE", "short", 5)
 	doInt(t, rdb, 1, "PERSIST", "kept")
 
 	// Sliding expiry: TTL is what is left since the last access, until EXPIRE replaces it.
-	tm.clock.Advance(time.Second)
+	tm.Clock.Advance(time.Second)
 	doInt(t, rdb, 29, "TTL", "sliding")
-	expect(t, "BF.EXISTS sliding", false)(rdb.BFExists(ctx, "sliding", "x").Result()) // an access
+	dataplane.Expect(t, "BF.EXISTS sliding", false)(rdb.BFExists(ctx, "sliding", "x").Result()) // an access
 	doInt(t, rdb, 30, "TTL", "sliding")
 	doInt(t, rdb, 1, "EXPIRE", "sliding", 3)
-	tm.clock.Advance(time.Second)
-	expect(t, "BF.EXISTS sliding", false)(rdb.BFExists(ctx, "sliding", "x").Result())
+	tm.Clock.Advance(time.Second)
+	dataplane.Expect(t, "BF.EXISTS sliding", false)(rdb.BFExists(ctx, "sliding", "x").Result())
 	doInt(t, rdb, 2, "TTL", "sliding")
 
-	tm.clock.Advance(3 * time.Second) // short's 5 s are over, and sliding's 3
+	tm.Clock.Advance(3 * time.Second) // short's 5 s are over, and sliding's 3
 	for _, name := range []string{"short", "sliding"} {
 		doInt(t, rdb, -2, "TTL", name)
 		doInt(t, rdb, 0, "EXISTS", name)
 		doInt(t, rdb, 0, "BF.CARD", name)
-		expect(t, "TYPE "+name, "none")(rdb.Type(ctx, name).Result())
-		if _, err := ts.client.Get(ctx, name); !client.IsNotFound(err) {
+		dataplane.Expect(t, "TYPE "+name, "none")(rdb.Type(ctx, name).Result())
+		if _, err := ts.Client.Get(ctx, name); !client.IsNotFound(err) {
 			t.Errorf("GET %s after its TTL ran out: %v, want not found", name, err)
 		}
 	}
-	tm.clock.Advance(time.Minute) // kept's create options would have expired it
-	tm.ticker.Tick(t, purgeInterval)
+	tm.Clock.Advance(time.Minute) // kept's create options would have expired it
+	tm.Ticker.Tick(t, purgeInterval)
 	if keys, err := rdb.Keys(ctx, "*").Result(); err != nil || !slices.Equal(keys, []string{"kept"}) {
 		t.Errorf("KEYS * after the purge = %v, %v; want [kept]", keys, err)
 	}
-	if f, err := ts.client.Get(ctx, "kept"); err != nil || f.Expiration != "" {
+	if f, err := ts.Client.Get(ctx, "kept"); err != nil || f.Expiration != "" {
 		t.Errorf("GET kept = %+v, %v; want a filter that never expires", f, err)
 	}
-	resp := ts.send(t, http.MethodGet, "/v1/bloomfilter/short", "")
-	if resp.status != http.StatusNotFound {
-		t.Errorf("GET short after the purge: %d, want 404", resp.status)
+	resp := ts.Send(t, http.MethodGet, "/v1/bloomfilter/short", "")
+	if resp.Status != http.StatusNotFound {
+		t.Errorf("GET short after the purge: %d, want 404", resp.Status)
 	}
 }
 
@@ -194,14 +196,14 @@ func TestRESPExpiryRunsOut(t *testing.T) {
 func TestRESPExpirySurvivesARestart(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	tm := newFakeTime()
-	start := func() (*testServer, func() error) {
-		ts, stop := startRun(t, newServerAt(t, tm, func(cfg *config.Config) { cfg.DataDir = dir }))
-		waitUntilReady(t, ts)
+	tm := dataplane.NewTime()
+	start := func() (*dataplane.Server, func() error) {
+		ts, stop := dataplane.Run(t, dataplane.NewAt(t, tm, func(cfg *config.Config) { cfg.DataDir = dir }))
+		dataplane.WaitUntilReady(t, ts)
 		return ts, stop
 	}
 	ts, stop := start()
-	rdb := redisClient(t, ts)
+	rdb := dataplane.RedisClient(t, ts)
 	for _, name := range []string{"deadline", "forever"} {
 		if err := rdb.BFAdd(t.Context(), name, "x").Err(); err != nil {
 			t.Fatal(err)
@@ -218,41 +220,41 @@ func TestRESPExpirySurvivesARestart(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	rdb = redisClient(t, ts)
-	tm.clock.Advance(25 * time.Hour) // past the default expiry after create
+	rdb = dataplane.RedisClient(t, ts)
+	tm.Clock.Advance(25 * time.Hour) // past the default expiry after create
 	doInt(t, rdb, -2, "TTL", "deadline")
 	doInt(t, rdb, -1, "TTL", "forever")
 }
 
 // threePods runs three data planes that know each other, with anti-entropy at that interval (0:
 // none), once all three are ready.
-func threePods(t *testing.T, antiEntropy time.Duration) []*testServer {
+func threePods(t *testing.T, antiEntropy time.Duration) []*dataplane.Server {
 	t.Helper()
-	pods := make([]*testServer, 3)
+	pods := make([]*dataplane.Server, 3)
 	var members []wire.Member
 	for i := range pods {
-		pods[i] = runServer(t, func(cfg *config.Config) { cfg.AntiEntropyInterval = antiEntropy })
-		members = append(members, wire.Member{Name: string(rune('a' + i)), URL: pods[i].internal.url})
+		pods[i] = dataplane.Start(t, func(cfg *config.Config) { cfg.AntiEntropyInterval = antiEntropy })
+		members = append(members, wire.Member{Name: string(rune('a' + i)), URL: pods[i].Internal.URL})
 	}
 	for i, ts := range pods {
-		if err := ts.internal.client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: members[i].Name, Members: members}); err != nil {
+		if err := ts.Internal.Client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: members[i].Name, Members: members}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A pod that knows peers catches up from them before it takes a create.
 	for _, ts := range pods {
-		waitUntilReady(t, ts)
+		dataplane.WaitUntilReady(t, ts)
 	}
 	return pods
 }
 
 // expirations are the filter's expiration on every pod, as GET answers it ("" for never,
 // "missing" when the pod lacks it).
-func expirations(t *testing.T, pods []*testServer, name string) []string {
+func expirations(t *testing.T, pods []*dataplane.Server, name string) []string {
 	t.Helper()
 	out := make([]string, len(pods))
 	for i, ts := range pods {
-		f, err := ts.client.Get(t.Context(), name)
+		f, err := ts.Client.Get(t.Context(), name)
 		switch {
 		case client.IsNotFound(err):
 			out[i] = "missing"
@@ -270,16 +272,16 @@ func allEqual(s []string) bool {
 }
 
 // reserveEverywhere makes the filter through pod 0 and waits until every pod holds it.
-func reserveEverywhere(t *testing.T, pods []*testServer, name string) []*redis.Client {
+func reserveEverywhere(t *testing.T, pods []*dataplane.Server, name string) []*redis.Client {
 	t.Helper()
 	rdbs := make([]*redis.Client, len(pods))
 	for i, ts := range pods {
-		rdbs[i] = redisClient(t, ts)
+		rdbs[i] = dataplane.RedisClient(t, ts)
 	}
 	if err := rdbs[0].BFReserve(t.Context(), name, 0.01, 100).Err(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, 10*time.Millisecond, "the filter on every pod", func() bool {
+	await.True(t, 10*time.Second, "the filter on every pod", func() bool {
 		return allEqual(expirations(t, pods, name))
 	})
 	return rdbs
@@ -295,7 +297,7 @@ func TestRESPExpiryReplicates(t *testing.T) {
 	rdbs := reserveEverywhere(t, pods, "f")
 
 	doInt(t, rdbs[0], 1, "EXPIRE", "f", 1000)
-	eventually(t, 10*time.Second, 10*time.Millisecond, "TTL 1000 on every pod", func() bool {
+	await.True(t, 10*time.Second, "TTL 1000 on every pod", func() bool {
 		for _, rdb := range rdbs {
 			if ttl, err := rdb.Do(ctx, "TTL", "f").Int64(); err != nil || ttl < 990 || ttl > 1000 {
 				return false
@@ -304,7 +306,7 @@ func TestRESPExpiryReplicates(t *testing.T) {
 		return true
 	})
 	doInt(t, rdbs[1], 1, "PERSIST", "f")
-	eventually(t, 10*time.Second, 10*time.Millisecond, "PERSIST on every pod", func() bool {
+	await.True(t, 10*time.Second, "PERSIST on every pod", func() bool {
 		for _, rdb := range rdbs {
 			if ttl, err := rdb.Do(ctx, "TTL", "f").Int64(); err != nil || ttl != -1 {
 				return false
@@ -325,7 +327,7 @@ func TestRESPExpiryReplicates(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		eventually(t, 10*time.Second, 10*time.Millisecond, "one expiry on every pod", func() bool {
+		await.True(t, 10*time.Second, "one expiry on every pod", func() bool {
 			return allEqual(expirations(t, pods, "f"))
 		})
 	}
@@ -339,7 +341,7 @@ func TestExpiryConvergesByAntiEntropy(t *testing.T) {
 	ctx := t.Context()
 	reserveEverywhere(t, pods, "f")
 	var inv wire.Inventory
-	err := pods[2].internal.client.Call(ctx, http.MethodGet, wire.InventoryPath, "", nil, &inv)
+	err := pods[2].Internal.Client.Call(ctx, http.MethodGet, wire.InventoryPath, "", nil, &inv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,10 +357,10 @@ func TestExpiryConvergesByAntiEntropy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := pods[2].internal.send(t, http.MethodPost, wire.ApplyPath, string(body)); r.status != http.StatusOK || !strings.Contains(string(r.body), "true") {
-		t.Fatalf("apply on pod c: %d %s", r.status, r.body)
+	if r := pods[2].Internal.Send(t, http.MethodPost, wire.ApplyPath, string(body)); r.Status != http.StatusOK || !strings.Contains(string(r.Body), "true") {
+		t.Fatalf("apply on pod c: %d %s", r.Status, r.Body)
 	}
-	eventually(t, 20*time.Second, 50*time.Millisecond, "anti-entropy to bring pod c's change to a and b", func() bool {
+	await.True(t, 20*time.Second, "anti-entropy to bring pod c's change to a and b", func() bool {
 		got := expirations(t, pods, "f")
 		return allEqual(got) && got[0] == ""
 	})
@@ -368,46 +370,46 @@ func TestExpiryConvergesByAntiEntropy(t *testing.T) {
 // over RESP: one set of filters, one expiry.
 func TestRESTExpiration(t *testing.T) {
 	t.Parallel()
-	tm := newFakeTime()
-	ts := runServerAt(t, tm, nil)
-	rdb := redisClient(t, ts)
-	create(t, ts, "f", client.CreateOptions{})
+	tm := dataplane.NewTime()
+	ts := dataplane.StartAt(t, tm, nil)
+	rdb := dataplane.RedisClient(t, ts)
+	dataplane.Create(t, ts, "f", client.CreateOptions{})
 	path := wire.FilterOpPath("f", wire.OpExpiration)
 
-	deadline := tm.clock.Now().Add(90 * time.Second).UTC().Format(wire.TimeFormat)
-	r := ts.send(t, http.MethodPut, path, `{"expiration": "`+deadline+`"}`)
+	deadline := tm.Clock.Now().Add(90 * time.Second).UTC().Format(wire.TimeFormat)
+	r := ts.Send(t, http.MethodPut, path, `{"expiration": "`+deadline+`"}`)
 	var f wire.Filter
-	if err := json.Unmarshal(r.body, &f); r.status != http.StatusOK || err != nil || f.Expiration != deadline {
-		t.Fatalf("PUT expiration = %d %s; want 200 and the filter expiring at %s", r.status, r.body, deadline)
+	if err := json.Unmarshal(r.Body, &f); r.Status != http.StatusOK || err != nil || f.Expiration != deadline {
+		t.Fatalf("PUT expiration = %d %s; want 200 and the filter expiring at %s", r.Status, r.Body, deadline)
 	}
 	doInt(t, rdb, 90, "TTL", "f")
-	if got := get(t, ts, "f"); got.Expiration != deadline {
+	if got := dataplane.Get(t, ts, "f"); got.Expiration != deadline {
 		t.Errorf("GET after PUT expiration: %q, want %q", got.Expiration, deadline)
 	}
 
 	for body, want := range map[string]string{
-		`{"expiration": "` + tm.clock.Now().UTC().Format(wire.TimeFormat) + `"}`: "is not in the future",
+		`{"expiration": "` + tm.Clock.Now().UTC().Format(wire.TimeFormat) + `"}`: "is not in the future",
 		`{"expiration": "tomorrow"}`:             "is not an RFC 3339 time",
 		`{"expiration": "2300-01-01T00:00:00Z"}`: "the last time a filter can expire at",
 		`{"expiration": 90}`:                     "expect string type",
 		`{"expiry": "2030-01-01T00:00:00Z"}`:     "unknown parameter",
 		`{}`:                                     "expiration",
 	} {
-		if msg := ts.send(t, http.MethodPut, path, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
+		if msg := ts.Send(t, http.MethodPut, path, body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, want) {
 			t.Errorf("PUT expiration %s: %q, want it to contain %q", body, msg, want)
 		}
 	}
-	if r := ts.send(t, http.MethodPut, wire.FilterOpPath("missing", wire.OpExpiration), `{"expiration": "`+deadline+`"}`); r.status != http.StatusNotFound {
-		t.Errorf("PUT expiration of a missing filter: %d, want 404", r.status)
+	if r := ts.Send(t, http.MethodPut, wire.FilterOpPath("missing", wire.OpExpiration), `{"expiration": "`+deadline+`"}`); r.Status != http.StatusNotFound {
+		t.Errorf("PUT expiration of a missing filter: %d, want 404", r.Status)
 	}
 	doInt(t, rdb, 90, "TTL", "f") // no refusal changed anything
 
-	r = ts.send(t, http.MethodDelete, path, "")
+	r = ts.Send(t, http.MethodDelete, path, "")
 	f = wire.Filter{}
-	if err := json.Unmarshal(r.body, &f); r.status != http.StatusOK || err != nil || f.Expiration != "" {
-		t.Fatalf("DELETE expiration = %d %s; want 200 and a filter without expiration", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &f); r.Status != http.StatusOK || err != nil || f.Expiration != "" {
+		t.Fatalf("DELETE expiration = %d %s; want 200 and a filter without expiration", r.Status, r.Body)
 	}
 	doInt(t, rdb, -1, "TTL", "f")
-	tm.clock.Advance(48 * time.Hour) // past the default expiry after create
-	get(t, ts, "f")
+	tm.Clock.Advance(48 * time.Hour) // past the default expiry after create
+	dataplane.Get(t, ts, "f")
 }

@@ -1,4 +1,4 @@
-package run_test
+package httpapi_test
 
 import (
 	"log/slog"

@@ -10,6 +10,9 @@ import (
 	"github.com/bloomery/bloomery/internal/tick"
 )
 
+// The hooks below are for tests only: the harness in test/dataplane, which assembles data planes
+// for the tests of httpapi, resp and metrics as well as run's own, is outside this package.
+
 // SetBeforeRecovery makes Run call f when recovery starts, so that a test can hold recovery open
 // and look at the data plane meanwhile.
 func SetBeforeRecovery(d *DataPlane, f func()) { d.beforeRecovery = f }

@@ -1,19 +1,12 @@
-package run_test
+package httpapi_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -26,345 +19,18 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
-	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/dataplane/wire"
-	"github.com/bloomery/bloomery/internal/tick/ticktest"
+	"github.com/bloomery/bloomery/test/dataplane"
 )
-
-// testServer is the real data-plane handler on a loopback listener, with a typed client for the
-// calls whose bodies are well-formed and raw HTTP for the rest. internal is the same pod's
-// internal port, whose raw requests and client carry the token; ops is its ops port's URL.
-type testServer struct {
-	url      string
-	http     *http.Client
-	client   *client.Client
-	internal *testServer
-	ops      string
-	resp     string // the RESP port's address
-
-	// How the last request's body arrived, as the server saw it.
-	mu                   sync.Mutex
-	lastContentLength    int64
-	lastTransferEncoding []string
-}
-
-// testToken is the internal port's token in these tests.
-const testToken = "the-cluster-token-of-the-tests"
-
-// withToken configures the internal port's token, in a file as a pod has it.
-func withToken(t *testing.T, cfg *config.Config) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(path, []byte(testToken+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg.InternalTokenFile = path
-}
-
-func newTestServer(t *testing.T, configure func(*config.Config)) *testServer {
-	t.Helper()
-	return serve(t, newServer(t, configure))
-}
-
-// newTestServerAt is newTestServer on the test's time.
-func newTestServerAt(t *testing.T, tm *fakeTime, configure func(*config.Config)) *testServer {
-	t.Helper()
-	return serve(t, newServerAt(t, tm, configure))
-}
-
-// serve mounts srv's handlers on httptest servers.
-func serve(t *testing.T, srv *run.DataPlane) *testServer {
-	t.Helper()
-	ts := &testServer{}
-	handler := srv.ClientHandler()
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ts.mu.Lock()
-		ts.lastContentLength, ts.lastTransferEncoding = r.ContentLength, r.TransferEncoding
-		ts.mu.Unlock()
-		handler.ServeHTTP(w, r)
-	}))
-	t.Cleanup(hs.Close)
-	internal := httptest.NewServer(srv.InternalHandler())
-	t.Cleanup(internal.Close)
-	ops := httptest.NewServer(srv.OpsHandler())
-	t.Cleanup(ops.Close)
-	ts.url, ts.http, ts.client = hs.URL, hs.Client(), client.New(hs.URL)
-	ts.internal, ts.ops = newInternalTestServer(internal.URL), ops.URL
-	return ts
-}
-
-// newInternalTestServer is the testServer of an internal port at url.
-func newInternalTestServer(url string) *testServer {
-	return &testServer{
-		url:    url,
-		http:   &http.Client{Transport: bearer{testToken, http.DefaultTransport}},
-		client: client.New(url, client.Internal(testToken)),
-	}
-}
-
-// bearer sends the token with every request, as the operator and peers do.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
-func newServer(t *testing.T, configure func(*config.Config)) *run.DataPlane {
-	t.Helper()
-	return newServerAt(t, nil, configure)
-}
-
-// fakeTime is the time of a data plane whose test moves it: clock decides expiry, and ticker runs
-// the periodic work (purges, snapshot triggers) when the test ticks it.
-type fakeTime struct {
-	clock  *ticktest.Clock
-	ticker *ticktest.Ticker
-}
-
-func newFakeTime() *fakeTime {
-	// Now, so that creation times look as the replication's checks of the wall clock expect.
-	return &fakeTime{clock: ticktest.NewClock(time.Now().Truncate(time.Millisecond)), ticker: new(ticktest.Ticker)}
-}
-
-// newServerAt is newServer on tm's time; nil is the wall clock's.
-func newServerAt(t *testing.T, tm *fakeTime, configure func(*config.Config)) *run.DataPlane {
-	t.Helper()
-	cfg := config.Default()
-	withToken(t, &cfg)
-	if configure != nil {
-		configure(&cfg)
-	}
-	log := slog.New(slog.DiscardHandler)
-	var srv *run.DataPlane
-	var err error
-	if tm == nil {
-		srv, err = run.New(cfg, log)
-	} else {
-		srv, err = run.NewWithTime(cfg, log, tm.clock.Now, tm.ticker.Every)
-	}
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	return srv
-}
-
-// runServer serves with (*Server).Run, the production path, which also runs the background
-// purge of expired filters that a bare Handler does not.
-func runServer(t *testing.T, configure func(*config.Config)) *testServer {
-	t.Helper()
-	return runServerAt(t, nil, configure)
-}
-
-// runServerAt is runServer on tm's time; nil is the wall clock's.
-func runServerAt(t *testing.T, tm *fakeTime, configure func(*config.Config)) *testServer {
-	t.Helper()
-	srv := newServerAt(t, tm, func(cfg *config.Config) {
-		cfg.DataDir = t.TempDir()
-		if configure != nil {
-			configure(cfg)
-		}
-	})
-	ts, stop := startRun(t, srv)
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	waitUntilReady(t, ts)
-	return ts
-}
-
-// startRun runs srv on loopback listeners; stop cancels Run and returns what it returned. It
-// does not wait for readiness: the server answers HTTP while it recovers.
-func startRun(t *testing.T, srv *run.DataPlane) (ts *testServer, stop func() error) {
-	t.Helper()
-	ls := run.Listeners{Client: listenLoopback(t), Internal: listenLoopback(t), Ops: listenLoopback(t), RESP: listenLoopback(t)}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, ls) }()
-	var once sync.Once
-	var runErr error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			runErr = <-done
-		})
-		return runErr
-	}
-	url := "http://" + ls.Client.Addr().String()
-	return &testServer{
-		url: url, http: &http.Client{}, client: client.New(url),
-		internal: newInternalTestServer("http://" + ls.Internal.Addr().String()),
-		ops:      "http://" + ls.Ops.Addr().String(),
-		resp:     ls.RESP.Addr().String(),
-	}, stop
-}
-
-func listenLoopback(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	return ln
-}
-
-// waitUntilReady waits for /readyz to answer 200: the filter API answers 503 while the server
-// recovers, and tests start once it is ready, as a Service would send it traffic.
-func waitUntilReady(t *testing.T, ts *testServer) {
-	t.Helper()
-	eventually(t, 30*time.Second, time.Millisecond, "readiness", func() bool {
-		return ts.send(t, http.MethodGet, "/readyz", "").status == http.StatusOK
-	})
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   []byte
-}
-
-// send sends body with a Content-Length; an empty body is sent as no body at all.
-func (s *testServer) send(t *testing.T, method, path, body string) response {
-	t.Helper()
-	var r io.Reader
-	if body != "" {
-		r = strings.NewReader(body)
-	}
-	return s.sendReader(t, method, path, r)
-}
-
-// sendChunked sends body with chunked transfer encoding: a reader of unknown length.
-func (s *testServer) sendChunked(t *testing.T, method, path, body string) response {
-	t.Helper()
-	return s.sendReader(t, method, path, io.MultiReader(strings.NewReader(body)))
-}
-
-func (s *testServer) sendReader(t *testing.T, method, path string, body io.Reader) response {
-	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), method, s.url+path, body)
-	if err != nil {
-		t.Fatalf("building %s %s: %v", method, path, err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := s.http.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("%s %s: reading the answer: %v", method, path, err)
-	}
-	return response{resp.StatusCode, resp.Header, raw}
-}
-
-// wantError asserts the status and the error body's exact shape, {"error": "...", "code": n},
-// served as JSON, and returns the message.
-func (r response) wantError(t *testing.T, status, code int) string {
-	t.Helper()
-	if r.status != status {
-		t.Fatalf("status = %d (body %s), want %d", r.status, r.body, status)
-	}
-	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		t.Errorf("Content-Type = %q, want application/json", ct)
-	}
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(r.body, &fields); err != nil {
-		t.Fatalf("error body %s is not a JSON object: %v", r.body, err)
-	}
-	if len(fields) != 2 || fields["error"] == nil || fields["code"] == nil {
-		t.Fatalf("error body %s, want exactly the fields error and code", r.body)
-	}
-	var eb wire.ErrorBody
-	if err := json.Unmarshal(r.body, &eb); err != nil {
-		t.Fatalf("error body %s: %v", r.body, err)
-	}
-	if eb.Code != code || eb.Error == "" {
-		t.Fatalf("error body %s, want code %d and a message", r.body, code)
-	}
-	return eb.Error
-}
-
-// wantJSON asserts a 2xx status and decodes the body into out.
-func (r response) wantJSON(t *testing.T, status int, out any) {
-	t.Helper()
-	if r.status != status {
-		t.Fatalf("status = %d (body %s), want %d", r.status, r.body, status)
-	}
-	if err := json.Unmarshal(r.body, out); err != nil {
-		t.Fatalf("body %s: %v", r.body, err)
-	}
-}
-
-// wantAPIError asserts that err is the client's *Error with that status and code, and returns a
-// copy of it.
-func wantAPIError(t *testing.T, err error, status, code int) client.Error {
-	t.Helper()
-	e, ok := errors.AsType[*client.Error](err)
-	if !ok {
-		t.Fatalf("error = %v, want a *client.Error with status %d", err, status)
-	}
-	if e.Status != status || e.Code != code {
-		t.Fatalf("error = %v, want status %d and code %d", e, status, code)
-	}
-	return *e
-}
-
-func create(t *testing.T, s *testServer, name string, opts client.CreateOptions) wire.Filter {
-	t.Helper()
-	f, created, err := s.client.Create(t.Context(), name, opts)
-	if err != nil || !created {
-		t.Fatalf("Create(%s) = created %v, %v; want created", name, created, err)
-	}
-	return f
-}
-
-func get(t *testing.T, s *testServer, name string) wire.Filter {
-	t.Helper()
-	f, err := s.client.Get(t.Context(), name)
-	if err != nil {
-		t.Fatalf("Get(%s): %v", name, err)
-	}
-	return f
-}
-
-func multiCheck(t *testing.T, s *testServer, name string, values []string) []bool {
-	t.Helper()
-	got, err := s.client.MultiCheck(t.Context(), name, values)
-	if err != nil {
-		t.Fatalf("MultiCheck(%s): %v", name, err)
-	}
-	return got
-}
-
-// eventually polls cond every interval until it holds, or fails the test after timeout.
-func eventually(t *testing.T, timeout, interval time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not happen within %s", what, timeout)
-		}
-		time.Sleep(interval)
-	}
-}
 
 func TestPing(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	r := s.send(t, http.MethodGet, "/v1/ping", "")
-	if r.status != http.StatusOK || string(r.body) != "pong" {
-		t.Fatalf("GET /v1/ping = %d %q, want 200 pong", r.status, r.body)
+	s := dataplane.Handlers(t, nil)
+	r := s.Send(t, http.MethodGet, "/v1/ping", "")
+	if r.Status != http.StatusOK || string(r.Body) != "pong" {
+		t.Fatalf("GET /v1/ping = %d %q, want 200 pong", r.Status, r.Body)
 	}
-	if err := s.client.Ping(t.Context()); err != nil {
+	if err := s.Client.Ping(t.Context()); err != nil {
 		t.Fatalf("client Ping: %v", err)
 	}
 }
@@ -372,56 +38,56 @@ func TestPing(t *testing.T) {
 // A create of an existing filter answers it unchanged with 200, unless overwrite is true.
 func TestCreateExistingFilter(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	ctx := t.Context()
 
-	r := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000,"fpp":0.001}`)
+	r := s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000,"fpp":0.001}`)
 	var first wire.Filter
-	r.wantJSON(t, http.StatusCreated, &first)
-	if err := s.client.MultiSet(ctx, "f", []string{"a", "b"}); err != nil {
+	r.WantJSON(t, http.StatusCreated, &first)
+	if err := s.Client.MultiSet(ctx, "f", []string{"a", "b"}); err != nil {
 		t.Fatalf("MultiSet: %v", err)
 	}
 
 	for _, body := range []string{`{"expectedInsertions":5000}`, `{"expectedInsertions":5000,"overwrite":false}`, ``} {
 		var again wire.Filter
-		s.send(t, http.MethodPut, "/v1/bloomfilter/f", body).wantJSON(t, http.StatusOK, &again)
+		s.Send(t, http.MethodPut, "/v1/bloomfilter/f", body).WantJSON(t, http.StatusOK, &again)
 		if again.ExpectedInsertions != 1000 || again.FPP != 0.001 || again.Created != first.Created || again.Items != 2 {
 			t.Errorf("PUT %s on an existing filter answered %+v, want the existing filter (1000, 0.001, %s, 2 items)",
 				body, again, first.Created)
 		}
 	}
-	if got := multiCheck(t, s, "f", []string{"a", "b"}); !slices.Equal(got, []bool{true, true}) {
+	if got := dataplane.MultiCheck(t, s, "f", []string{"a", "b"}); !slices.Equal(got, []bool{true, true}) {
 		t.Errorf("values after repeated creates = %v, want both still present", got)
 	}
 
 	// The answer names the fields the existing filter kept its own values of, and failIfExists
 	// refuses instead, as RedisBloom's BF.RESERVE does.
 	var kept wire.Filter
-	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"fpp":0.001,"growth":4}`).wantJSON(t, http.StatusOK, &kept)
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"fpp":0.001,"growth":4}`).WantJSON(t, http.StatusOK, &kept)
 	if !slices.Equal(kept.IgnoredParameters, []string{"expectedInsertions", "growth"}) {
 		t.Errorf("ignoredParameters = %v, want expectedInsertions and growth (fpp is the same)", kept.IgnoredParameters)
 	}
 	var same map[string]any
-	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000}`).wantJSON(t, http.StatusOK, &same)
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000}`).WantJSON(t, http.StatusOK, &same)
 	if _, ok := same["ignoredParameters"]; ok {
 		t.Errorf("a create with the filter's own parameters answered ignoredParameters: %v", same)
 	}
-	msg := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"fpp":0.01,"failIfExists":true}`).wantError(t, http.StatusConflict, wire.CodeFilterExists)
+	msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"fpp":0.01,"failIfExists":true}`).WantError(t, http.StatusConflict, wire.CodeFilterExists)
 	if msg != `filter "f" exists with other fpp; overwrite: true replaces it, empty` {
 		t.Errorf("failIfExists on an existing filter: %q", msg)
 	}
-	s.send(t, http.MethodPut, "/v1/bloomfilter/g", `{"failIfExists":true}`).wantJSON(t, http.StatusCreated, new(wire.Filter))
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/g", `{"failIfExists":true}`).WantJSON(t, http.StatusCreated, new(wire.Filter))
 
 	var replaced wire.Filter
-	s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"overwrite":true}`).
-		wantJSON(t, http.StatusCreated, &replaced)
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":5000,"overwrite":true}`).
+		WantJSON(t, http.StatusCreated, &replaced)
 	if replaced.ExpectedInsertions != 5000 || replaced.FPP != config.Default().DefaultFPP || replaced.Items != 0 {
 		t.Errorf("overwrite answered %+v, want a new empty filter of 5000 with the default fpp", replaced)
 	}
-	if got := multiCheck(t, s, "f", []string{"a", "b"}); !slices.Equal(got, []bool{false, false}) {
+	if got := dataplane.MultiCheck(t, s, "f", []string{"a", "b"}); !slices.Equal(got, []bool{false, false}) {
 		t.Errorf("values after overwrite = %v, want both gone", got)
 	}
-	if got := get(t, s, "f"); got.ExpectedInsertions != 5000 || got.Items != 0 {
+	if got := dataplane.Get(t, s, "f"); got.ExpectedInsertions != 5000 || got.Items != 0 {
 		t.Errorf("GET after overwrite = %+v, want the new filter", got)
 	}
 }
@@ -443,27 +109,27 @@ func parseTime(t *testing.T, field, s string) time.Time {
 
 func TestFilterJSON(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	ctx := t.Context()
 
 	before := time.Now().UTC().Truncate(time.Millisecond)
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01),
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01),
 		ValidPeriodAfterCreate: new(int64(3600))})
 	after := time.Now().UTC()
 	for i := range 10 {
-		if err := s.client.Set(ctx, "f", fmt.Sprint("value-", i)); err != nil {
+		if err := s.Client.Set(ctx, "f", fmt.Sprint("value-", i)); err != nil {
 			t.Fatalf("Set: %v", err)
 		}
 	}
 
-	r := s.send(t, http.MethodGet, "/v1/bloomfilter/f", "")
+	r := s.Send(t, http.MethodGet, "/v1/bloomfilter/f", "")
 	var raw map[string]any
-	r.wantJSON(t, http.StatusOK, &raw)
+	r.WantJSON(t, http.StatusOK, &raw)
 	if _, ok := raw["validPeriodAfterAccess"]; ok {
-		t.Errorf("GET %s has validPeriodAfterAccess, want it absent without sliding expiry", r.body)
+		t.Errorf("GET %s has validPeriodAfterAccess, want it absent without sliding expiry", r.Body)
 	}
 	var f wire.Filter
-	r.wantJSON(t, http.StatusOK, &f)
+	r.WantJSON(t, http.StatusOK, &f)
 	created := parseTime(t, "created", f.Created)
 	if created.Before(before) || created.After(after) {
 		t.Errorf("created = %s, want between %s and %s", created, before, after)
@@ -482,9 +148,9 @@ func TestFilterJSON(t *testing.T) {
 	}
 
 	// An empty filter's rates are plain zeros, not -0.
-	empty := s.send(t, http.MethodPut, "/v1/bloomfilter/empty", `{}`)
-	if !strings.Contains(string(empty.body), `"estimatedFpp":0}`) || !strings.Contains(string(empty.body), `"fillRatio":0,`) {
-		t.Errorf("empty filter = %s, want fillRatio and estimatedFpp 0", empty.body)
+	empty := s.Send(t, http.MethodPut, "/v1/bloomfilter/empty", `{}`)
+	if !strings.Contains(string(empty.Body), `"estimatedFpp":0}`) || !strings.Contains(string(empty.Body), `"fillRatio":0,`) {
+		t.Errorf("empty filter = %s, want fillRatio and estimatedFpp 0", empty.Body)
 	}
 
 	// The other kinds of expiry and shape.
@@ -528,11 +194,11 @@ func TestFilterJSON(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			path := "/v1/bloomfilter/" + strings.ReplaceAll(tt.name, " ", "-")
 			var f wire.Filter
-			s.send(t, http.MethodPut, path, tt.body).wantJSON(t, http.StatusCreated, &f)
-			r := s.send(t, http.MethodGet, path, "")
+			s.Send(t, http.MethodPut, path, tt.body).WantJSON(t, http.StatusCreated, &f)
+			r := s.Send(t, http.MethodGet, path, "")
 			var raw map[string]any
-			r.wantJSON(t, http.StatusOK, &raw)
-			r.wantJSON(t, http.StatusOK, &f)
+			r.WantJSON(t, http.StatusOK, &raw)
+			r.WantJSON(t, http.StatusOK, &f)
 			tt.check(t, raw, f)
 		})
 	}
@@ -540,14 +206,14 @@ func TestFilterJSON(t *testing.T) {
 
 func TestEmptyCreateBodyUsesConfiguredDefaults(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, func(cfg *config.Config) {
+	s := dataplane.Handlers(t, func(cfg *config.Config) {
 		cfg.DefaultExpectedInsertions = 5000
 		cfg.DefaultFPP = 0.02
 		cfg.DefaultValidAfterCreate = 2 * time.Hour
 	})
 	for i, body := range []string{"", "{}", " \n\t "} {
 		var f wire.Filter
-		s.send(t, http.MethodPut, fmt.Sprint("/v1/bloomfilter/f", i), body).wantJSON(t, http.StatusCreated, &f)
+		s.Send(t, http.MethodPut, fmt.Sprint("/v1/bloomfilter/f", i), body).WantJSON(t, http.StatusCreated, &f)
 		d := parseTime(t, "expiration", f.Expiration).Sub(parseTime(t, "created", f.Created))
 		if f.ExpectedInsertions != 5000 || f.FPP != 0.02 || d != 2*time.Hour || !f.Scalable || f.ValidPeriodAfterAccess != 0 {
 			t.Errorf("PUT with body %q = %+v (expires after %s), want 5000, 0.02, 2h, scalable", body, f, d)
@@ -557,48 +223,48 @@ func TestEmptyCreateBodyUsesConfiguredDefaults(t *testing.T) {
 
 func TestListAndDelete(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	ctx := t.Context()
 
-	r := s.send(t, http.MethodGet, "/v1/bloomfilter/list", "")
-	if r.status != http.StatusOK || strings.TrimSpace(string(r.body)) != "[]" {
-		t.Fatalf("list of no filters = %d %s, want 200 []", r.status, r.body)
+	r := s.Send(t, http.MethodGet, "/v1/bloomfilter/list", "")
+	if r.Status != http.StatusOK || strings.TrimSpace(string(r.Body)) != "[]" {
+		t.Fatalf("list of no filters = %d %s, want 200 []", r.Status, r.Body)
 	}
 	names := []string{"delta", "Alpha", "charlie", "bravo", "a.b", "a-b", "a_b", "0"}
 	for _, name := range names {
-		create(t, s, name, client.CreateOptions{ExpectedInsertions: new(uint64(100))})
+		dataplane.Create(t, s, name, client.CreateOptions{ExpectedInsertions: new(uint64(100))})
 	}
 	var listed []string
-	s.send(t, http.MethodGet, "/v1/bloomfilter/list", "").wantJSON(t, http.StatusOK, &listed)
+	s.Send(t, http.MethodGet, "/v1/bloomfilter/list", "").WantJSON(t, http.StatusOK, &listed)
 	want := slices.Sorted(slices.Values(names))
 	if !slices.Equal(listed, want) {
 		t.Fatalf("list = %q, want %q", listed, want)
 	}
 
-	if err := s.client.Set(ctx, "bravo", "v"); err != nil {
+	if err := s.Client.Set(ctx, "bravo", "v"); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 	for range 2 { // the second delete finds nothing and still succeeds
-		r := s.send(t, http.MethodDelete, "/v1/bloomfilter/bravo", "")
-		if r.status != http.StatusOK {
-			t.Fatalf("DELETE = %d %s, want 200", r.status, r.body)
+		r := s.Send(t, http.MethodDelete, "/v1/bloomfilter/bravo", "")
+		if r.Status != http.StatusOK {
+			t.Fatalf("DELETE = %d %s, want 200", r.Status, r.Body)
 		}
 	}
-	s.send(t, http.MethodGet, "/v1/bloomfilter/bravo", "").wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
-	if got, _ := s.client.List(ctx); slices.Contains(got, "bravo") || len(got) != len(names)-1 {
+	s.Send(t, http.MethodGet, "/v1/bloomfilter/bravo", "").WantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+	if got, _ := s.Client.List(ctx); slices.Contains(got, "bravo") || len(got) != len(names)-1 {
 		t.Errorf("list after delete = %q, want every name but bravo", got)
 	}
 	// A filter created again under the deleted name starts empty.
-	create(t, s, "bravo", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
-	if present, err := s.client.Check(ctx, "bravo", "v"); err != nil || present {
+	dataplane.Create(t, s, "bravo", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
+	if present, err := s.Client.Check(ctx, "bravo", "v"); err != nil || present {
 		t.Errorf("Check on the re-created filter = %v, %v; want false", present, err)
 	}
 }
 
 func TestValueEndpoints(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-6)})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-6)})
 
 	steps := []struct {
 		path, body string
@@ -621,15 +287,15 @@ func TestValueEndpoints(t *testing.T) {
 		{"multi-set", `{"values":[]}`, 200, ``},
 	}
 	for _, step := range steps {
-		r := s.send(t, http.MethodPost, "/v1/bloomfilter/f/"+step.path, step.body)
-		if r.status != step.status || strings.TrimSpace(string(r.body)) != step.want {
-			t.Fatalf("POST %s %s = %d %q, want %d %q", step.path, step.body, r.status, r.body, step.status, step.want)
+		r := s.Send(t, http.MethodPost, "/v1/bloomfilter/f/"+step.path, step.body)
+		if r.Status != step.status || strings.TrimSpace(string(r.Body)) != step.want {
+			t.Fatalf("POST %s %s = %d %q, want %d %q", step.path, step.body, r.Status, r.Body, step.status, step.want)
 		}
-		if step.want != "" && !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") {
-			t.Errorf("POST %s: Content-Type %q, want application/json", step.path, r.header.Get("Content-Type"))
+		if step.want != "" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			t.Errorf("POST %s: Content-Type %q, want application/json", step.path, r.Header.Get("Content-Type"))
 		}
 	}
-	if f := get(t, s, "f"); f.Items != 6 {
+	if f := dataplane.Get(t, s, "f"); f.Items != 6 {
 		t.Errorf("items = %d, want 6 (a b c d e f)", f.Items)
 	}
 }
@@ -638,10 +304,10 @@ func TestValueEndpoints(t *testing.T) {
 // what it expects) and changes nothing.
 func TestValidationMessages(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	ctx := t.Context()
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-6)})
-	if err := s.client.Set(ctx, "f", "kept"); err != nil {
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-6)})
+	if err := s.Client.Set(ctx, "f", "kept"); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 
@@ -741,7 +407,7 @@ func TestValidationMessages(t *testing.T) {
 	for _, ep := range endpoints {
 		for _, tt := range ep.cases {
 			t.Run(ep.method+" "+ep.path+" "+tt.body, func(t *testing.T) {
-				msg := s.send(t, ep.method, ep.path, tt.body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+				msg := s.Send(t, ep.method, ep.path, tt.body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 				if tt.want != "" && msg != tt.want {
 					t.Errorf("message = %q, want %q", msg, tt.want)
 				}
@@ -755,13 +421,13 @@ func TestValidationMessages(t *testing.T) {
 	}
 
 	// Nothing changed: no filter was created, f still holds exactly what it held.
-	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"f"}) {
+	if names, err := s.Client.List(ctx); err != nil || !slices.Equal(names, []string{"f"}) {
 		t.Errorf("list = %q, %v; want only f", names, err)
 	}
-	if f := get(t, s, "f"); f.Items != 1 || f.FPP != 1e-6 {
+	if f := dataplane.Get(t, s, "f"); f.Items != 1 || f.FPP != 1e-6 {
 		t.Errorf("f = %+v, want 1 item and fpp 1e-6 as created", f)
 	}
-	if got := multiCheck(t, s, "f", []string{"kept", "new"}); !slices.Equal(got, []bool{true, false}) {
+	if got := dataplane.MultiCheck(t, s, "f", []string{"kept", "new"}); !slices.Equal(got, []bool{true, false}) {
 		t.Errorf("check kept, new = %v, want [true false]", got)
 	}
 }
@@ -769,11 +435,11 @@ func TestValidationMessages(t *testing.T) {
 // Messages are written as they read: `>` and `&` are not HTML-escaped to \u003e and \u0026.
 func TestErrorBodyIsNotHTMLEscaped(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	r := s.send(t, http.MethodPut, "/v1/bloomfilter/f", `{"fpp":1.5}`)
-	r.wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
-	if want := `expected: > 0 && < 1, actual: 1.5`; !bytes.Contains(r.body, []byte(want)) {
-		t.Errorf("body = %s, want it to contain %s literally", r.body, want)
+	s := dataplane.Handlers(t, nil)
+	r := s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"fpp":1.5}`)
+	r.WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	if want := `expected: > 0 && < 1, actual: 1.5`; !bytes.Contains(r.Body, []byte(want)) {
+		t.Errorf("body = %s, want it to contain %s literally", r.Body, want)
 	}
 }
 
@@ -781,7 +447,7 @@ func TestErrorBodyIsNotHTMLEscaped(t *testing.T) {
 // filter exists, and only a good body on a missing filter is a 404.
 func TestBodyValidatedBeforeLookup(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	tests := []struct{ path, bad, good string }{
 		{"check", `{"value":1}`, `{"value":"a"}`},
 		{"check-and-set", `{}`, `{"value":"a"}`},
@@ -793,28 +459,28 @@ func TestBodyValidatedBeforeLookup(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.path, func(t *testing.T) {
 			path := "/v1/bloomfilter/missing/" + tt.path
-			s.send(t, http.MethodPost, path, tt.bad).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
-			msg := s.send(t, http.MethodPost, path, tt.good).wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+			s.Send(t, http.MethodPost, path, tt.bad).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+			msg := s.Send(t, http.MethodPost, path, tt.good).WantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
 			if !strings.Contains(msg, `"missing"`) {
 				t.Errorf("message %q should name the filter", msg)
 			}
 		})
 	}
-	s.send(t, http.MethodGet, "/v1/bloomfilter/missing", "").wantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
+	s.Send(t, http.MethodGet, "/v1/bloomfilter/missing", "").WantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
 }
 
 func TestFilterNames(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	longest := strings.Repeat("n", 253)
 
 	valid := []string{longest, "A-z_0.9", "x", "user:123"}
 	for _, name := range valid {
-		r := s.send(t, http.MethodPut, "/v1/bloomfilter/"+name, `{"expectedInsertions":10}`)
-		if r.status != http.StatusCreated {
-			t.Fatalf("PUT a valid name of %d characters = %d %s, want 201", len(name), r.status, r.body)
+		r := s.Send(t, http.MethodPut, "/v1/bloomfilter/"+name, `{"expectedInsertions":10}`)
+		if r.Status != http.StatusCreated {
+			t.Fatalf("PUT a valid name of %d characters = %d %s, want 201", len(name), r.Status, r.Body)
 		}
-		s.send(t, http.MethodPost, "/v1/bloomfilter/"+name+"/check", `{"value":"v"}`).wantJSON(t, http.StatusOK, new(bool))
+		s.Send(t, http.MethodPost, "/v1/bloomfilter/"+name+"/check", `{"value":"v"}`).WantJSON(t, http.StatusOK, new(bool))
 	}
 
 	invalid := []struct{ what, path string }{
@@ -837,8 +503,8 @@ func TestFilterNames(t *testing.T) {
 			{http.MethodPost, "/multi-set", `{"values":["v"]}`},
 		} {
 			t.Run(tt.what+" "+req.method+req.suffix, func(t *testing.T) {
-				msg := s.send(t, req.method, "/v1/bloomfilter/"+tt.path+req.suffix, req.body).
-					wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+				msg := s.Send(t, req.method, "/v1/bloomfilter/"+tt.path+req.suffix, req.body).
+					WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 				if !strings.HasPrefix(msg, `invalid parameter: "name".`) {
 					t.Errorf("message = %q, want it to start with invalid parameter: \"name\".", msg)
 				}
@@ -846,7 +512,7 @@ func TestFilterNames(t *testing.T) {
 		}
 	}
 	// A name with a slash says why it cannot be one.
-	if msg := s.send(t, http.MethodPut, "/v1/bloomfilter/a%2Fb", `{}`).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "contains '/': a name is one segment of the path") {
+	if msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/a%2Fb", `{}`).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, "contains '/': a name is one segment of the path") {
 		t.Errorf("a name with a slash: %q", msg)
 	}
 	// "list" is reserved: GET lists, and the other methods refuse the name instead of 405.
@@ -855,27 +521,27 @@ func TestFilterNames(t *testing.T) {
 		{http.MethodDelete, "/v1/bloomfilter/list", ``},
 		{http.MethodPost, "/v1/bloomfilter/list/check", `{"value":"v"}`},
 	} {
-		msg := s.send(t, req.method, req.path, req.body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		msg := s.Send(t, req.method, req.path, req.body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 		if !strings.Contains(msg, `"list"`) {
 			t.Errorf("%s %s: message = %q, want it to name \"list\"", req.method, req.path, msg)
 		}
 	}
 
 	// Percent-encoded letters are the letters: %61bc is abc.
-	s.send(t, http.MethodPut, "/v1/bloomfilter/%61bc", `{}`).wantJSON(t, http.StatusCreated, new(wire.Filter))
-	if r := s.send(t, http.MethodPost, "/v1/bloomfilter/abc/set", `{"value":"v"}`); r.status != http.StatusOK {
-		t.Fatalf("set through /abc = %d %s", r.status, r.body)
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/%61bc", `{}`).WantJSON(t, http.StatusCreated, new(wire.Filter))
+	if r := s.Send(t, http.MethodPost, "/v1/bloomfilter/abc/set", `{"value":"v"}`); r.Status != http.StatusOK {
+		t.Fatalf("set through /abc = %d %s", r.Status, r.Body)
 	}
 	var present bool
-	s.send(t, http.MethodPost, "/v1/bloomfilter/ab%63/check", `{"value":"v"}`).wantJSON(t, http.StatusOK, &present)
+	s.Send(t, http.MethodPost, "/v1/bloomfilter/ab%63/check", `{"value":"v"}`).WantJSON(t, http.StatusOK, &present)
 	if !present {
 		t.Error("a value set through /abc was not found through /ab%63")
 	}
-	if r := s.send(t, http.MethodDelete, "/v1/bloomfilter/%61bc", ""); r.status != http.StatusOK {
-		t.Fatalf("delete through /%%61bc = %d %s", r.status, r.body)
+	if r := s.Send(t, http.MethodDelete, "/v1/bloomfilter/%61bc", ""); r.Status != http.StatusOK {
+		t.Fatalf("delete through /%%61bc = %d %s", r.Status, r.Body)
 	}
 
-	names, err := s.client.List(t.Context())
+	names, err := s.Client.List(t.Context())
 	if want := slices.Sorted(slices.Values(valid)); err != nil || !slices.Equal(names, want) {
 		t.Errorf("list = %d names (%v), want exactly the %d valid ones", len(names), err, len(want))
 	}
@@ -883,8 +549,8 @@ func TestFilterNames(t *testing.T) {
 
 func TestUnicodeAndEmptyValues(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
 
 	values := []string{
 		"",              // empty string
@@ -897,38 +563,38 @@ func TestUnicodeAndEmptyValues(t *testing.T) {
 		"a\nb\t\"c\\",   // characters JSON escapes
 		"<script>&amp;", // characters HTML escaping would touch
 	}
-	got, err := s.client.MultiCheckAndSet(t.Context(), "f", values)
+	got, err := s.Client.MultiCheckAndSet(t.Context(), "f", values)
 	if err != nil || !slices.Equal(got, make([]bool, len(values))) {
 		t.Fatalf("MultiCheckAndSet of distinct strings = %v, %v; want all false", got, err)
 	}
 	for _, v := range values {
-		if present, err := s.client.CheckAndSet(t.Context(), "f", v); err != nil || !present {
+		if present, err := s.Client.CheckAndSet(t.Context(), "f", v); err != nil || !present {
 			t.Errorf("CheckAndSet(%q) after insert = %v, %v; want true", v, present, err)
 		}
 	}
 	// JSON escapes name the same strings as the raw UTF-8.
 	escaped := `{"values":["\ud83d\ude00","\u65e5\u672c\u8a9e","\u00e9","e\u0301","","\u0000","\u00e8"]}`
 	var answers []bool
-	s.send(t, http.MethodPost, "/v1/bloomfilter/f/multi-check", escaped).wantJSON(t, http.StatusOK, &answers)
+	s.Send(t, http.MethodPost, "/v1/bloomfilter/f/multi-check", escaped).WantJSON(t, http.StatusOK, &answers)
 	if want := []bool{true, true, true, true, true, true, false}; !slices.Equal(answers, want) {
 		t.Errorf("multi-check of escaped forms = %v, want %v (è was never added)", answers, want)
 	}
-	if f := get(t, s, "f"); f.Items != uint64(len(values)) {
+	if f := dataplane.Get(t, s, "f"); f.Items != uint64(len(values)) {
 		t.Errorf("items = %d, want %d", f.Items, len(values))
 	}
 }
 
 func TestDuplicatesWithinOneBatch(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
 	var got []bool
-	s.send(t, http.MethodPost, "/v1/bloomfilter/f/multi-check-and-set", `{"values":["a","b","a","c","b","a"]}`).
-		wantJSON(t, http.StatusOK, &got)
+	s.Send(t, http.MethodPost, "/v1/bloomfilter/f/multi-check-and-set", `{"values":["a","b","a","c","b","a"]}`).
+		WantJSON(t, http.StatusOK, &got)
 	if want := []bool{false, false, true, false, true, true}; !slices.Equal(got, want) {
 		t.Fatalf("multi-check-and-set with duplicates = %v, want %v", got, want)
 	}
-	if f := get(t, s, "f"); f.Items != 3 {
+	if f := dataplane.Get(t, s, "f"); f.Items != 3 {
 		t.Errorf("items = %d, want 3", f.Items)
 	}
 }
@@ -938,8 +604,8 @@ func TestDuplicatesWithinOneBatch(t *testing.T) {
 // numeric IDs would never notice.
 func TestNonStringValues(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(1e-9)})
 
 	for body, want := range map[string]string{
 		`{"values":["x","y",7]}`:         "element 2 is not a string but 7",
@@ -949,13 +615,13 @@ func TestNonStringValues(t *testing.T) {
 		`{"values":["x",["y"]]}`:         `element 1 is not a string but ["y"]`,
 	} {
 		for _, path := range []string{"multi-check-and-set", "multi-check", "multi-set"} {
-			msg := s.send(t, http.MethodPost, "/v1/bloomfilter/f/"+path, body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+			msg := s.Send(t, http.MethodPost, "/v1/bloomfilter/f/"+path, body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 			if !strings.Contains(msg, want) || !strings.Contains(msg, `send the number 12345 as "12345"`) {
 				t.Errorf("%s %s: %q, want it to name %q and say what to send", path, body, msg, want)
 			}
 		}
 	}
-	if got := multiCheck(t, s, "f", []string{"x", "y", "7"}); !slices.Equal(got, []bool{false, false, false}) {
+	if got := dataplane.MultiCheck(t, s, "f", []string{"x", "y", "7"}); !slices.Equal(got, []bool{false, false, false}) {
 		t.Errorf("after refused requests the filter holds %v of x, y, 7; want none", got)
 	}
 }
@@ -964,72 +630,35 @@ func TestNonStringValues(t *testing.T) {
 // then on, at once, before any purge.
 func TestExpiryAfterCreate(t *testing.T) {
 	t.Parallel()
-	tm := newFakeTime()
-	s := newTestServerAt(t, tm, nil)
+	tm := dataplane.NewTime()
+	s := dataplane.HandlersAt(t, tm, nil)
 	ctx := t.Context()
-	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterCreate: new(int64(1))})
-	create(t, s, "stays", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
+	f := dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterCreate: new(int64(1))})
+	dataplane.Create(t, s, "stays", client.CreateOptions{ExpectedInsertions: new(uint64(100))})
 	created, expiration := parseTime(t, "created", f.Created), parseTime(t, "expiration", f.Expiration)
 	if d := expiration.Sub(created); d != time.Second {
 		t.Fatalf("expiration - created = %s, want 1s", d)
 	}
-	if !created.Equal(tm.clock.Now()) {
-		t.Fatalf("created = %s, want the time of the create, %s", created, tm.clock.Now())
+	if !created.Equal(tm.Clock.Now()) {
+		t.Fatalf("created = %s, want the time of the create, %s", created, tm.Clock.Now())
 	}
 
-	tm.clock.Advance(time.Second - time.Millisecond)
-	if _, err := s.client.Get(ctx, "f"); err != nil {
+	tm.Clock.Advance(time.Second - time.Millisecond)
+	if _, err := s.Client.Get(ctx, "f"); err != nil {
 		t.Fatalf("Get a millisecond before the expiration: %v", err)
 	}
-	tm.clock.Advance(time.Millisecond)
-	_, err := s.client.Get(ctx, "f")
-	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
+	tm.Clock.Advance(time.Millisecond)
+	_, err := s.Client.Get(ctx, "f")
+	dataplane.WantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 	// Expired is absent for every endpoint, at once: this server runs no purge.
-	_, err = s.client.CheckAndSet(ctx, "f", "v")
-	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
-	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"stays"}) {
+	_, err = s.Client.CheckAndSet(ctx, "f", "v")
+	dataplane.WantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
+	if names, err := s.Client.List(ctx); err != nil || !slices.Equal(names, []string{"stays"}) {
 		t.Errorf("list after expiry = %q, %v; want [stays]", names, err)
 	}
 	// The name is free again.
-	if _, created, err := s.client.Create(ctx, "f", client.CreateOptions{}); err != nil || !created {
+	if _, created, err := s.Client.Create(ctx, "f", client.CreateOptions{}); err != nil || !created {
 		t.Errorf("create after expiry = created %v, %v; want a new filter", created, err)
-	}
-}
-
-// The background purge gives an expired filter's memory back: with room for one filter, a second
-// fits once the first has expired and been purged.
-func TestPurgeReleasesMemory(t *testing.T) {
-	t.Parallel()
-	const purgeInterval = 10 * time.Second
-	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
-	tm := newFakeTime()
-	s := runServerAt(t, tm, func(cfg *config.Config) {
-		cfg.PurgeInterval = purgeInterval
-		cfg.MaxTotalBytes = 2000 + filter.FilterOverhead // one filter of 1000 at 1% takes about 1.4 KB, and its overhead
-	})
-	ctx := t.Context()
-	expiring := opts
-	expiring.ValidPeriodAfterCreate = new(int64(1))
-	f := create(t, s, "expiring", expiring)
-	if f.SizeBytes > 2000 || 2*f.SizeBytes <= 2000 {
-		t.Fatalf("the filter takes %d bytes; the test needs room for one and not two", f.SizeBytes)
-	}
-	_, _, err := s.client.Create(ctx, "next", opts)
-	wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
-
-	// A purge before the expiration leaves the filter alone.
-	tm.clock.Advance(time.Second - time.Millisecond)
-	tm.ticker.Tick(t, purgeInterval)
-	_, _, err = s.client.Create(ctx, "next", opts)
-	wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
-
-	tm.clock.Advance(time.Millisecond)
-	tm.ticker.Tick(t, purgeInterval)
-	if _, created, err := s.client.Create(ctx, "next", opts); err != nil || !created {
-		t.Fatalf("create in the purged filter's memory = created %v, %v; want a new filter", created, err)
-	}
-	if names, err := s.client.List(ctx); err != nil || !slices.Equal(names, []string{"next"}) {
-		t.Errorf("list = %q, %v; want [next]", names, err)
 	}
 }
 
@@ -1037,36 +666,36 @@ func TestPurgeReleasesMemory(t *testing.T) {
 func TestExpiryAfterAccess(t *testing.T) {
 	t.Parallel()
 	const period = 3 * time.Second
-	tm := newFakeTime()
-	s := newTestServerAt(t, tm, nil)
+	tm := dataplane.NewTime()
+	s := dataplane.HandlersAt(t, tm, nil)
 	ctx := t.Context()
-	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterAccess: new(int64(period / time.Second))})
+	f := dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), ValidPeriodAfterAccess: new(int64(period / time.Second))})
 	if f.ValidPeriodAfterAccess != int64(period/time.Second) {
 		t.Fatalf("validPeriodAfterAccess = %d, want %d", f.ValidPeriodAfterAccess, period/time.Second)
 	}
-	if got, want := parseTime(t, "expiration", f.Expiration), tm.clock.Now().Add(period); !got.Equal(want) {
+	if got, want := parseTime(t, "expiration", f.Expiration), tm.Clock.Now().Add(period); !got.Equal(want) {
 		t.Fatalf("expiration = %s, want a period after the create, %s", got, want)
 	}
 
 	// Each check comes a millisecond before the filter would expire, five periods in all.
 	for i := range 5 {
-		tm.clock.Advance(period - time.Millisecond)
-		if _, err := s.client.Check(ctx, "f", "v"); err != nil {
+		tm.Clock.Advance(period - time.Millisecond)
+		if _, err := s.Client.Check(ctx, "f", "v"); err != nil {
 			t.Fatalf("check %d: %v; the checks should have kept the filter alive", i, err)
 		}
 	}
-	lastCheck := tm.clock.Now()
-	f = get(t, s, "f")
+	lastCheck := tm.Clock.Now()
+	f = dataplane.Get(t, s, "f")
 	if got, want := parseTime(t, "expiration", f.Expiration), lastCheck.Add(period); !got.Equal(want) {
 		t.Errorf("expiration after the checks = %s, want a period after the last, %s", got, want)
 	}
 
 	// A GET a millisecond before the expiration does not extend it.
-	tm.clock.Advance(period - time.Millisecond)
-	get(t, s, "f")
-	tm.clock.Advance(time.Millisecond)
-	_, err := s.client.Get(ctx, "f")
-	wantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
+	tm.Clock.Advance(period - time.Millisecond)
+	dataplane.Get(t, s, "f")
+	tm.Clock.Advance(time.Millisecond)
+	_, err := s.Client.Get(ctx, "f")
+	dataplane.WantAPIError(t, err, http.StatusNotFound, wire.CodeFilterNotFound)
 }
 
 // A body above maxHttpRequestLength is a 413, whether its length is announced or not, and the
@@ -1074,10 +703,10 @@ func TestExpiryAfterAccess(t *testing.T) {
 func TestBodyTooLarge(t *testing.T) {
 	t.Parallel()
 	const limit = 1024
-	s := newTestServer(t, func(cfg *config.Config) { cfg.MaxHTTPRequestLength = limit })
+	s := dataplane.Handlers(t, func(cfg *config.Config) { cfg.MaxHTTPRequestLength = limit })
 	ctx := t.Context()
-	f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.001)})
-	if err := s.client.Set(ctx, "f", "kept"); err != nil {
+	f := dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.001)})
+	if err := s.Client.Set(ctx, "f", "kept"); err != nil {
 		t.Fatalf("Set: %v", err)
 	}
 
@@ -1098,21 +727,19 @@ func TestBodyTooLarge(t *testing.T) {
 	for _, chunked := range []bool{false, true} {
 		for _, tt := range tests {
 			t.Run(fmt.Sprintf("chunked=%v %s %s", chunked, tt.method, tt.path), func(t *testing.T) {
-				send := s.send
+				send := s.Send
 				if chunked {
-					send = s.sendChunked
+					send = s.SendChunked
 				}
 				r := send(t, tt.method, tt.path, tt.body)
-				s.mu.Lock()
-				cl, te := s.lastContentLength, s.lastTransferEncoding
-				s.mu.Unlock()
+				cl, te := s.LastBody()
 				if chunked && (cl != -1 || !slices.Equal(te, []string{"chunked"})) {
 					t.Fatalf("the server saw Content-Length %d, Transfer-Encoding %q; want a chunked body", cl, te)
 				}
 				if !chunked && cl != int64(len(tt.body)) {
 					t.Fatalf("the server saw Content-Length %d, want %d", cl, len(tt.body))
 				}
-				msg := r.wantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
+				msg := r.WantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
 				if !strings.Contains(msg, "1024") {
 					t.Errorf("message %q should name the limit", msg)
 				}
@@ -1120,18 +747,18 @@ func TestBodyTooLarge(t *testing.T) {
 		}
 	}
 
-	after := get(t, s, "f")
+	after := dataplane.Get(t, s, "f")
 	if after.Created != f.Created || after.FPP != 0.001 || after.Items != 1 {
 		t.Errorf("f after refused requests = %+v, want it as created with 1 item", after)
 	}
-	if got := multiCheck(t, s, "f", append([]string{"kept"}, many[:20]...)); !slices.Equal(got, append([]bool{true}, make([]bool, 20)...)) {
+	if got := dataplane.MultiCheck(t, s, "f", append([]string{"kept"}, many[:20]...)); !slices.Equal(got, append([]bool{true}, make([]bool, 20)...)) {
 		t.Errorf("check kept and the refused values = %v, want only kept", got)
 	}
-	if _, err := s.client.Get(ctx, "other"); !client.IsNotFound(err) {
+	if _, err := s.Client.Get(ctx, "other"); !client.IsNotFound(err) {
 		t.Errorf("Get(other) = %v, want not found: a refused create creates nothing", err)
 	}
 	// A body just under the limit is served.
-	if err := s.client.Set(ctx, "f", strings.Repeat("y", limit-20)); err != nil {
+	if err := s.Client.Set(ctx, "f", strings.Repeat("y", limit-20)); err != nil {
 		t.Errorf("Set of a body under the limit: %v", err)
 	}
 }
@@ -1141,9 +768,9 @@ func TestMemoryLimits(t *testing.T) {
 
 	t.Run("per-filter limit refuses a create of too few partitions", func(t *testing.T) {
 		t.Parallel()
-		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
-		msg := s.send(t, http.MethodPut, "/v1/bloomfilter/big", `{"expectedInsertions":1000000,"partitions":1}`).
-			wantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+		s := dataplane.Handlers(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
+		msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/big", `{"expectedInsertions":1000000,"partitions":1}`).
+			WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 		if !strings.HasPrefix(msg, `invalid parameter: "expectedInsertions".`) || !strings.Contains(msg, "per-filter limit") {
 			t.Errorf("message = %q, want it to name expectedInsertions and the per-filter limit", msg)
 		}
@@ -1152,12 +779,12 @@ func TestMemoryLimits(t *testing.T) {
 			`{"partitions":1025}`: `invalid parameter: "partitions". expected: > 0 && <= 1024, actual: 1025`,
 			`{"partitions":"2"}`:  `invalid parameter: "partitions"`,
 		} {
-			if msg := s.send(t, http.MethodPut, "/v1/bloomfilter/big", body).wantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.HasPrefix(msg, want) {
+			if msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/big", body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.HasPrefix(msg, want) {
 				t.Errorf("%s: %q, want it to start %q", body, msg, want)
 			}
 		}
-		create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
-		if names, _ := s.client.List(t.Context()); !slices.Equal(names, []string{"small"}) {
+		dataplane.Create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
+		if names, _ := s.Client.List(t.Context()); !slices.Equal(names, []string{"small"}) {
 			t.Errorf("list = %q, want [small]", names)
 		}
 	})
@@ -1166,9 +793,9 @@ func TestMemoryLimits(t *testing.T) {
 	// filter then holds about its capacity at its rate.
 	t.Run("a create without partitions splits what the per-filter limit refuses whole", func(t *testing.T) {
 		t.Parallel()
-		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
-		small := create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
-		big := create(t, s, "big", client.CreateOptions{ExpectedInsertions: new(uint64(150_000)), FPP: new(0.01)})
+		s := dataplane.Handlers(t, func(cfg *config.Config) { cfg.MaxFilterBytes = 64 << 10 })
+		small := dataplane.Create(t, s, "small", client.CreateOptions{ExpectedInsertions: new(uint64(1000))})
+		big := dataplane.Create(t, s, "big", client.CreateOptions{ExpectedInsertions: new(uint64(150_000)), FPP: new(0.01)})
 		if small.Partitions != 1 || big.Partitions != 4 || big.SizeBytes > 4*64<<10 || big.SizeBytes <= 3*64<<10 {
 			t.Fatalf("partitions %d and %d taking %d bytes; want 1, and 4 of at most 64 KiB each", small.Partitions, big.Partitions, big.SizeBytes)
 		}
@@ -1176,26 +803,26 @@ func TestMemoryLimits(t *testing.T) {
 		for i := range keys {
 			keys[i] = "v" + strconv.Itoa(i)
 		}
-		if err := s.client.MultiSet(t.Context(), "big", keys); err != nil {
+		if err := s.Client.MultiSet(t.Context(), "big", keys); err != nil {
 			t.Fatal(err)
 		}
-		if got := get(t, s, "big"); got.Layers != 1 || got.Items < 139_000 || got.EstimatedFPP > 0.011 {
+		if got := dataplane.Get(t, s, "big"); got.Layers != 1 || got.Items < 139_000 || got.EstimatedFPP > 0.011 {
 			t.Errorf("after its capacity: %d layers, %d items, estimated fpp %v; want 1 layer and the rate asked for", got.Layers, got.Items, got.EstimatedFPP)
 		}
-		if st, err := s.internal.client.FilterStatus(t.Context(), "big"); err != nil || st.Partitions != 4 {
+		if st, err := s.Internal.Client.FilterStatus(t.Context(), "big"); err != nil || st.Partitions != 4 {
 			t.Errorf("status: %+v, %v; want 4 partitions", st, err)
 		}
 	})
 
 	t.Run("filter count limit refuses another name", func(t *testing.T) {
 		t.Parallel()
-		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxFilters = 1 })
-		create(t, s, "one", client.CreateOptions{})
-		_, _, err := s.client.Create(t.Context(), "two", client.CreateOptions{})
-		if e := wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace); !strings.Contains(e.Message, "maxFilters") {
+		s := dataplane.Handlers(t, func(cfg *config.Config) { cfg.MaxFilters = 1 })
+		dataplane.Create(t, s, "one", client.CreateOptions{})
+		_, _, err := s.Client.Create(t.Context(), "two", client.CreateOptions{})
+		if e := dataplane.WantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace); !strings.Contains(e.Message, "maxFilters") {
 			t.Errorf("message %q should name maxFilters", e.Message)
 		}
-		if names, _ := s.client.List(t.Context()); !slices.Equal(names, []string{"one"}) {
+		if names, _ := s.Client.List(t.Context()); !slices.Equal(names, []string{"one"}) {
 			t.Errorf("list = %q, want [one]", names)
 		}
 	})
@@ -1203,22 +830,22 @@ func TestMemoryLimits(t *testing.T) {
 	t.Run("total limit refuses the filter that does not fit", func(t *testing.T) {
 		t.Parallel()
 		opts := client.CreateOptions{ExpectedInsertions: new(uint64(10_000)), FPP: new(0.01)}
-		s := newTestServer(t, func(cfg *config.Config) { cfg.MaxTotalBytes = 16 << 10 })
+		s := dataplane.Handlers(t, func(cfg *config.Config) { cfg.MaxTotalBytes = 16 << 10 })
 		ctx := t.Context()
-		f := create(t, s, "one", opts)
+		f := dataplane.Create(t, s, "one", opts)
 		if f.SizeBytes > 16<<10 || 2*f.SizeBytes <= 16<<10 {
 			t.Fatalf("the filter takes %d bytes; the test needs room for one and not two", f.SizeBytes)
 		}
-		_, _, err := s.client.Create(ctx, "two", opts)
-		e := wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+		_, _, err := s.Client.Create(ctx, "two", opts)
+		e := dataplane.WantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
 		if !strings.Contains(e.Message, "total limit") {
 			t.Errorf("message %q should name the total limit", e.Message)
 		}
 		// Deleting gives the memory back.
-		if err := s.client.Delete(ctx, "one"); err != nil {
+		if err := s.Client.Delete(ctx, "one"); err != nil {
 			t.Fatalf("Delete: %v", err)
 		}
-		create(t, s, "two", opts)
+		dataplane.Create(t, s, "two", opts)
 	})
 
 	// A scalable filter of 100 at 1% has a first layer of 144 bytes and would add one of 312 bytes.
@@ -1232,9 +859,9 @@ func TestMemoryLimits(t *testing.T) {
 	} {
 		t.Run(limit.name+" limit stops growth", func(t *testing.T) {
 			t.Parallel()
-			s := newTestServer(t, limit.configure)
+			s := dataplane.Handlers(t, limit.configure)
 			ctx := t.Context()
-			f := create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), FPP: new(0.01)})
+			f := dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100)), FPP: new(0.01)})
 			if f.SizeBytes > 300 {
 				t.Fatalf("the first layer takes %d bytes, more than the limit of 300 the test assumes", f.SizeBytes)
 			}
@@ -1243,11 +870,11 @@ func TestMemoryLimits(t *testing.T) {
 			for i := 0; err == nil && i < 1000; i++ {
 				v := fmt.Sprint("value-", i)
 				var present bool
-				if present, err = s.client.CheckAndSet(ctx, "f", v); err == nil && !present {
+				if present, err = s.Client.CheckAndSet(ctx, "f", v); err == nil && !present {
 					added = append(added, v)
 				}
 			}
-			e := wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+			e := dataplane.WantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
 			if !strings.Contains(e.Message, limit.message) {
 				t.Errorf("message %q should name the %s", e.Message, limit.message)
 			}
@@ -1255,18 +882,18 @@ func TestMemoryLimits(t *testing.T) {
 			if len(added) != 100 {
 				t.Errorf("%d values were added before the refusal, want the first layer's capacity 100", len(added))
 			}
-			if got := multiCheck(t, s, "f", added); slices.Contains(got, false) {
+			if got := dataplane.MultiCheck(t, s, "f", added); slices.Contains(got, false) {
 				t.Errorf("values added before the refusal were lost: %v", got)
 			}
-			if f := get(t, s, "f"); f.Layers != 1 || f.Items != 100 {
+			if f := dataplane.Get(t, s, "f"); f.Layers != 1 || f.Items != 100 {
 				t.Errorf("filter = %+v, want 1 layer and 100 items", f)
 			}
 			// Values already present need no room.
-			if present, err := s.client.CheckAndSet(ctx, "f", added[0]); err != nil || !present {
+			if present, err := s.Client.CheckAndSet(ctx, "f", added[0]); err != nil || !present {
 				t.Errorf("CheckAndSet of a present value = %v, %v; want true", present, err)
 			}
-			_, err = s.client.MultiCheckAndSet(ctx, "f", []string{added[1], "one-more-new-value"})
-			wantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+			_, err = s.Client.MultiCheckAndSet(ctx, "f", []string{added[1], "one-more-new-value"})
+			dataplane.WantAPIError(t, err, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
 		})
 	}
 }
@@ -1274,14 +901,14 @@ func TestMemoryLimits(t *testing.T) {
 // Many clients at once lose no update. Not parallel with other tests, so that its load does not
 // stretch the timing of the expiry tests.
 func TestConcurrentCheckAndSet(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	ctx := t.Context()
 	const clients, perClient = 8, 1000
 	// At 1e-6 the chance that any of the 8000 answers is a false positive is below 1%, and that
 	// more than 2 are is about 1e-7 (Poisson, mean < 0.008): the margin below admits those, and
 	// nothing else.
 	const falsePositiveMargin = 2
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(clients * perClient)), FPP: new(1e-6)})
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(clients * perClient)), FPP: new(1e-6)})
 
 	values := make([][]string, clients)
 	var all []string
@@ -1295,7 +922,7 @@ func TestConcurrentCheckAndSet(t *testing.T) {
 		var n atomic.Int64
 		var wg sync.WaitGroup
 		for c := range clients {
-			cl := client.New(s.url)
+			cl := client.New(s.URL)
 			wg.Go(func() {
 				for _, v := range values[c] {
 					present, err := cl.CheckAndSet(ctx, "f", v)
@@ -1316,24 +943,24 @@ func TestConcurrentCheckAndSet(t *testing.T) {
 	if falses := round(); falses > clients*perClient || falses < clients*perClient-falsePositiveMargin {
 		t.Errorf("first round: %d values answered new, want %d (less at most %d false positives)",
 			falses, clients*perClient, falsePositiveMargin)
-	} else if f := get(t, s, "f"); f.Items != uint64(falses) {
+	} else if f := dataplane.Get(t, s, "f"); f.Items != uint64(falses) {
 		t.Errorf("items = %d, want %d, one for each value answered new", f.Items, falses)
 	}
 	if falses := round(); falses != 0 {
 		t.Errorf("second round of the same values: %d answered new, want 0", falses)
 	}
-	if got := multiCheck(t, s, "f", all); slices.Contains(got, false) {
+	if got := dataplane.MultiCheck(t, s, "f", all); slices.Contains(got, false) {
 		t.Errorf("%d of %d values are missing after concurrent inserts", countFalse(got), len(all))
 	}
 }
 
 // Clients racing to insert the same values: each value is new to exactly one of them.
 func TestCheckAndSetIsLinearizable(t *testing.T) {
-	s := newTestServer(t, nil)
+	s := dataplane.Handlers(t, nil)
 	ctx := t.Context()
 	const clients, values = 8, 500
 	const falsePositiveMargin = 2 // as in TestConcurrentCheckAndSet
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(values)), FPP: new(1e-6)})
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(values)), FPP: new(1e-6)})
 
 	newTo := make([]atomic.Int32, values) // how many clients were told value i was new
 	// Every client walks the values in the same order, so that they reach each value at about the
@@ -1341,7 +968,7 @@ func TestCheckAndSetIsLinearizable(t *testing.T) {
 	order := rand.Perm(values)
 	var wg sync.WaitGroup
 	for c := range clients {
-		cl := client.New(s.url)
+		cl := client.New(s.URL)
 		wg.Go(func() {
 			for _, i := range order {
 				present, err := cl.CheckAndSet(ctx, "f", fmt.Sprint("shared-", i))
@@ -1381,8 +1008,8 @@ func countFalse(bs []bool) (n int) {
 
 func TestNoSuchRoute(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(10))})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(10))})
 	tests := []struct {
 		method, path string
 		status       int
@@ -1404,7 +1031,7 @@ func TestNoSuchRoute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
-			msg := s.send(t, tt.method, tt.path, "").wantError(t, tt.status, wire.CodeNoSuchRoute)
+			msg := s.Send(t, tt.method, tt.path, "").WantError(t, tt.status, wire.CodeNoSuchRoute)
 			if !strings.Contains(msg, tt.method) || !strings.Contains(msg, tt.path) {
 				t.Errorf("message %q should name the method and the path", msg)
 			}
@@ -1415,8 +1042,8 @@ func TestNoSuchRoute(t *testing.T) {
 // A request that matched nothing, or left out what it needs, is told what it likely meant.
 func TestErrorsSayWhatToDo(t *testing.T) {
 	t.Parallel()
-	s := newTestServer(t, nil)
-	create(t, s, "users", client.CreateOptions{})
+	s := dataplane.Handlers(t, nil)
+	dataplane.Create(t, s, "users", client.CreateOptions{})
 	for _, tc := range []struct {
 		method, path, body string
 		status, code       int
@@ -1429,24 +1056,24 @@ func TestErrorsSayWhatToDo(t *testing.T) {
 		{http.MethodPost, "/v1/bloomfilter/users/multi-set?values=a", `{}`, http.StatusBadRequest, wire.CodeBadParameter, `it goes in the JSON body ({"values": ...}), not in the query string`},
 		{http.MethodPost, "/v1/bloomfilter/missing/check", `{"value":"v"}`, http.StatusNotFound, wire.CodeFilterNotFound, "create it with PUT /v1/bloomfilter/<name>"},
 	} {
-		msg := s.send(t, tc.method, tc.path, tc.body).wantError(t, tc.status, tc.code)
+		msg := s.Send(t, tc.method, tc.path, tc.body).WantError(t, tc.status, tc.code)
 		if !strings.Contains(msg, tc.want) {
 			t.Errorf("%s %s: %q, want it to say %q", tc.method, tc.path, msg, tc.want)
 		}
 	}
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.url+"/v1/bloomfilter/users/set", strings.NewReader("\x1f\x8b compressed"))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, s.URL+"/v1/bloomfilter/users/set", strings.NewReader("\x1f\x8b compressed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Encoding", "gzip")
-	resp, err := s.http.Do(req)
+	resp, err := s.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, _ := io.ReadAll(resp.Body)
-	msg := response{resp.StatusCode, resp.Header, raw}.wantError(t, http.StatusUnsupportedMediaType, wire.CodeBadParameter)
+	msg := dataplane.Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}.WantError(t, http.StatusUnsupportedMediaType, wire.CodeBadParameter)
 	if !strings.Contains(msg, `Content-Encoding "gzip" is not supported: send the body uncompressed`) {
 		t.Errorf("a gzip body: %q", msg)
 	}
