@@ -118,7 +118,7 @@ func TestDocumentedDefaultsAreTheDataPlanes(t *testing.T) {
 }
 
 // The error codes the document lists are those of the wire contract, each with its HTTP status,
-// and the README's table of errors says the same.
+// and the table of errors of docs/api.md says the same.
 func TestDocumentedErrorCodesAreTheWires(t *testing.T) {
 	var doc struct {
 		Components struct {
@@ -187,19 +187,20 @@ func TestDocumentedErrorCodesAreTheWires(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../../README.md")
+	apiDoc, err := os.ReadFile("../../docs/api.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, section, _ := strings.Cut(string(readme), "\n### Errors\n")
+	_, section, _ := strings.Cut(string(apiDoc), "\n## Errors\n")
+	section, _, _ = strings.Cut(section, "\n## ")
 	row := regexp.MustCompile(`(?m)^\| (\d+) \| ([0-9 /]+) \|`)
-	readmeStatus := map[int]string{}
+	docStatus := map[int]string{}
 	for _, m := range row.FindAllStringSubmatch(section, -1) {
 		n, _ := strconv.Atoi(m[1])
-		readmeStatus[n] = strings.ReplaceAll(m[2], " ", "")
+		docStatus[n] = strings.ReplaceAll(m[2], " ", "")
 	}
-	if !maps.Equal(readmeStatus, status) {
-		t.Errorf("the README's table of errors says %v, the document %v", readmeStatus, status)
+	if !maps.Equal(docStatus, status) {
+		t.Errorf("the table of errors of docs/api.md says %v, the OpenAPI document %v", docStatus, status)
 	}
 }
 

@@ -2,7 +2,6 @@ package config
 
 import (
 	"errors"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -91,40 +90,6 @@ func TestFileOmitsUnsetKeys(t *testing.T) {
 	}
 	if want := "triggerPersistenceCriteria: []\nawaitMembership: false\n"; string(data) != want {
 		t.Errorf("got\n%s\nwant\n%s", data, want)
-	}
-}
-
-// Every key of the file is documented in the README's table, or in the configuration table of
-// the document of its feature (docs/resp.md for the RESP port's keys): a top-level key in a row
-// of its own, a key below it in its parent's row.
-func TestREADMEListsEveryKey(t *testing.T) {
-	rows := map[string]string{} // by the top-level keys its first cell names
-	for _, doc := range []string{"../../README.md", "../../docs/resp.md"} {
-		text, err := os.ReadFile(doc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, section, _ := strings.Cut(string(text), "\n## Configuration\n")
-		section, _, _ = strings.Cut(section, "\n## ")
-		for line := range strings.SplitSeq(section, "\n") {
-			cells := strings.Split(line, "|")
-			if len(cells) < 3 {
-				continue
-			}
-			for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(cells[1], -1) {
-				rows[m[1]] = line
-			}
-		}
-	}
-	for _, key := range fileKeys(reflect.TypeFor[File](), "") {
-		top, rest, nested := strings.Cut(key, ".")
-		row, ok := rows[top]
-		switch {
-		case !ok:
-			t.Errorf("the README's configuration table has no row for %q", top)
-		case nested && !strings.Contains(row, rest[strings.LastIndex(rest, ".")+1:]):
-			t.Errorf("the README's row for %q does not name %q", top, key)
-		}
 	}
 }
 

@@ -18,11 +18,16 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 )
 
-// The README's examples are a contract: a newcomer pastes them and must see what the comments say.
+// The README's examples, and those of docs/api.md that go on from them, are a contract: a newcomer
+// pastes them and must see what the comments say.
 
-// readmeCommand is one curl command of the README and what its comment says it answers.
+// exampleDocs are the documents whose curl commands run, in this order, on one data plane.
+var exampleDocs = []string{"README.md", "docs/api.md"}
+
+// readmeCommand is one curl command of a document and what its comment says it answers.
 type readmeCommand struct {
-	line   int      // where it starts in the README
+	doc    string   // the document, as exampleDocs names it
+	line   int      // where it starts in the document
 	words  []string // the command line, split as sh would
 	status int
 	body   string // a JSON value, or a bare word such as pong; empty: the body is not checked
@@ -34,10 +39,10 @@ var readmeStart = regexp.MustCompile(`(?m)^bin/bloomery (dataplane[^#\n]*?)\s*(?
 // expectation is a comment "# <status>[ <body>][ — <prose>]".
 var expectation = regexp.MustCompile(`^#\s*(\d{3})(?:\s+([^—\s].*?))?(?:\s+—\s.*)?$`)
 
-// readmeCommands returns every curl command of the README's sh blocks, in order. A command's
-// comment is at the end of its last line or alone on the next line; a command without one is an
-// error, so that no example goes unchecked.
-func readmeCommands(readme string) ([]readmeCommand, error) {
+// readmeCommands returns every curl command of the sh blocks of doc, whose text is readme, in
+// order. A command's comment is at the end of its last line or alone on the next line; a command
+// without one is an error, so that no example goes unchecked.
+func readmeCommands(doc, readme string) ([]readmeCommand, error) {
 	// The logical lines of the sh blocks, continuations joined, with the line each starts on.
 	type logical struct {
 		line int
@@ -73,17 +78,17 @@ func readmeCommands(readme string) ([]readmeCommand, error) {
 		}
 		words, comment, err := shellWords(l.text)
 		if err != nil {
-			return nil, fmt.Errorf("README line %d: %w", l.line, err)
+			return nil, fmt.Errorf("%s line %d: %w", doc, l.line, err)
 		}
 		if comment == "" && i+1 < len(lines) && strings.HasPrefix(lines[i+1].text, "#") {
 			comment = lines[i+1].text
 		}
 		m := expectation.FindStringSubmatch(strings.TrimSpace(comment))
 		if m == nil {
-			return nil, fmt.Errorf("README line %d: %q has no comment \"# <status> [body]\"", l.line, l.text)
+			return nil, fmt.Errorf("%s line %d: %q has no comment \"# <status> [body]\"", doc, l.line, l.text)
 		}
 		status, _ := strconv.Atoi(m[1])
-		cmds = append(cmds, readmeCommand{line: l.line, words: words, status: status, body: m[2]})
+		cmds = append(cmds, readmeCommand{doc: doc, line: l.line, words: words, status: status, body: m[2]})
 	}
 	return cmds, nil
 }
@@ -201,8 +206,8 @@ func contains(want, got any) bool {
 }
 
 // TestREADMEExamples starts the data plane as "Try it in one minute" says, then runs every curl
-// command of the README in order, as a reader would, and checks the status and body its comment
-// gives.
+// command of the README and then of docs/api.md in order, as a reader would, and checks the status
+// and body its comment gives.
 func TestREADMEExamples(t *testing.T) {
 	raw, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -217,18 +222,27 @@ func TestREADMEExamples(t *testing.T) {
 	dp := startDataPlane(t, t.TempDir(), args...)
 	base := "http://" + dp.addr
 
-	cmds, err := readmeCommands(readme)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(cmds) < 10 {
-		t.Fatalf("%d curl commands in the README: the parser misses some", len(cmds))
+	var cmds []readmeCommand
+	for _, doc := range exampleDocs {
+		text, err := os.ReadFile("../../" + doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		of, err := readmeCommands(doc, string(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The README tries a few; docs/api.md shows every endpoint.
+		if least := map[string]int{"README.md": 3, "docs/api.md": 10}[doc]; len(of) < least {
+			t.Fatalf("%d curl commands in %s: the parser misses some", len(of), doc)
+		}
+		cmds = append(cmds, of...)
 	}
 	for _, c := range cmds {
 		status, body := curl(t, base, c.words)
-		what := fmt.Sprintf("README line %d, %s", c.line, strings.Join(c.words, " "))
+		what := fmt.Sprintf("%s line %d, %s", c.doc, c.line, strings.Join(c.words, " "))
 		if status != c.status {
-			t.Errorf("%s: %d %s, the README says %d", what, status, body, c.status)
+			t.Errorf("%s: %d %s, the document says %d", what, status, body, c.status)
 			continue
 		}
 		if c.body == "" {
@@ -237,12 +251,12 @@ func TestREADMEExamples(t *testing.T) {
 		var want, got any
 		if json.Unmarshal([]byte(c.body), &want) != nil {
 			if strings.TrimSpace(string(body)) != c.body {
-				t.Errorf("%s: body %q, the README says %q", what, body, c.body)
+				t.Errorf("%s: body %q, the document says %q", what, body, c.body)
 			}
 			continue
 		}
 		if err := json.NewDecoder(bytes.NewReader(body)).Decode(&got); err != nil || !contains(want, got) {
-			t.Errorf("%s: body %s, the README says it holds %s", what, body, c.body)
+			t.Errorf("%s: body %s, the document says it holds %s", what, body, c.body)
 		}
 	}
 
