@@ -53,6 +53,7 @@ func BenchmarkFiveHundredFiltersReady(b *testing.B) {
 
 // reconciles reads controller-runtime's count of BloomFilter reconciles.
 func reconciles(tb testing.TB) float64 {
+	tb.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		tb.Fatal(err)

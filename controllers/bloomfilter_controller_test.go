@@ -206,6 +206,7 @@ func getOrCreateChild[T crclient.Object](t testing.TB, c *bloomeryv1alpha1.Bloom
 
 // kill stops the pod's data plane: the pod stops answering.
 func (p *fakePod) kill(t testing.TB) {
+	t.Helper()
 	if p.stop != nil {
 		p.stop()
 		if err := <-p.done; err != nil {

@@ -37,23 +37,12 @@ func ensureChild[T client.Object](ctx context.Context, r *BloomClusterReconciler
 	desired, existing T, merge func(existing, desired T)) (T, error) {
 	kind := r.kindOf(desired)
 	key := client.ObjectKeyFromObject(desired)
-	if err := r.Client.Get(ctx, key, existing); err != nil {
-		if !apierrors.IsNotFound(err) {
-			return existing, fmt.Errorf("getting %s %s: %w", kind, key.Name, err)
-		}
-		err := createChild(ctx, r, cluster, desired)
-		if !apierrors.IsAlreadyExists(err) {
-			if err != nil {
-				return existing, err
-			}
-			return desired, nil
-		}
-		// The cache does not hold it: it was created a moment ago, or it lacks the label the
-		// cache selects (CacheByObject). Read it past the cache: the update below restores the
-		// label, or the owner check refuses an object that is not this cluster's.
-		if err := r.apiReader().Get(ctx, key, existing); err != nil {
-			return existing, fmt.Errorf("getting %s %s: %w", kind, key.Name, err)
-		}
+	created, err := readOrCreateChild(ctx, r, cluster, kind, desired, existing)
+	switch {
+	case err != nil:
+		return existing, err
+	case created:
+		return desired, nil
 	}
 	updated, ok := existing.DeepCopyObject().(T)
 	if !ok {
@@ -79,6 +68,31 @@ func ensureChild[T client.Object](ctx context.Context, r *BloomClusterReconciler
 	log.FromContext(ctx).Info("Updated child object of BloomCluster", "kind", kind, "name", key.Name)
 	r.event(cluster, updated, corev1.EventTypeNormal, "Updated", "Update", "Updated %s %s", kind, key.Name)
 	return updated, nil
+}
+
+// readOrCreateChild reads the child desired names into existing, or creates desired when there is
+// none; created says which.
+func readOrCreateChild[T client.Object](ctx context.Context, r *BloomClusterReconciler, cluster *bloomeryv1alpha1.BloomCluster,
+	kind string, desired, existing T) (created bool, err error) {
+	key := client.ObjectKeyFromObject(desired)
+	err = r.Client.Get(ctx, key, existing)
+	if !apierrors.IsNotFound(err) {
+		if err != nil {
+			return false, fmt.Errorf("getting %s %s: %w", kind, key.Name, err)
+		}
+		return false, nil
+	}
+	err = createChild(ctx, r, cluster, desired)
+	if !apierrors.IsAlreadyExists(err) {
+		return err == nil, err
+	}
+	// The cache does not hold it: it was created a moment ago, or it lacks the label the cache
+	// selects (CacheByObject). Read it past the cache: the caller's update restores the label, or
+	// the owner check refuses an object that is not this cluster's.
+	if err := r.apiReader().Get(ctx, key, existing); err != nil {
+		return false, fmt.Errorf("getting %s %s: %w", kind, key.Name, err)
+	}
+	return false, nil
 }
 
 // createChild creates desired with this cluster as its controller.

@@ -163,8 +163,7 @@ func TestConfigurationListsEveryCRDField(t *testing.T) {
 		}
 		var walk func(typ reflect.Type, s schema, parent string)
 		walk = func(typ reflect.Type, s schema, parent string) {
-			for i := range typ.NumField() {
-				field := typ.Field(i)
+			for field := range typ.Fields() {
 				name, _, _ := strings.Cut(field.Tag.Get("json"), ",")
 				path := parent + name
 				prop, ok := s.Properties[name]

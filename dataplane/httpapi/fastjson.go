@@ -144,32 +144,8 @@ func fastValues(raw []byte) ([]string, bool) {
 	}
 	start := i
 	// First pass: validate and count, so that the values take one allocation.
-	n := 0
-	i = skipSpace(raw, i+1)
-	if i < len(raw) && raw[i] == ']' {
-		i++
-	} else {
-		for {
-			end, ok := plainString(raw, i)
-			if !ok {
-				return nil, false
-			}
-			n++
-			i = skipSpace(raw, end+1)
-			if i >= len(raw) {
-				return nil, false
-			}
-			if raw[i] == ']' {
-				i++
-				break
-			}
-			if raw[i] != ',' {
-				return nil, false
-			}
-			i = skipSpace(raw, i+1)
-		}
-	}
-	if !closeObject(raw, i) {
+	n, i, ok := countStrings(raw, skipSpace(raw, i+1))
+	if !ok || !closeObject(raw, i) {
 		return nil, false
 	}
 	all := string(raw[start:i])
@@ -186,6 +162,31 @@ func fastValues(raw []byte) ([]string, bool) {
 		j = end
 	}
 	return values, true
+}
+
+// countStrings reads the plain strings of an array whose first element, or its ']', is at i: it
+// answers how many there are and the index past the ']', or false when they are not all plain.
+func countStrings(raw []byte, i int) (n, end int, ok bool) {
+	if i < len(raw) && raw[i] == ']' {
+		return 0, i + 1, true
+	}
+	for {
+		last, ok := plainString(raw, i)
+		if !ok {
+			return 0, 0, false
+		}
+		n++
+		i = skipSpace(raw, last+1)
+		switch {
+		case i >= len(raw):
+			return 0, 0, false
+		case raw[i] == ']':
+			return n, i + 1, true
+		case raw[i] != ',':
+			return 0, 0, false
+		}
+		i = skipSpace(raw, i+1)
+	}
 }
 
 // jsonAnswers are the bodies c.JSON writes for a boolean; writeBool and writeBools write the same

@@ -159,6 +159,7 @@ func TestFilterJSON(t *testing.T) {
 		check      func(t *testing.T, raw map[string]any, f wire.Filter)
 	}{
 		{"sliding", `{"validPeriodAfterAccess":30}`, func(t *testing.T, raw map[string]any, f wire.Filter) {
+			t.Helper()
 			if raw["validPeriodAfterAccess"] != 30.0 {
 				t.Errorf("validPeriodAfterAccess = %v, want 30 (seconds)", raw["validPeriodAfterAccess"])
 			}
@@ -168,16 +169,19 @@ func TestFilterJSON(t *testing.T) {
 			}
 		}},
 		{"never", `{"validPeriodAfterCreate":0}`, func(t *testing.T, raw map[string]any, _ wire.Filter) {
+			t.Helper()
 			if _, ok := raw["expiration"]; ok {
 				t.Errorf("a filter without expiry has expiration %v, want none", raw["expiration"])
 			}
 		}},
 		{"alias", `{"validPeriod":60}`, func(t *testing.T, _ map[string]any, f wire.Filter) {
+			t.Helper()
 			if d := parseTime(t, "expiration", f.Expiration).Sub(parseTime(t, "created", f.Created)); d != time.Minute {
 				t.Errorf("validPeriod 60: expiration - created = %s, want 1m", d)
 			}
 		}},
 		{"fixed", `{"scalable":false,"expectedInsertions":100}`, func(t *testing.T, raw map[string]any, f wire.Filter) {
+			t.Helper()
 			_, hasGrowth := raw["growth"]
 			_, hasTightening := raw["tightening"]
 			if f.Scalable || hasGrowth || hasTightening || f.ExpectedInsertions != 100 {
@@ -185,6 +189,7 @@ func TestFilterJSON(t *testing.T) {
 			}
 		}},
 		{"integral floats", `{"expectedInsertions":1e3,"growth":4.0}`, func(t *testing.T, _ map[string]any, f wire.Filter) {
+			t.Helper()
 			if f.ExpectedInsertions != 1000 || f.Growth != 4 {
 				t.Errorf("1e3 and 4.0 read as %d and %d, want 1000 and 4", f.ExpectedInsertions, f.Growth)
 			}

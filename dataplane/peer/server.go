@@ -108,7 +108,7 @@ func (s *Server) RoomFor(raw []byte) error {
 		if op.Kind != OpCreate || op.Options == nil {
 			return fmt.Errorf("%w: a room check takes creates, not %q", ErrMalformedOps, op.Kind)
 		}
-		if err := s.Host.CheckRoom(op.Name, *op.Options); err != nil {
+		if err := s.CheckRoom(op.Name, *op.Options); err != nil {
 			return err
 		}
 	}

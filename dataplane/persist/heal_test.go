@@ -35,6 +35,7 @@ func (s fullDisk) write(records []byte, sync bool) error {
 // withFullDisk routes every segment of the test through fullDisk, written through the page cache
 // so that the torn half reaches the file.
 func withFullDisk(t *testing.T) *atomic.Bool {
+	t.Helper()
 	full := new(atomic.Bool)
 	savedFaults, savedDirect := faults, openDirect
 	t.Cleanup(func() { faults, openDirect = savedFaults, savedDirect })

@@ -588,6 +588,7 @@ func TestGroupCommitMakesEveryAnsweredWriteDurable(t *testing.T) {
 }
 
 func groupCommit(t *testing.T, p *Persister, store *filter.Store) {
+	t.Helper()
 	f := mustCreate(t, store, "f", filter.Options{Capacity: 100_000, FPP: 0.01})
 	var fsyncs, writes int64
 	var mu sync.Mutex
@@ -627,6 +628,7 @@ func groupCommit(t *testing.T, p *Persister, store *filter.Store) {
 
 // running runs p until the test ends.
 func running(t *testing.T, p *Persister) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.Run(ctx) }()

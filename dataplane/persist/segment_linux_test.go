@@ -22,6 +22,7 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 		t.Skipf("no kernel AIO here: %v", err)
 	}
 	check := func(t *testing.T, dir string, wantDirect bool) {
+		t.Helper()
 		var logs bytes.Buffer
 		w, err := openWAL(dir, 1, SyncAlways, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil {

@@ -20,7 +20,10 @@ import (
 
 // newTestServer is a server over a store of its own, alone (no peers), with small memory limits
 // so that arbitrary capacities fail instead of allocating.
-func newTestServer(t testing.TB) *Server { return newTestServerWithPassword(t, "") }
+func newTestServer(t testing.TB) *Server {
+	t.Helper()
+	return newTestServerWithPassword(t, "")
+}
 
 // newTestServerWithPassword is newTestServer whose connections must authenticate with password
 // (none when empty).

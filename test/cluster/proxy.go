@@ -245,25 +245,27 @@ func pipe(dst io.Writer, src io.Reader, delay time.Duration, limit int64) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
-			chunk := buf[:n]
-			if limit >= 0 {
-				chunk = chunk[:min(int64(n), limit)]
-				limit -= int64(len(chunk))
-			}
-			if delay > 0 {
-				time.Sleep(delay)
-			}
-			if len(chunk) > 0 {
-				if _, werr := dst.Write(chunk); werr != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
+		if (n > 0 && !forward(dst, buf[:n], delay, &limit)) || err != nil {
 			return
 		}
 	}
+}
+
+// forward holds chunk back for delay, then writes what the limit lets through (see pipe), and
+// answers false when dst failed.
+func forward(dst io.Writer, chunk []byte, delay time.Duration, limit *int64) bool {
+	if *limit >= 0 {
+		chunk = chunk[:min(int64(len(chunk)), *limit)]
+		*limit -= int64(len(chunk))
+	}
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	if len(chunk) == 0 {
+		return true
+	}
+	_, err := dst.Write(chunk)
+	return err == nil
 }
 
 // eventuallyErr retries f until it succeeds or timeout passes, and returns its last error.

@@ -127,6 +127,7 @@ type Bearer struct {
 	Next  http.RoundTripper
 }
 
+// RoundTrip sends r with the token.
 func (b Bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.Token)

@@ -16,6 +16,7 @@ import (
 // valuesReachEveryPod adds values through each pod's address and reads them through every pod:
 // whichever pod an application lands on, it sees what was added through another (TestSamplesBecomeReady's cluster).
 func valuesReachEveryPod(t *testing.T, n namespace, pods []string) {
+	t.Helper()
 	apis := n.apis(pods...)
 	var added []string
 	for i, api := range apis {
@@ -77,6 +78,7 @@ func valuesReachEveryPod(t *testing.T, n namespace, pods []string) {
 // one value, exactly one is false, since every check-and-set of the filter is decided by its home
 // pod (docs/replication.md, "The home pod").
 func concurrentCheckAndSet(t *testing.T, n namespace, pods []string) {
+	t.Helper()
 	apis := n.apis(pods...)
 	status, body, err := apis[0].call(http.MethodPut, "/v1/bloomfilter/race?consistency=all", map[string]any{"expectedInsertions": 100000, "fpp": 0.001})
 	if err != nil || status != http.StatusCreated {

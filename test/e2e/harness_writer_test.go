@@ -54,11 +54,13 @@ type ackedValue struct {
 // startWriter starts a writer until the test ends or halt is called. targets is asked before every
 // request.
 func startWriter(t *testing.T, filter, prefix string, targets func() []podAPI) *writer {
+	t.Helper()
 	return startWriterRetrying(t, filter, prefix, targets, false)
 }
 
 // startWriterRetrying starts a writer that retries failed requests when retry is set.
 func startWriterRetrying(t *testing.T, filter, prefix string, targets func() []podAPI, retry bool) *writer {
+	t.Helper()
 	w := &writer{filter: filter, prefix: prefix, targets: targets, retry: retry,
 		stop: make(chan struct{}), done: make(chan struct{}), perPod: map[string]int{}}
 	go w.run()
@@ -227,6 +229,7 @@ type reader struct {
 
 // startReader checks w's acknowledged values through target until the test ends or halt is called.
 func startReader(t *testing.T, filter string, target podAPI, w *writer) *reader {
+	t.Helper()
 	r := &reader{stop: make(chan struct{}), done: make(chan struct{})}
 	go r.run(filter, target, w)
 	t.Cleanup(func() {
@@ -290,6 +293,7 @@ type clientTraffic struct {
 
 // startClientTraffic starts the writer (values prefix-0, prefix-1, ...) and the reader.
 func (n namespace) startClientTraffic(t *testing.T, filter, prefix string) clientTraffic {
+	t.Helper()
 	if !h.net.servicesReachable() {
 		return clientTraffic{w: startWriter(t, filter, prefix, n.serviceTargets(dataPlaneSelector))}
 	}

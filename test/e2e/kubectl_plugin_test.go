@@ -142,6 +142,7 @@ type plugin struct {
 
 // newPlugin links the suite's binary as kubectl-bloomery in a directory of its own.
 func newPlugin(t *testing.T, n namespace) plugin {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.Symlink(h.binary, filepath.Join(dir, kubectlplugin.BinaryName)); err != nil {
 		t.Fatal(err)

@@ -220,6 +220,7 @@ const minAnswered = 100
 // were answered. An answer that is an error of the API, rather than a connection the killed
 // process no longer takes, fails the test.
 func hammer(t *testing.T, dp *dataPlane, filter, prefix string, clients, killAt int) []answered {
+	t.Helper()
 	var mu sync.Mutex
 	var out []answered
 	var wg sync.WaitGroup

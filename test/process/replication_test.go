@@ -70,6 +70,7 @@ type testCluster struct {
 // newTestCluster starts n pods, tells each the membership of all n, and waits until they are
 // ready. antiEntropy is the anti-entropy period in seconds (0: off).
 func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
+	t.Helper()
 	return startTestCluster(t, n, antiEntropy, nil)
 }
 
@@ -229,7 +230,7 @@ func valuesOf(prefix string, n int) []string {
 }
 
 func TestValuesWrittenThroughAnyPodAreSeenByEveryPod(t *testing.T) {
-	bothTransports(t, func(t *testing.T, tls *clusterTLS) {
+	bothTransports(t, func(t *testing.T, tls *clusterTLS) { //nolint:thelper // a test's body, run once per transport: its failures belong to its own lines
 		c := startTestCluster(t, 3, 0, tls)
 		createFilter(t, c.pods[0].dp, "users")
 
@@ -295,7 +296,7 @@ func TestValuesWrittenThroughAnyPodAreSeenByEveryPod(t *testing.T) {
 }
 
 func TestKilledPodLosesNothingAndCatchesUp(t *testing.T) {
-	bothTransports(t, func(t *testing.T, tls *clusterTLS) {
+	bothTransports(t, func(t *testing.T, tls *clusterTLS) { //nolint:thelper // a test's body, run once per transport: its failures belong to its own lines
 		c := startTestCluster(t, 3, 0, tls)
 		createFilter(t, c.pods[0].dp, "events")
 		victim, survivors := c.pods[2], c.pods[:2]

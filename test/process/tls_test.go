@@ -75,6 +75,7 @@ func (c *clusterTLS) issueFiles(t *testing.T, name string) testca.Files {
 
 // bothTransports runs test on a cluster over plain HTTP, then on one over TLS.
 func bothTransports(t *testing.T, test func(t *testing.T, tls *clusterTLS)) {
+	t.Helper()
 	t.Run("http", func(t *testing.T) { test(t, nil) })
 	t.Run("tls", func(t *testing.T) { test(t, newClusterTLS(t)) })
 }
