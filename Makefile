@@ -165,7 +165,7 @@ install-plugin: build ## Install bloomery and the link kubectl-bloomery to it in
 IMG ?= ghcr.io/bloomery/bloomery:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART_DIR)/Chart.yaml)
 
 # The chart carries copies of the generated CRDs, of the operator's RBAC rules, of the alerts and of
-# the Grafana dashboard (Helm cannot read files outside the chart); charts/chart_test.go and
+# the Grafana dashboard (Helm cannot read files outside the chart); charts/chart_envtest_test.go and
 # charts/monitoring_test.go fail when they differ from config/.
 CHART_DIR ?= charts/bloomery
 
