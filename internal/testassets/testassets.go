@@ -8,7 +8,6 @@
 package testassets
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -35,7 +34,9 @@ func SkipInShort(t testing.TB, what string) {
 // version being $BLOOMERY_K8S_VERSION or KubernetesVersion, as for the script.
 func KubernetesDir(bins ...string) (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	hint := "KUBEBUILDER_ASSETS names it; unset, the tests look where `make envtest-assets` builds them"
 	if dir == "" {
+		hint = "run `make envtest-assets`, which builds them there once"
 		cache := os.Getenv("BLOOMERY_CACHE")
 		if cache == "" {
 			home, err := os.UserHomeDir()
@@ -57,8 +58,7 @@ func KubernetesDir(bins ...string) (string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return dir, errors.New("no " + strings.Join(missing, ", ") + " in " + dir +
-			" (KUBEBUILDER_ASSETS): run `make envtest-assets`, which builds the Kubernetes test binaries once")
+		return dir, fmt.Errorf("no %s in %s: %s", strings.Join(missing, ", "), dir, hint)
 	}
 	return dir, nil
 }
