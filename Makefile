@@ -157,6 +157,8 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 5m).
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
 
+##@ Benchmarks
+
 .PHONY: bench
 bench: ## Run the Go benchmarks of the data plane.
 	$(GO) test -run '^$$' -bench . -benchmem ./dataplane/...
