@@ -51,32 +51,79 @@ manifests: controller-gen ## Generate the CRDs and RBAC from the markers in api/
 generate: controller-gen ## Generate the DeepCopy methods of the API types.
 	$(CONTROLLER_GEN) object:headerFile="hack/boilerplate.go.txt" paths="./api/..."
 
-.PHONY: test-deps
-test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis) with apt, when missing.
-	hack/test-deps.sh
-
-.PHONY: test
-test: test-deps vet controller-gen helm-lint helm-test kustomize prometheus-tools ## Run go vet, the chart's checks, all tests with the race detector, the end-to-end suite, then each fuzz target for 100,000 inputs.
-	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
-	KUBEBUILDER_ASSETS="$$assets" CONTROLLER_GEN="$(CONTROLLER_GEN)" HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" PROMTOOL="$(PROMTOOL)" $(GO) test -race -count=1 ./...
-	$(MAKE) --no-print-directory test-e2e
-	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
-
-# The end-to-end suite (test/e2e, build tag e2e): etcd, kube-apiserver and kube-controller-manager
-# from the same cached binaries, `bloomery operator` and a node agent that runs each data-plane pod
-# as a local process, and the cached prometheus (PROMETHEUS_TOOLS_DIR). About a minute and a half
-# once the binaries are cached.
-.PHONY: test-e2e
-test-e2e: prometheus-tools ## Run the end-to-end tests on a real control plane without Docker (test/e2e).
-	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
-	KUBEBUILDER_ASSETS="$$assets" PROMETHEUS_TOOLS_DIR="$(PROMETHEUS_TOOLS_DIR)" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
-
 # The Prometheus Operator's ServiceMonitor CRD that the end-to-end suite installs (test/crds), and its
 # PrometheusRule CRD that the chart's tests validate the alerts with,
 # both generated from their API module at the version the script pins; needs the Go module proxy.
 .PHONY: servicemonitor-crd
 servicemonitor-crd: controller-gen ## Regenerate the ServiceMonitor and PrometheusRule CRDs in test/crds.
 	CONTROLLER_GEN="$(CONTROLLER_GEN)" hack/servicemonitor-crd.sh
+
+##@ Test
+
+# The tests come in tiers, by what they need of the machine:
+#
+#   check         go test -short ./..., with the format check, go vet and the linter: needs Go and
+#                 a C compiler alone (it installs golangci-lint into bin/). Tests that need more
+#                 skip and say "needs X, which -short leaves out". Run it while you work.
+#   test-unit     every package that no target below takes, under the race detector
+#   test-envtest  every package with a file named *_envtest_test.go, whose tests start an API
+#                 server (the Kubernetes test binaries): the controllers
+#   test-process  test/process: the bloomery binary as a process (kill -9, TLS, a full disk)
+#   test-chart    the chart: helm lint, helm-unittest, and charts/ (helm, kustomize, promtool, an
+#                 API server)
+#   test-e2e      test/e2e (build tag e2e): a control plane, the operator and pods as processes
+#   fuzz          each fuzz target of FUZZ_TARGETS
+#
+# Each package's tests run in exactly one test-* target, so `make test` runs every test once.
+# test/process and charts hold *_envtest_test.go files too, and their targets pass the Kubernetes
+# binaries as test-envtest does. Outside -short, a test that lacks what it needs fails; the few
+# that may skip on a developer's machine (no root, no browser when asked) never do under CI=1.
+# The lists are recursive (=), so that find and go list run only for the targets that use them.
+MODULE := github.com/bloomery/bloomery
+PROCESS_PKGS := $(MODULE)/test/process
+CHART_PKGS := $(MODULE)/charts
+ENVTEST_PKGS = $(filter-out $(PROCESS_PKGS) $(CHART_PKGS),$(addprefix $(MODULE)/,$(patsubst %/,%,$(sort $(dir $(shell find * -name '*_envtest_test.go'))))))
+UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(CHART_PKGS),$(shell $(GO) list ./...))
+
+.PHONY: check
+check: fmt-check vet lint ## Check before a commit: format, go vet, golangci-lint, go test -short ./... (needs only Go and gcc).
+	$(GO) test -short ./...
+
+.PHONY: fmt-check
+fmt-check: golangci-lint ## Fail, showing the diff, when a file is not formatted as `make fmt` would.
+	$(GOLANGCI_LINT) fmt --diff
+
+.PHONY: test
+test: test-deps vet test-unit test-envtest test-process test-chart test-e2e ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
+	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
+
+.PHONY: test-deps
+test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis) with apt, when missing.
+	hack/test-deps.sh
+
+# The check of the generated files runs controller-gen; the API documentation page is opened in
+# Chromium (test-deps).
+.PHONY: test-unit
+test-unit: test-deps controller-gen ## Run the tests of every package but those of the targets below, with the race detector.
+	CONTROLLER_GEN="$(CONTROLLER_GEN)" $(GO) test -race -count=1 $(UNIT_PKGS)
+
+# The Kubernetes test binaries are built first when missing (hack/envtest-assets.sh).
+.PHONY: test-envtest
+test-envtest: ## Run the packages with *_envtest_test.go files (controllers) against a real API server, with the race detector.
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(ENVTEST_PKGS)
+
+# redis-cli and redis-py (test-deps) drive the RESP port; the full-disk tests mount a tmpfs as
+# root; `bloomery operator` runs against an API server.
+.PHONY: test-process
+test-process: test-deps ## Run test/process: the binary, built with the race detector, as a process.
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(PROCESS_PKGS)
+
+.PHONY: test-chart
+test-chart: helm-lint helm-test helm kustomize prometheus-tools ## Lint the chart, run its helm-unittest suites and the tests of charts/.
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	KUBEBUILDER_ASSETS="$$assets" HELM="$(HELM)" KUSTOMIZE="$(KUSTOMIZE)" PROMTOOL="$(PROMTOOL)" $(GO) test -race -count=1 $(CHART_PKGS)
 
 .PHONY: helm-lint
 helm-lint: helm ## Lint the Helm chart (strict: warnings fail).
@@ -85,6 +132,14 @@ helm-lint: helm ## Lint the Helm chart (strict: warnings fail).
 .PHONY: helm-test
 helm-test: helm-unittest ## Run the chart's helm-unittest suites (charts/bloomery/tests).
 	"$(HELM_UNITTEST)" --strict $(CHART_DIR)
+
+# The end-to-end suite (test/e2e, build tag e2e): etcd, kube-apiserver and kube-controller-manager
+# from the same cached binaries, `bloomery operator` and a node agent that runs each data-plane pod
+# as a local process, and the cached prometheus (PROMETHEUS_TOOLS_DIR).
+.PHONY: test-e2e
+test-e2e: prometheus-tools ## Run the end-to-end tests on a real control plane without Docker (test/e2e).
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	KUBEBUILDER_ASSETS="$$assets" PROMETHEUS_TOOLS_DIR="$(PROMETHEUS_TOOLS_DIR)" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
 
 # Every decoder of untrusted bytes has a fuzz target (package:Target); crashers found land in the
 # package's testdata/fuzz.
@@ -101,6 +156,8 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 5m).
 		echo "$(GO) test -run '^$$' -fuzz ^$$target\$$ -fuzztime $(FUZZTIME) $$pkg"; \
 		$(GO) test -run '^$$' -fuzz "^$$target\$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
+
+##@ Benchmarks
 
 .PHONY: bench
 bench: ## Run the Go benchmarks of the data plane.
@@ -165,7 +222,7 @@ install-plugin: build ## Install bloomery and the link kubectl-bloomery to it in
 IMG ?= ghcr.io/bloomery/bloomery:$(shell sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\} *$$/\1/p' $(CHART_DIR)/Chart.yaml)
 
 # The chart carries copies of the generated CRDs, of the operator's RBAC rules, of the alerts and of
-# the Grafana dashboard (Helm cannot read files outside the chart); charts/chart_test.go and
+# the Grafana dashboard (Helm cannot read files outside the chart); charts/chart_envtest_test.go and
 # charts/monitoring_test.go fail when they differ from config/.
 CHART_DIR ?= charts/bloomery
 
@@ -237,8 +294,11 @@ HELM_VERSION ?= v3.22.0
 HELM_UNITTEST_VERSION ?= v1.1.2
 
 # Kubernetes test binaries (etcd, kube-apiserver, kube-controller-manager, kubectl), built
-# once from the Go module proxy into a cache outside the tree (about 10 minutes cold).
-ENVTEST_ASSETS_DIR ?= $(or $(BLOOMERY_CACHE),$(HOME)/.cache/bloomery)/k8s/v1.37.2
+# once from the Go module proxy into a cache outside the tree (about 10 minutes cold). Empty means
+# the script's default, ${BLOOMERY_CACHE:-~/.cache/bloomery}/k8s/<its version>, where the tests
+# also look when KUBEBUILDER_ASSETS is not set (internal/testassets); the version is written in
+# the script alone.
+ENVTEST_ASSETS_DIR ?=
 
 .PHONY: envtest-assets
 envtest-assets: ## Build the envtest and end-to-end Kubernetes binaries once and print their directory.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/internal/testassets"
 	"github.com/bloomery/bloomery/test/cluster"
 )
 
@@ -45,9 +46,7 @@ var (
 // running.
 func promtool(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("runs promtool: not in -short")
-	}
+	testassets.SkipInShort(t, "promtool")
 	path := os.Getenv("PROMTOOL")
 	if path == "" {
 		cache := os.Getenv("BLOOMERY_CACHE")

@@ -18,7 +18,7 @@ import (
 )
 
 // These tests cover the pure builders. What the API server does with the objects (defaults,
-// no writes in a steady state) is tested against envtest in bloomcluster_controller_test.go.
+// no writes in a steady state) is tested against envtest in bloomcluster_controller_envtest_test.go.
 
 // loadGeneratedConfig writes config.yaml as the pod sees it and reads it with the data plane's own
 // loader, so that a key the data plane does not know fails here and not in a crash-looping pod.

@@ -6,12 +6,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/bloomery/bloomery/internal/testassets"
 )
 
 // TestGeneratedFilesAreCurrent regenerates the deepcopy code, the CRDs and the operator's RBAC
 // role into a temporary directory and compares them with the committed files: a marker changed
 // without `make generate manifests` fails here, not in a cluster.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
+	testassets.SkipInShort(t, "controller-gen")
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

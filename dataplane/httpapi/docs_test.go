@@ -18,6 +18,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/apidocs"
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/internal/testassets"
 )
 
 func docsServer(t *testing.T, enabled bool) (*Server, *httptest.Server) {
@@ -129,9 +130,7 @@ func TestDocsOnlyWithTheFlag(t *testing.T) {
 // chromium finds the browser: $CHROMIUM, or Debian's chromium on the PATH.
 func chromium(t *testing.T) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("opens a browser: not in -short")
-	}
+	testassets.SkipInShort(t, "a browser (Chromium)")
 	if path := os.Getenv("CHROMIUM"); path != "" {
 		return path
 	}

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/testassets"
 )
 
 // h is the harness every test shares: one control plane, one operator, one node.
@@ -49,15 +51,9 @@ func startHarness() (*harness, error) {
 	if err != nil {
 		return nil, err
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "bloomery", "k8s", "v1.37.2")
-	}
-	for _, bin := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			return nil, fmt.Errorf("no %s in %s: run `make test-e2e`, or `make envtest-assets` first", bin, assets)
-		}
+	assets, err := testassets.KubernetesDir("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+	if err != nil {
+		return nil, fmt.Errorf("%w (`make test-e2e` does)", err)
 	}
 	workDir, err := os.MkdirTemp("", "bloomery-e2e-")
 	if err != nil {

@@ -32,7 +32,7 @@ func TestMain(m *testing.M) {
 func buildAndRun(m *testing.M) int {
 	flag.Parse()
 	if testing.Short() {
-		fmt.Println("test/process runs the binary: not in -short")
+		fmt.Println("test/process: every test needs the bloomery binary built, which -short leaves out")
 		return 0
 	}
 	dir, err := os.MkdirTemp("", "bloomery-cli-test-")

@@ -25,7 +25,7 @@ import (
 const operatorUser = "system:serviceaccount:bloomery-system:bloomery-operator"
 
 // operatorRules are the rules the markers generate into config/rbac/role.yaml: the chart renders
-// the same rules (charts/chart_test.go) into a ClusterRole, or a Role per watched namespace.
+// the same rules (charts/chart_envtest_test.go) into a ClusterRole, or a Role per watched namespace.
 func operatorRules(t *testing.T) []rbacv1.PolicyRule {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "config", "rbac", "role.yaml"))

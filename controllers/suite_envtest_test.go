@@ -24,6 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/internal/testassets"
 )
 
 // The controller tests run against a real kube-apiserver and etcd (envtest): the schema, CEL
@@ -53,13 +54,9 @@ func runSuite(m *testing.M) int {
 	if testing.Short() {
 		return m.Run() // the tests that need the API server skip (needsAPIServer)
 	}
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "bloomery", "k8s", "v1.37.2")
-	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		fmt.Fprintf(os.Stderr, "no kube-apiserver in %s: run `make envtest-assets` (or `make test`, which builds it)\n", assets)
+	assets, err := testassets.KubernetesDir("etcd", "kube-apiserver")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	testEnv = &envtest.Environment{
@@ -67,7 +64,6 @@ func runSuite(m *testing.M) int {
 		ErrorIfCRDPathMissing: true,
 		BinaryAssetsDirectory: assets,
 	}
-	var err error
 	if restConfig, err = testEnv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "starting envtest:", err)
 		return 1
@@ -192,6 +188,6 @@ func startStoppableManager(t testing.TB, cfg *rest.Config, namespace string, set
 func needsAPIServer(t testing.TB) {
 	t.Helper()
 	if restConfig == nil {
-		t.Skip("needs envtest's API server, which -short leaves out")
+		testassets.SkipInShort(t, "envtest's API server")
 	}
 }

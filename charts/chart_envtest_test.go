@@ -25,6 +25,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/bloomery/bloomery/internal/testassets"
 )
 
 const (
@@ -38,9 +40,7 @@ const (
 // The test fails, not skips, without it: CI must never pass by not running.
 func tool(t *testing.T, env, name string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skipf("runs %s: not in -short", name)
-	}
+	testassets.SkipInShort(t, name)
 	path := os.Getenv(env)
 	if path == "" {
 		path = filepath.Join(root, "bin", name)
@@ -119,15 +119,7 @@ func readObjects(t *testing.T, paths ...string) []*unstructured.Unstructured {
 // and the path of a kubeconfig file for it.
 func apiServer(t *testing.T, withCRDs bool) (client.Client, string) {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "bloomery", "k8s", "v1.37.2")
-	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		t.Fatalf("no kube-apiserver in %s: run `make envtest-assets` (or `make test`, which builds it)", assets)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets}
+	env := &envtest.Environment{BinaryAssetsDirectory: testassets.Kubernetes(t)}
 	if withCRDs {
 		env.CRDDirectoryPaths = []string{
 			filepath.Join(root, "config", "crd", "bases"),

@@ -20,18 +20,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
-
 	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/internal/testassets"
 )
 
 // TestOperatorCommand runs `bloomery operator` as a process against a real kube-apiserver, with
 // leader election, and checks that it reconciles a BloomCluster and stops cleanly on SIGTERM.
 func TestOperatorCommand(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		home, _ := os.UserHomeDir()
-		assets = filepath.Join(home, ".cache", "bloomery", "k8s", "v1.37.2")
-	}
+	assets := testassets.Kubernetes(t)
 	env := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
