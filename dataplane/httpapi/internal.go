@@ -35,6 +35,8 @@ func (s *Server) putMembership(c echo.Context) error {
 	switch {
 	case errors.Is(err, peer.ErrStaleEpoch):
 		return &apiError{http.StatusConflict, wire.CodeStaleEpoch, err.Error()}
+	case errors.Is(err, peer.ErrMembershipNotKept):
+		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, err.Error()}
 	case err != nil:
 		return badRequest("invalid membership: " + err.Error())
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -40,6 +41,21 @@ func (s *Server) afterRecovery(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if s.currentPhase() == Recovering {
 			return s.recoveringError(c)
+		}
+		return next(c)
+	}
+}
+
+// afterCatchUp refuses a filter request while the pod may lack what its peers hold: until it was
+// told its membership and caught up from its peers (awaitMembership), it would answer a check
+// false for a value they hold, or a check-and-set false for a value one of them answered false
+// already. A peer's dump is served all the same: its bits only add to what the peer holds.
+func (s *Server) afterCatchUp(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if !s.Node.Ready() && !(forwarded(c) && strings.HasSuffix(c.Path(), "/"+string(wire.OpDump))) {
+			c.Response().Header().Set("Retry-After", "1")
+			return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable,
+				"catching up from the peers; not serving yet: told no membership since the pod started, or not caught up since; retry shortly"}
 		}
 		return next(c)
 	}

@@ -190,7 +190,7 @@ func (s *Server) filterRoutes(e *echo.Echo, at func(string) string) {
 	// Handlers wrapped once, here, rather than given as route or group middleware: echo answers
 	// every path under a group that has middleware itself, which would turn 405s into 404s, and
 	// applies route middleware anew for every request.
-	ready := s.afterRecovery
+	ready := func(h echo.HandlerFunc) echo.HandlerFunc { return s.afterRecovery(s.afterCatchUp(h)) }
 	e.GET(at(wire.ListPath), ready(s.listFilters))
 	e.PUT(at(wire.FilterRoute), ready(s.createFilter))
 	e.GET(at(wire.FilterRoute), ready(s.getFilter))

@@ -27,13 +27,17 @@ type Host interface {
 	CheckRoom(name string, opts filter.Options) error
 	Inventory() wire.Inventory
 	Membership() wire.Membership
-	// SetMembership installs a membership; one older than the pod's is ErrStaleEpoch.
+	// SetMembership installs a membership; one older than the pod's is ErrStaleEpoch, one it
+	// could not keep on its disk ErrMembershipNotKept.
 	SetMembership(m wire.Membership) error
 	PlacementStatus() wire.PlacementStatus
 }
 
 // ErrStaleEpoch refuses a membership older than the one held.
 var ErrStaleEpoch = errors.New("stale membership epoch")
+
+// ErrMembershipNotKept refuses a membership the pod could not keep on its disk.
+var ErrMembershipNotKept = errors.New("could not keep the membership")
 
 // ErrBadDump refuses a dump to merge that does not decode.
 var ErrBadDump = errors.New("invalid dump")

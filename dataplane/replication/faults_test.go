@@ -30,10 +30,12 @@ func threeNodes(t *testing.T, opts Options) (*peer.Network, map[string]*Node) {
 		}
 		nodes[self] = nodeIn(t, net, self, opts, 1, others...)
 	}
-	fopts := filter.Options{Capacity: 1000, FPP: 0.01}
-	write(t, nodes["a"], wire.ConsistencyAll, peer.Op{Kind: peer.OpCreate, Name: "f", Generation: generation, Options: &fopts})
+	write(t, nodes["a"], wire.ConsistencyAll, peer.Op{Kind: peer.OpCreate, Name: "f", Generation: generation, Options: nodesOptions()})
 	return net, nodes
 }
+
+// nodesOptions are the options of the tests' filters.
+func nodesOptions() *filter.Options { return &filter.Options{Capacity: 1000, FPP: 0.01} }
 
 // generation is the incarnation of the tests' filter f: a moment in the past, as a create's is.
 var generation = time.Now().Add(-time.Minute).UnixNano()

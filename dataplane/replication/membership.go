@@ -19,7 +19,9 @@ import (
 type Membership struct {
 	mu      sync.RWMutex
 	current wire.Membership
-	peers   []wire.Member
+	// told is whether current was told (Set), not restored from before a restart (Restore).
+	told  bool
+	peers []wire.Member
 	// changed is closed and replaced at every change, so that waiters wake up.
 	changed chan struct{}
 }
@@ -81,17 +83,53 @@ func checkMemberURL(raw string) error {
 // Set replaces the membership unless its epoch is lower than the one held. The same epoch is
 // accepted again (the operator repeats a push it is unsure of).
 func (ms *Membership) Set(m wire.Membership) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if err := ms.accepts(m); err != nil {
+		return err
+	}
+	ms.install(m)
+	ms.told = true
+	return nil
+}
+
+// Accepts reports why Set would refuse m, nil when it would take it.
+func (ms *Membership) Accepts(m wire.Membership) error {
+	ms.mu.RLock()
+	defer ms.mu.RUnlock()
+	return ms.accepts(m)
+}
+
+func (ms *Membership) accepts(m wire.Membership) error {
 	if err := Validate(m); err != nil {
 		return err
 	}
-	ms.mu.Lock()
-	defer ms.mu.Unlock()
 	if m.Epoch < ms.current.Epoch {
 		return fmt.Errorf("%w: this pod holds epoch %d, got %d", peer.ErrStaleEpoch, ms.current.Epoch, m.Epoch)
 	}
 	if m.Epoch == ms.current.Epoch && !Same(m, ms.current) {
 		return fmt.Errorf("%w: epoch %d already names another membership; a change needs a higher epoch", peer.ErrStaleEpoch, m.Epoch)
 	}
+	return nil
+}
+
+// Restore installs the membership the pod held before it restarted, as long as it was told none
+// since: its peers are counted and sent writes again, but Known stays false until it is told.
+func (ms *Membership) Restore(m wire.Membership) error {
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	if err := Validate(m); err != nil {
+		return err
+	}
+	if ms.current.Epoch != 0 {
+		return fmt.Errorf("%w: this pod was told epoch %d since it started", peer.ErrStaleEpoch, ms.current.Epoch)
+	}
+	ms.install(m)
+	return nil
+}
+
+// install makes m the membership held; ms.mu is held.
+func (ms *Membership) install(m wire.Membership) {
 	m.Members = slices.Clone(m.Members)
 	ms.current = m
 	ms.peers = ms.peers[:0:0]
@@ -102,7 +140,6 @@ func (ms *Membership) Set(m wire.Membership) error {
 	}
 	close(ms.changed)
 	ms.changed = make(chan struct{})
-	return nil
 }
 
 // Same reports whether two memberships name the same pods and placements, whatever their order
@@ -156,12 +193,12 @@ func (ms *Membership) Peers() []wire.Member {
 	return ms.peers
 }
 
-// Known reports whether the pod was ever told its membership, and a channel closed at the next
-// change.
+// Known reports whether the pod was told its membership since it started, and a channel closed at
+// the next change.
 func (ms *Membership) Known() (bool, <-chan struct{}) {
 	ms.mu.RLock()
 	defer ms.mu.RUnlock()
-	return ms.current.Epoch > 0, ms.changed
+	return ms.told, ms.changed
 }
 
 // Size is the number of pods in the cluster, this one included.

@@ -74,6 +74,10 @@ type Node struct {
 	// theirs.
 	caughtUp atomic.Bool
 
+	// membershipFile is where the pod keeps the last membership it was told (Remember); "" keeps
+	// none. Set before the pod serves, read after.
+	membershipFile string
+
 	placed placedState
 	// checks sends the checks routed to each peer together while one request of them is under way.
 	checks *checkBatcher
@@ -137,9 +141,13 @@ func (n *Node) SetMembership(m wire.Membership) error {
 	if n.opts.PodName != "" && m.Self != n.opts.PodName {
 		return fmt.Errorf("self: this pod is %q, not %q", n.opts.PodName, m.Self)
 	}
+	if err := n.keep(before, m); err != nil {
+		return err
+	}
 	// The first membership makes the pod one of several: until Run has caught up from the peers
 	// just learned of, it may lack their filters.
-	first, wasCaughtUp := before.Epoch == 0, n.caughtUp.Load()
+	known, _ := n.members.Known()
+	first, wasCaughtUp := !known, n.caughtUp.Load()
 	if first {
 		n.caughtUp.Store(false)
 	}
@@ -149,6 +157,13 @@ func (n *Node) SetMembership(m wire.Membership) error {
 		}
 		return err
 	}
+	n.changed(before, m)
+	return nil
+}
+
+// changed starts and stops the senders and places the filters after the membership changed from
+// before to m, and logs a new epoch.
+func (n *Node) changed(before, m wire.Membership) {
 	n.syncSenders()
 	n.arrange()
 	if before.Epoch != m.Epoch {
@@ -159,7 +174,6 @@ func (n *Node) SetMembership(m wire.Membership) error {
 		n.opts.Log.Info("Membership changed", "epoch", m.Epoch, "previousEpoch", before.Epoch, "self", m.Self, "members", strings.Join(names, ","),
 			"owners", strings.Join(m.Owners, ","), "replicationFactor", m.ReplicationFactor, "moving", m.Previous != nil)
 	}
-	return nil
 }
 
 // syncSenders keeps one sender per current peer.

@@ -117,12 +117,14 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		return nil, err
 	}
 	d.resp = resp.New(resp.Options{
-		Config:   cfg,
-		Log:      log,
-		Store:    d.store,
-		Writes:   ws,
-		Metrics:  d.metrics,
-		Loading:  func() bool { return d.api.Phase() == httpapi.Recovering },
+		Config:  cfg,
+		Log:     log,
+		Store:   d.store,
+		Writes:  ws,
+		Metrics: d.metrics,
+		// Redis's answer while it loads its dataset, which clients retry, fits a pod that may
+		// lack what its peers hold as well as one that loads its files.
+		Loading:  func() bool { return d.api.Phase() == httpapi.Recovering || !d.node.Ready() },
 		Password: respPassword,
 	})
 	return d, nil

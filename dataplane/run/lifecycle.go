@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -59,6 +60,14 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 		d.metrics.Persistence.Attach(p.Stats())
 		d.persister.Store(p)
 		d.api.SetPhase(httpapi.Recovering)
+		// Before HTTP serves, so that no push races it; in the data directory, so that the
+		// membership stays with the pod's volume. A kept membership that cannot be read costs
+		// what it would have spared: the pod counts its peers once it is told again.
+		if err := d.node.Remember(filepath.Join(d.cfg.DataDir, "membership.json")); err != nil {
+			d.log.Warn("Could not restore the membership kept before the restart; waiting to be told", "error", err.Error())
+		} else if m := d.node.Membership(); m.Epoch > 0 {
+			d.log.Info("Restored the membership kept before the restart", "epoch", m.Epoch, "members", len(m.Members))
+		}
 	}
 
 	hs := d.startHTTP(ls)

@@ -169,23 +169,30 @@ func TestDumpAndMerge(t *testing.T) {
 	}
 }
 
-// A pod configured to await its membership is not ready until told, then ready at once when it
-// has no peers.
+// A pod configured to await its membership is not ready, and answers no filter request, until
+// told; then it is ready at once when it has no peers.
 func TestReadinessAwaitsMembership(t *testing.T) {
 	srv := dataplane.New(t, func(c *config.Config) { c.InMemory, c.AwaitMembership = true, true })
 	ts, stop := dataplane.Run(t, srv)
 	t.Cleanup(func() { _ = stop() })
-	await.True(t, 10*time.Second, "the API to serve", func() bool {
-		return ts.Send(t, http.MethodGet, "/v1/bloomfilter/list", "").Status == http.StatusOK
+	await.True(t, 10*time.Second, "the process to serve", func() bool {
+		return ts.Send(t, http.MethodGet, "/healthz", "").Status == http.StatusOK
 	})
 	msg := ts.Send(t, http.MethodGet, "/readyz", "").WantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
 	if !strings.Contains(msg, "waiting for the operator") {
 		t.Errorf("/readyz before the membership: %q", msg)
 	}
+	msg = ts.Send(t, http.MethodGet, "/v1/bloomfilter/list", "").WantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable)
+	if !strings.Contains(msg, "catching up") {
+		t.Errorf("a filter request before the membership: %q", msg)
+	}
 	if err := ts.Internal.Client.SetMembership(t.Context(), wire.Membership{Epoch: 1, Self: "solo", Members: []wire.Member{{Name: "solo", URL: ts.URL}}}); err != nil {
 		t.Fatal(err)
 	}
 	dataplane.WaitUntilReady(t, ts)
+	if r := ts.Send(t, http.MethodGet, "/v1/bloomfilter/list", ""); r.Status != http.StatusOK {
+		t.Errorf("a filter request once told: %d %s", r.Status, r.Body)
+	}
 }
 
 // A pod that has just learned of its peers and not yet caught up from them refuses creates: a
@@ -201,8 +208,9 @@ func TestCreateWaitsForCatchUp(t *testing.T) {
 	if !strings.Contains(msg, "catching up") {
 		t.Errorf("create while catching up: %q", msg)
 	}
-	if names, err := s.Client.List(t.Context()); err != nil || len(names) != 0 {
-		t.Errorf("after a refused create the pod lists %v, %v", names, err)
+	var inv wire.Inventory
+	if err := s.Internal.Client.Call(t.Context(), http.MethodGet, wire.InventoryPath, "", nil, &inv); err != nil || len(inv.Filters) != 0 {
+		t.Errorf("after a refused create the pod holds %v, %v", inv.Filters, err)
 	}
 }
 
@@ -344,4 +352,36 @@ func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
 	if msg := post(s.Internal.URL, wire.InternalPath(public), bad, true).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); !strings.Contains(msg, wire.Base64ValuesField) {
 		t.Errorf("a peer's bad base64: %q; want an error naming %s", msg, wire.Base64ValuesField)
 	}
+}
+
+// A pod keeps the last membership it was told in its data directory: restarted on it, it counts
+// its peers before anyone tells it again, so that a write at consistency all is not acknowledged
+// by the restarted pod alone.
+func TestARestartedPodKeepsItsMembership(t *testing.T) {
+	dir := t.TempDir()
+	configure := func(c *config.Config) { c.DataDir, c.ReplicationTimeout = dir, 200*time.Millisecond }
+	ts, stop := dataplane.Run(t, dataplane.New(t, configure))
+	t.Cleanup(func() { _ = stop() })
+	dataplane.WaitUntilReady(t, ts)
+	dataplane.Create(t, ts, "f", client.CreateOptions{})
+	told := wire.Membership{Epoch: 7, Self: "a", Members: []wire.Member{{Name: "a", URL: ts.Internal.URL}, {Name: "b", URL: "http://127.0.0.1:1"}}}
+	if err := ts.Internal.Client.SetMembership(t.Context(), told); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	ts, stop = dataplane.Run(t, dataplane.New(t, configure))
+	t.Cleanup(func() { _ = stop() })
+	await.True(t, 10*time.Second, "the restarted pod to serve", func() bool {
+		return ts.Send(t, http.MethodGet, "/healthz", "").Status == http.StatusOK
+	})
+	m, err := ts.Internal.Client.Membership(t.Context())
+	if err != nil || m.Epoch != told.Epoch || len(m.Members) != 2 {
+		t.Fatalf("the restarted pod's membership: %+v, %v; want epoch %d of 2 pods, untold", m, err, told.Epoch)
+	}
+	dataplane.WaitUntilReady(t, ts) // catching up from b, which does not answer, ends at once
+	err = ts.Client.At(wire.ConsistencyAll).Set(t.Context(), "f", "x")
+	dataplane.WantAPIError(t, err, http.StatusServiceUnavailable, wire.CodeReplication)
 }
