@@ -234,6 +234,9 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 		return f.CheckMany(values), nil
 	}
 	present, err := f.CheckAndSetMany(values)
+	if op == wire.OpMultiCheckAndSet {
+		level = CheckAndSetLevel(level, present...)
+	}
 	if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)], parts); err == nil {
 		err = rerr
 	}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,19 +114,22 @@ func (s *Service) ChangeExpiry(ctx context.Context, level wire.Consistency, f *f
 	return true, s.replicate(ctx, level, peer.Op{Kind: peer.OpExpire, Name: f.Name(), Generation: f.Generation(), Expiry: &e})
 }
 
-// CheckAndSet adds key to f and reports whether it may have been present before.
+// CheckAndSet adds key to f and reports whether it may have been present before. A false is
+// answered only once a quorum of the pods holds the key, whatever level asks (CheckAndSetLevel).
 func (s *Service) CheckAndSet(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) (bool, error) {
 	present, err := f.CheckAndSet(key)
 	if err != nil || !s.node.Replicating() { // alone, the one-key slice is not worth making
 		return present, err
 	}
-	return present, s.replicateAdd(ctx, level, f, []string{key})
+	return present, s.replicateAdd(ctx, CheckAndSetLevel(level, present), f, []string{key})
 }
 
 // Set adds key to f.
 func (s *Service) Set(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) error {
-	_, err := s.CheckAndSet(ctx, level, f, key)
-	return err
+	if _, err := f.CheckAndSet(key); err != nil || !s.node.Replicating() {
+		return err
+	}
+	return s.replicateAdd(ctx, level, f, []string{key})
 }
 
 // CheckAndSetMany is CheckAndSet for every key, in order. When the engine fails part-way (a
@@ -133,7 +137,7 @@ func (s *Service) Set(ctx context.Context, level wire.Consistency, f *filter.Fil
 // so that the peers hold what this pod holds.
 func (s *Service) CheckAndSetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) ([]bool, error) {
 	present, err := f.CheckAndSetMany(keys)
-	if rerr := s.replicateAdd(ctx, level, f, keys[:len(present)]); err == nil {
+	if rerr := s.replicateAdd(ctx, CheckAndSetLevel(level, present...), f, keys[:len(present)]); err == nil {
 		err = rerr
 	}
 	return present, err
@@ -141,8 +145,23 @@ func (s *Service) CheckAndSetMany(ctx context.Context, level wire.Consistency, f
 
 // SetMany adds every key to f, as CheckAndSetMany does.
 func (s *Service) SetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
-	_, err := s.CheckAndSetMany(ctx, level, f, keys)
+	present, err := f.CheckAndSetMany(keys)
+	if rerr := s.replicateAdd(ctx, level, f, keys[:len(present)]); err == nil {
+		err = rerr
+	}
 	return err
+}
+
+// CheckAndSetLevel is the level a check-and-set waits for, given what it answers: a key that was
+// new (false) must be held by a quorum of the pods before it is answered, even at consistency
+// one, so that whichever pod serves the key's next check-and-set holds it, or asks a pod that
+// does, and no second check-and-set of the key answers false. A key that was present (true) needs
+// no more than the request asked.
+func CheckAndSetLevel(level wire.Consistency, present ...bool) wire.Consistency {
+	if level == wire.ConsistencyOne && slices.Contains(present, false) {
+		return wire.ConsistencyQuorum
+	}
+	return level
 }
 
 // replicateAdd replicates keys added to f, when there are any.

@@ -75,11 +75,12 @@ func TestFailoverFollowsTheHomeOrder(t *testing.T) {
 		t.Errorf("%s's warnings of failovers: %v, want one naming %s", last.Name, lines, home.Name)
 	}
 
-	// Neither reachable: the pod serves the request itself (at consistency=one, since it cannot
-	// replicate it either).
+	// Neither reachable: the pod serves the request itself. It applies the value, but answers no
+	// false until a quorum holds it, whatever the level: alone, it answers 503 code 9.
 	c.Proxy(last, next).Set(cluster.Drop())
 	before = counters(t, writesTotal, order...)
-	casThrough(last.With(wire.ConsistencyOne), "v3", false)
+	_, err := last.With(wire.ConsistencyOne).CheckAndSet(t.Context(), name, "v3")
+	cluster.WantError(t, err, 503, wire.CodeReplication)
 	wantServedBy(t, "home and next unreachable", last, before)
 	if got := last.Metric(t, failoversTotal); got != 4 {
 		t.Errorf("%s counted %v failovers, want 4", last.Name, got)

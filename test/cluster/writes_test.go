@@ -153,7 +153,10 @@ func TestWriteThatCannotMeetItsConsistencyStaysAndIsRepaired(t *testing.T) {
 	c.Proxy(a, b).Set(cluster.Stall())
 	err = a.Client.Set(t.Context(), name, "stalled")
 	msg = cluster.WantError(t, err, 503, wire.CodeReplication)
-	if !strings.Contains(msg, `consistency "quorum" needs 2 of 3 pods and 1 acknowledged`) || !strings.Contains(msg, "no answer within 1s") || !strings.Contains(msg, "pod-2: ") {
+	// The stalled peer's part fails at the replication timeout, by the writer's clock ("no answer
+	// within") or, on a loaded machine, by its sender's a moment before ("deadline exceeded").
+	timedOut := strings.Contains(msg, "no answer within 1s") || strings.Contains(msg, "deadline exceeded")
+	if !strings.Contains(msg, `consistency "quorum" needs 2 of 3 pods and 1 acknowledged`) || !timedOut || !strings.Contains(msg, "pod-2: ") {
 		t.Errorf("a quorum write with a peer stalled and one refusing: %q", msg)
 	}
 	// ...unless so many peers failed that the level cannot be reached any more: the answer comes

@@ -1,0 +1,93 @@
+package writes_test
+
+import (
+	"errors"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
+	dppeer "github.com/bloomery/bloomery/dataplane/peer"
+	"github.com/bloomery/bloomery/dataplane/replication"
+	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/writes"
+)
+
+// memPods are write services of three pods, a, b and c, that reach each other through a network
+// in memory, all holding the filter f.
+func memPods(t *testing.T) (*dppeer.Network, map[string]*writes.Service, *filter.Filter) {
+	t.Helper()
+	net := dppeer.NewNetwork()
+	names := []string{"a", "b", "c"}
+	members := make([]wire.Member, len(names))
+	for i, n := range names {
+		members[i] = wire.Member{Name: n, URL: "http://" + n + ":8090"}
+	}
+	services := map[string]*writes.Service{}
+	var fa *filter.Filter
+	for _, name := range names {
+		store := filter.NewStore(filter.Limits{}, nil)
+		node := replication.NewNode(replication.Options{Store: store, PodName: name, Timeout: time.Second, Transport: net.From(name)})
+		t.Cleanup(node.Close)
+		net.Join(name, dppeer.NewServer(dppeer.ServerOptions{Host: node, Store: store, MaxRequestBytes: 1 << 20}), nil)
+		if err := node.SetMembership(wire.Membership{Epoch: 1, Self: name, Members: members}); err != nil {
+			t.Fatal(err)
+		}
+		services[name] = writes.New(store, node, slog.New(slog.DiscardHandler))
+		f, _, err := store.Create("f", filter.Options{Capacity: 1000, FPP: 0.01}, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name == "a" {
+			fa = f
+		}
+	}
+	return net, services, fa
+}
+
+// A check-and-set that answers false waits for a quorum of the pods whatever the level it asks,
+// so that no later check-and-set of the value, on any pod, answers false again; one that answers
+// true, and a set, wait for no more than they ask.
+func TestAFalseIsAnsweredOnlyOnceAQuorumHoldsIt(t *testing.T) {
+	net, pods, f := memPods(t)
+	net.Cut("a", "b")
+	net.Cut("a", "c")
+	a := pods["a"]
+	present, err := a.CheckAndSet(t.Context(), wire.ConsistencyOne, f, "new")
+	if present || !errors.Is(err, writes.ErrReplication) {
+		t.Fatalf("a check-and-set of a new value at one, cut off from every peer = %v, %v; want false with ErrReplication", present, err)
+	}
+	if present, err := a.CheckAndSet(t.Context(), wire.ConsistencyOne, f, "new"); !present || err != nil {
+		t.Errorf("a check-and-set of a value present at one = %v, %v; want true, needing no peer", present, err)
+	}
+	if err := a.Set(t.Context(), wire.ConsistencyOne, f, "set"); err != nil {
+		t.Errorf("a set at one, cut off: %v; want it answered alone", err)
+	}
+	if got, err := a.CheckAndSetMany(t.Context(), wire.ConsistencyOne, f, []string{"new", "other"}); !errors.Is(err, writes.ErrReplication) || len(got) != 2 || !got[0] || got[1] {
+		t.Errorf("a multi-check-and-set with a new value at one, cut off = %v, %v; want [true false] with ErrReplication", got, err)
+	}
+
+	net.Heal()
+	if present, err := a.CheckAndSet(t.Context(), wire.ConsistencyOne, f, "newer"); present || err != nil {
+		t.Errorf("a check-and-set of a new value at one, healed = %v, %v; want false", present, err)
+	}
+}
+
+func TestCheckAndSetLevel(t *testing.T) {
+	for _, tc := range []struct {
+		level   wire.Consistency
+		present []bool
+		want    wire.Consistency
+	}{
+		{wire.ConsistencyOne, []bool{false}, wire.ConsistencyQuorum},
+		{wire.ConsistencyOne, []bool{true, false}, wire.ConsistencyQuorum},
+		{wire.ConsistencyOne, []bool{true}, wire.ConsistencyOne},
+		{wire.ConsistencyOne, nil, wire.ConsistencyOne},
+		{wire.ConsistencyQuorum, []bool{false}, wire.ConsistencyQuorum},
+		{wire.ConsistencyAll, []bool{false}, wire.ConsistencyAll},
+	} {
+		if got := writes.CheckAndSetLevel(tc.level, tc.present...); got != tc.want {
+			t.Errorf("CheckAndSetLevel(%s, %v) = %s, want %s", tc.level, tc.present, got, tc.want)
+		}
+	}
+}
