@@ -181,8 +181,24 @@ func (s *Server) newRouter(newID func() string) *echo.Echo {
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
 	e.JSONSerializer = jsonSerializer{}
-	e.Use(s.instrument(newID))
+	e.Use(s.instrument(newID), s.answerInTime)
 	return e
+}
+
+// answerInTime bounds a request's work by the time left to answer it. The server closes a
+// connection whose answer is not written within requestTimeoutSeconds, and a client is owed an
+// answer, not a closed connection: waits for peers, forwards to a home and quorum reads end by
+// the deadline, and the request is answered 503 with what became of it (code 9: a write that may
+// have been applied). A tenth of the timeout is left to write the answer.
+func (s *Server) answerInTime(next echo.HandlerFunc) echo.HandlerFunc {
+	budget := s.Config.RequestTimeout - s.Config.RequestTimeout/10
+	return func(c echo.Context) error {
+		req := c.Request()
+		ctx, cancel := context.WithTimeout(req.Context(), budget)
+		defer cancel()
+		c.SetRequest(req.WithContext(ctx))
+		return next(c)
+	}
 }
 
 // filterRoutes mounts the filter API on e, each public path at at(path).

@@ -144,3 +144,18 @@ func TestHomeCatchingUpDoesNotServe(t *testing.T) {
 		t.Errorf("%s counted %v failovers in all, want still 2", from.Name, got)
 	}
 }
+
+// A check-and-set whose home does not answer within the request's timeout is answered in time, 503
+// with code 9 (the write may have been applied), never with a closed connection: the forward to
+// the home ends with the request's deadline, however long the replication timeout.
+func TestACheckAndSetIsAnsweredWithinTheRequestTimeout(t *testing.T) {
+	c := cluster.New(t, cluster.Options{Configure: func(_ string, cfg *config.Config) {
+		cfg.RequestTimeout, cfg.ReplicationTimeout = 2*time.Second, time.Minute
+	}})
+	home, through := c.Pod(0), c.Pod(1)
+	name := c.NameHomedAt("coupons", home)
+	create(t, home, name, client.CreateOptions{})
+	c.SetFault(cluster.Stall(), through, home)
+	_, err := through.Client.CheckAndSet(t.Context(), name, "v")
+	cluster.WantError(t, err, 503, wire.CodeReplication)
+}

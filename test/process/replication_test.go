@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -462,8 +463,12 @@ func TestDeletedFilterStaysDeletedAfterAStalePeersAntiEntropy(t *testing.T) {
 	if _, err := a.dp.client.Get(t.Context(), "doomed"); !client.IsNotFound(err) {
 		t.Fatalf("after anti-entropy with a stale peer, GET doomed on a = %v, want 404", err)
 	}
-	if _, err := b.dp.client.Get(t.Context(), "doomed"); err != nil {
-		t.Fatalf("the stale peer should still hold doomed before it catches up: %v", err)
+	// The stale peer serves no filter request before it catches up; its inventory, which its
+	// peers read, shows what it holds.
+	var inv wire.Inventory
+	if err := b.dp.internal.Call(t.Context(), http.MethodGet, wire.InventoryPath, "", nil, &inv); err != nil ||
+		!slices.ContainsFunc(inv.Filters, func(d wire.Digest) bool { return d.Name == "doomed" }) {
+		t.Fatalf("the stale peer should still hold doomed before it catches up: %+v, %v", inv.Filters, err)
 	}
 
 	// Told its membership, b catches up: the delete reaches it, and the writes it missed.
