@@ -124,6 +124,7 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		Metrics:  d.metrics,
 		Loading:  func() bool { return d.api.Phase() == httpapi.Recovering },
 		Password: respPassword,
+		Budget:   d.api.Budget(),
 	})
 	return d, nil
 }
