@@ -36,6 +36,10 @@ const baseBuffer = 16 << 10
 // a million empty arguments holds 24 MB once decoded, so each argument is charged this too.
 const argBytes = 24
 
+// minArgBytes is the least an argument takes as sent ($0\r\n\r\n): a command of more arguments
+// than its length over this cannot fit, and is refused by its header.
+const minArgBytes = 6
+
 // limits are what one command may be.
 type limits struct {
 	args    int   // arguments, the name included
@@ -70,10 +74,11 @@ var errBudget = &protocolError{
 // partial is how far the command at the reader's start has been decoded, so that a command that
 // arrives in many reads is decoded once, not from its start again at every read.
 type partial struct {
-	args  int   // arguments declared; 0 while the header is not read
-	marks []int // start and end of each argument read, from the command's start
-	pos   int   // the next byte to decode, from the command's start
-	need  int   // bytes from the command's start that the argument being read ends at
+	args  int // arguments declared; 0 while the header is not read
+	read  int // arguments read whole
+	first int // where the first argument's header starts, from the command's start
+	pos   int // the next byte to decode, from the command's start
+	need  int // bytes from the command's start that the argument being read ends at
 	// started is when the command's first byte was read, for the deadline of a slow command.
 	started time.Time
 }
@@ -143,7 +148,7 @@ func (rd *reader) read(lim limits) ([]redcon.Command, error) {
 		if len(rd.cmds) > 0 {
 			return rd.cmds, nil
 		}
-		if err := rd.fill(); err != nil {
+		if err := rd.fill(lim); err != nil {
 			return nil, err
 		}
 	}
@@ -174,11 +179,11 @@ func authenticates(args [][]byte) bool {
 
 // fill reads more bytes, growing the buffer for a command larger than it, under the deadline of
 // an idle connection or of a command that is on its way.
-func (rd *reader) fill() error {
+func (rd *reader) fill(lim limits) error {
 	if rd.r == rd.w && rd.p.args == 0 {
 		rd.r, rd.w = 0, 0
 	}
-	if err := rd.room(); err != nil {
+	if err := rd.room(lim); err != nil {
 		return err
 	}
 	deadline := time.Time{}
@@ -211,7 +216,7 @@ func (rd *reader) fill() error {
 
 // room makes room to read into: the decoded bytes are dropped, and a command larger than the
 // buffer gets a larger one, charged to the budget.
-func (rd *reader) room() error {
+func (rd *reader) room(lim limits) error {
 	if rd.w < len(rd.buf) {
 		return nil
 	}
@@ -220,7 +225,9 @@ func (rd *reader) room() error {
 		rd.r = 0
 		return nil
 	}
-	size := max(2*len(rd.buf), rd.p.need)
+	// Doubled, but never past what the command may be: a buffer of twice the limit would hold
+	// memory no command may use.
+	size := min(max(2*len(rd.buf), rd.p.need), max(int(lim.command), len(rd.buf)+1))
 	if !rd.budget.Take(int64(size - len(rd.buf))) {
 		return errBudget
 	}
@@ -248,12 +255,10 @@ func (rd *reader) decode(lim limits) ([][]byte, error) {
 			return [][]byte{}, nil
 		case n > lim.args:
 			return nil, argsRefused(n, lim)
-		case int64(n)*6 > lim.command: // an argument takes at least 6 bytes ($0\r\n\r\n)
-			return nil, tooLarge("a command of %d arguments is larger than a command may be (%d bytes)", n, lim.command)
 		}
-		rd.p.args, rd.p.pos, rd.p.marks = n, end, rd.p.marks[:0]
+		rd.p.args, rd.p.pos, rd.p.first, rd.p.read = n, end, end, 0
 	}
-	for len(rd.p.marks) < 2*rd.p.args {
+	for rd.p.read < rd.p.args {
 		if done, err := rd.bulk(b, lim); !done || err != nil {
 			return nil, err
 		}
@@ -266,7 +271,7 @@ func argsRefused(n int, lim limits) error {
 	if lim.args == unauthenticatedArgs {
 		return malformed("unauthenticated multibulk length")
 	}
-	return tooLarge("a command of %d arguments has more than %d", n, lim.args)
+	return tooLarge("a command of %d arguments is larger than respMaxCommandLength (%d bytes) allows: send fewer items per command", n, lim.command)
 }
 
 // bulk decodes the argument at the command's position; done is false when it is not all there.
@@ -300,22 +305,27 @@ func (rd *reader) bulk(b []byte, lim limits) (done bool, err error) {
 	if b[end] != '\r' || b[end+1] != '\n' {
 		return false, malformed("invalid bulk length")
 	}
-	p.marks = append(p.marks, start, end)
+	p.read++
 	p.pos, p.need = end+2, 0
 	return true, nil
 }
 
-// complete makes the arguments of the command fully decoded at b's start, and moves past it.
+// complete makes the arguments of the command fully decoded at b's start, and moves past it. Its
+// headers, checked as they arrived, are read again rather than kept: two offsets an argument would
+// hold 16 bytes for each of a million tiny items.
 func (rd *reader) complete(b []byte) ([][]byte, error) {
 	if err := rd.roomForArgs(rd.p.args); err != nil {
 		return nil, err
 	}
 	start := len(rd.args)
-	for i := 0; i < len(rd.p.marks); i += 2 {
-		rd.args = append(rd.args, b[rd.p.marks[i]:rd.p.marks[i+1]:rd.p.marks[i+1]])
+	for at := rd.p.first; at < rd.p.pos; {
+		eol := at + bytes.IndexByte(b[at:], '\n')
+		size, _ := parseLength(b[at+1 : eol-1])
+		rd.args = append(rd.args, b[eol+1:eol+1+size:eol+1+size])
+		at = eol + 1 + size + 2
 	}
 	rd.r += rd.p.pos
-	rd.p = partial{marks: rd.p.marks[:0], started: rd.readAt}
+	rd.p = partial{started: rd.readAt}
 	return rd.args[start:len(rd.args):len(rd.args)], nil
 }
 

@@ -86,7 +86,7 @@ func New(opts Options) *Server {
 	s := &Server{
 		opts: opts, level: opts.Config.WriteConsistency, started: time.Now(),
 		conns: map[net.Conn]struct{}{}, maxClients: opts.Config.RESPMaxClients,
-		budget: opts.Budget, authenticated: limits{args: int(command / 6), bulk: bulk, command: command},
+		budget: opts.Budget, authenticated: limits{args: int(command / minArgBytes), bulk: bulk, command: command},
 	}
 	if s.budget == nil {
 		s.budget = unlimited{}
