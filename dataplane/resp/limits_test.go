@@ -25,10 +25,8 @@ func TestFailedAuthSlowsDownItsConnection(t *testing.T) {
 	}
 	guess(&session{}, "wrong")
 	guess(sess, "the-password")
-	want := []time.Duration{50, 100, 200, 400, 800, 1600, 2000, 2000, 50}
-	for i := range want {
-		want[i] *= time.Millisecond
-	}
+	const ms = time.Millisecond
+	want := []time.Duration{50 * ms, 100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 2000 * ms, 2000 * ms, 50 * ms}
 	if fmt.Sprint(waits) != fmt.Sprint(want) {
 		t.Errorf("failed AUTHs waited %v, want %v", waits, want)
 	}
