@@ -4,6 +4,7 @@
 package config
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +51,16 @@ type Config struct {
 	// must AUTH before any command but AUTH, HELLO and QUIT (flag --resp-password-file). Empty
 	// leaves the port open to whoever reaches it, as a Redis without requirepass.
 	RESPPasswordFile string
+	// RESPMaxClients bounds the RESP port's connections (Redis's maxclients): one more is
+	// answered "max number of clients reached" and closed.
+	RESPMaxClients int
+	// RESPTimeout closes a RESP connection idle this long (Redis's timeout); 0 never does.
+	RESPTimeout time.Duration
+	// RESPMaxBulkLength and RESPMaxCommandLength bound one argument of a RESP command and the
+	// whole command as sent (Redis's proto-max-bulk-len and client-query-buffer-limit); 0 is
+	// MaxHTTPRequestLength, what one HTTP request may carry. See RESPCommandLimits.
+	RESPMaxBulkLength    int64
+	RESPMaxCommandLength int64
 
 	// Filter defaults, used when a create request leaves a field out.
 	DefaultExpectedInsertions uint64
@@ -189,6 +200,8 @@ func Default() Config {
 		DefaultFPP:                0.0001,
 		DefaultValidAfterCreate:   24 * time.Hour,
 		MaxFilters:                100_000,
+		RESPMaxClients:            10_000,
+		RESPTimeout:               300 * time.Second,
 		MaxHTTPConnections:        1000,
 		MaxHTTPRequestLength:      10 << 20,
 		MaxRequestBytesInFlight:   64 << 20,
@@ -244,6 +257,14 @@ func (c Config) Validate() error {
 	check("defaultValidSecondsAfterCreate", ruleNonNegative(c.DefaultValidAfterCreate))
 	check("maxFilters", rulePositive(c.MaxFilters))
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
+	check("respMaxClients", rulePositive(c.RESPMaxClients))
+	check("respTimeoutSeconds", ruleNonNegative(c.RESPTimeout))
+	check("respMaxBulkLength", ruleNonNegative(c.RESPMaxBulkLength))
+	check("respMaxCommandLength", ruleNonNegative(c.RESPMaxCommandLength))
+	if _, command := c.RESPCommandLimits(); c.MaxRequestBytesInFlight > 0 && command > 0 && uint64(command) > c.MaxRequestBytesInFlight {
+		check("respMaxCommandLength", fmt.Errorf("must be at most maxRequestBytesInFlight (%d), got %d: a command of the largest size could never be read",
+			c.MaxRequestBytesInFlight, command))
+	}
 	check("maxHttpRequestLength", rulePositive(c.MaxHTTPRequestLength))
 	if c.MaxRequestBytesInFlight > 0 && c.MaxHTTPRequestLength > 0 && c.MaxRequestBytesInFlight < uint64(c.MaxHTTPRequestLength) {
 		check("maxRequestBytesInFlight", fmt.Errorf("must be 0 (unlimited) or at least maxHttpRequestLength (%d), got %d: a body of the largest size could never be read",
@@ -451,3 +472,12 @@ func CheckLogLevel(v string) error { return ruleOneOf(LogLevel(v), logLevels) }
 
 // CheckLogFormat checks a --log-format value.
 func CheckLogFormat(v string) error { return ruleOneOf(LogFormat(v), logFormats) }
+
+// RESPCommandLimits are the bytes one argument of a RESP command, and the whole command as sent,
+// may take: RESPMaxBulkLength and RESPMaxCommandLength, MaxHTTPRequestLength where they are 0, and
+// an argument no larger than its command.
+func (c Config) RESPCommandLimits() (bulk, command int64) {
+	command = cmp.Or(c.RESPMaxCommandLength, c.MaxHTTPRequestLength)
+	bulk = min(cmp.Or(c.RESPMaxBulkLength, c.MaxHTTPRequestLength), command)
+	return bulk, command
+}

@@ -144,3 +144,22 @@ func TestConfigLogValue(t *testing.T) {
 		t.Errorf("logged %d keys for the %d fields of Config: %v", len(line.Config), n, line.Config)
 	}
 }
+
+// The RESP port's command limits follow maxHttpRequestLength unless set, an argument is never
+// larger than its command, and a command that the budget of bytes in flight could never hold is
+// refused at start.
+func TestRESPCommandLimits(t *testing.T) {
+	c := Default()
+	c.MaxHTTPRequestLength = 1 << 20
+	if bulk, command := c.RESPCommandLimits(); bulk != 1<<20 || command != 1<<20 {
+		t.Errorf("defaults: %d, %d; want maxHttpRequestLength for both", bulk, command)
+	}
+	c.RESPMaxBulkLength, c.RESPMaxCommandLength = 8<<20, 2<<20
+	if bulk, command := c.RESPCommandLimits(); bulk != 2<<20 || command != 2<<20 {
+		t.Errorf("a bulk larger than its command: %d, %d; want the command's for both", bulk, command)
+	}
+	c.RESPMaxCommandLength = int64(c.MaxRequestBytesInFlight) + 1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "respMaxCommandLength: must be at most maxRequestBytesInFlight") {
+		t.Errorf("a command larger than the budget: %v", err)
+	}
+}

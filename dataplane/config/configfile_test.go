@@ -68,6 +68,10 @@ writeConsistency: all
 awaitMembership: true
 replicationTimeoutMillis: 750
 antiEntropyIntervalSeconds: 120
+respMaxClients: 500
+respTimeoutSeconds: 0
+respMaxBulkLength: 1Mi
+respMaxCommandLength: 4Mi
 `)
 	got, err := Load(path)
 	if err != nil {
@@ -114,6 +118,10 @@ antiEntropyIntervalSeconds: 120
 	want.AwaitMembership = true
 	want.ReplicationTimeout = 750 * time.Millisecond
 	want.AntiEntropyInterval = 2 * time.Minute
+	want.RESPMaxClients = 500
+	want.RESPTimeout = 0
+	want.RESPMaxBulkLength = 1 << 20
+	want.RESPMaxCommandLength = 4 << 20
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
 	}

@@ -22,16 +22,20 @@ import (
 // means to set. The check tag names the rule a value must pass when it is loaded: positive,
 // nonNegative, probability, nonEmpty or port. An enum must be one of its values.
 type File struct {
-	InternalPort              *int     `yaml:"internalPort,omitempty" check:"port"`
-	OpsPort                   *int     `yaml:"opsPort,omitempty" check:"port"`
-	RESPPort                  *int     `yaml:"respPort,omitempty" check:"port"`
-	RESPPasswordFile          *string  `yaml:"respPasswordFile,omitempty" check:"nonEmpty"`
-	InternalTokenFile         *string  `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
-	TLSCertFile               *string  `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
-	TLSKeyFile                *string  `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
-	TLSCAFile                 *string  `yaml:"tlsCAFile,omitempty" check:"nonEmpty"`
-	DefaultExpectedInsertions *int64   `yaml:"defaultExpectedInsertions,omitempty" check:"positive"`
-	DefaultFPP                *float64 `yaml:"defaultFalsePositiveProbability,omitempty" check:"probability"`
+	InternalPort              *int      `yaml:"internalPort,omitempty" check:"port"`
+	OpsPort                   *int      `yaml:"opsPort,omitempty" check:"port"`
+	RESPPort                  *int      `yaml:"respPort,omitempty" check:"port"`
+	RESPPasswordFile          *string   `yaml:"respPasswordFile,omitempty" check:"nonEmpty"`
+	RESPMaxClients            *int      `yaml:"respMaxClients,omitempty" check:"positive"`
+	RESPTimeout               *Seconds  `yaml:"respTimeoutSeconds,omitempty" check:"nonNegative"`
+	RESPMaxBulkLength         *ByteSize `yaml:"respMaxBulkLength,omitempty"`
+	RESPMaxCommandLength      *ByteSize `yaml:"respMaxCommandLength,omitempty"`
+	InternalTokenFile         *string   `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
+	TLSCertFile               *string   `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
+	TLSKeyFile                *string   `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
+	TLSCAFile                 *string   `yaml:"tlsCAFile,omitempty" check:"nonEmpty"`
+	DefaultExpectedInsertions *int64    `yaml:"defaultExpectedInsertions,omitempty" check:"positive"`
+	DefaultFPP                *float64  `yaml:"defaultFalsePositiveProbability,omitempty" check:"probability"`
 	// Unlike filter-service, 0 is allowed: filters created without an expiry never expire.
 	DefaultValidAfterCreate *Seconds  `yaml:"defaultValidSecondsAfterCreate,omitempty" check:"nonNegative"`
 	MaxFilterBytes          *ByteSize `yaml:"maxFilterBytes,omitempty"`
@@ -96,6 +100,10 @@ func (f File) apply(c *Config) {
 	set(&c.OpsPort, f.OpsPort)
 	set(&c.RESPPort, f.RESPPort)
 	set(&c.RESPPasswordFile, f.RESPPasswordFile)
+	set(&c.RESPMaxClients, f.RESPMaxClients)
+	setDuration(&c.RESPTimeout, f.RESPTimeout)
+	setByteLength(&c.RESPMaxBulkLength, f.RESPMaxBulkLength)
+	setByteLength(&c.RESPMaxCommandLength, f.RESPMaxCommandLength)
 	set(&c.InternalTokenFile, f.InternalTokenFile)
 	set(&c.TLSCertFile, f.TLSCertFile)
 	set(&c.TLSKeyFile, f.TLSKeyFile)
@@ -165,6 +173,14 @@ func setBytes(dst *uint64, src *ByteSize) {
 	}
 }
 
+// setByteLength sets a length in bytes that Go holds as an int64, as slices' lengths are: a size
+// beyond that is no limit at all, and is kept as the largest.
+func setByteLength(dst *int64, src *ByteSize) {
+	if src != nil {
+		*dst = int64(min(uint64(*src), math.MaxInt64))
+	}
+}
+
 // file is c as a file that sets every key but the alias, so that it logs under the file's keys.
 func (c Config) file() File {
 	criteria := make([]FileCriterion, len(c.TriggerPersistenceCriteria))
@@ -181,6 +197,10 @@ func (c Config) file() File {
 		OpsPort:                   new(c.OpsPort),
 		RESPPort:                  new(c.RESPPort),
 		RESPPasswordFile:          optionalPath(c.RESPPasswordFile),
+		RESPMaxClients:            new(c.RESPMaxClients),
+		RESPTimeout:               new(Seconds(c.RESPTimeout)),
+		RESPMaxBulkLength:         new(ByteSize(c.RESPMaxBulkLength)),
+		RESPMaxCommandLength:      new(ByteSize(c.RESPMaxCommandLength)),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
 		DefaultFPP:                new(c.DefaultFPP),
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),

@@ -35,6 +35,32 @@ func (b *bodyBudget) take(n int64) bool {
 	}
 }
 
+// Take takes n bytes for a command of the RESP port, which shares the budget: a limit of 0 is no
+// limit.
+func (b *bodyBudget) Take(n int64) bool {
+	if b.limit == 0 {
+		return true
+	}
+	return b.take(n)
+}
+
+// Release gives back what Take took.
+func (b *bodyBudget) Release(n int64) {
+	if b.limit != 0 {
+		b.used.Add(-n)
+	}
+}
+
+// SharedBudget is the budget of request bytes in flight (maxRequestBytesInFlight) that run hands
+// the RESP port, so that both ports' requests together stay within it.
+type SharedBudget interface {
+	Take(n int64) bool
+	Release(n int64)
+}
+
+// Budget is the client port's budget of request bytes in flight, for the RESP port to share.
+func (s *Server) Budget() SharedBudget { return s.bodies }
+
 // errBodyBudget ends the read of a body that the budget has no room for.
 var errBodyBudget = errors.New("request bodies in flight at their limit")
 

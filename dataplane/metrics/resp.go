@@ -18,6 +18,8 @@ type RESP struct {
 	durations    *prometheus.HistogramVec
 	open         prometheus.Gauge
 	accepted     prometheus.Counter
+	closed       *prometheus.CounterVec
+	refused      *prometheus.CounterVec
 	authFailures prometheus.Counter
 }
 
@@ -50,6 +52,14 @@ func newRESP() *RESP {
 			Namespace: namespace, Subsystem: "resp", Name: "connections_total",
 			Help: "Connections the RESP port accepted.",
 		}),
+		closed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "resp", Name: "connections_closed_total",
+			Help: "Connections to the RESP port closed, by reason: client (the client closed it, or QUIT), idle (respTimeoutSeconds), slow_command and slow_reader (requestTimeoutSeconds), too_large (a command past the limits), protocol (not RESP), budget (maxRequestBytesInFlight), shutdown.",
+		}, []string{"reason"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "resp", Name: "connections_refused_total",
+			Help: "Connections the RESP port refused, by reason: max_clients (respMaxClients).",
+		}, []string{"reason"}),
 		authFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Subsystem: "resp", Name: "auth_failures_total",
 			Help: "AUTH and HELLO ... AUTH refused on the RESP port for a wrong user name or password.",
@@ -86,8 +96,14 @@ func (r *RESP) Opened() {
 	r.accepted.Inc()
 }
 
-// Closed counts a connection closed.
-func (r *RESP) Closed() { r.open.Dec() }
+// Closed counts a connection closed, for a reason of a bounded set.
+func (r *RESP) Closed(reason string) {
+	r.open.Dec()
+	r.closed.WithLabelValues(reason).Inc()
+}
+
+// Refused counts a connection refused, for a reason of a bounded set.
+func (r *RESP) Refused(reason string) { r.refused.WithLabelValues(reason).Inc() }
 
 // AuthFailed counts a refused authentication.
 func (r *RESP) AuthFailed() { r.authFailures.Inc() }
@@ -99,6 +115,8 @@ func (r *RESP) Describe(ch chan<- *prometheus.Desc) {
 	r.durations.Describe(ch)
 	r.open.Describe(ch)
 	r.accepted.Describe(ch)
+	r.closed.Describe(ch)
+	r.refused.Describe(ch)
 	r.authFailures.Describe(ch)
 }
 
@@ -109,5 +127,7 @@ func (r *RESP) Collect(ch chan<- prometheus.Metric) {
 	r.durations.Collect(ch)
 	r.open.Collect(ch)
 	r.accepted.Collect(ch)
+	r.closed.Collect(ch)
+	r.refused.Collect(ch)
 	r.authFailures.Collect(ch)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"time"
 )
 
 // The texts Redis 7.0 answers about authentication, word for word: clients match them.
@@ -53,5 +54,35 @@ func (s *Server) authenticate(sess *session, user, password []byte) error {
 	if s.opts.Metrics != nil {
 		s.opts.Metrics.RESP.AuthFailed()
 	}
+	sess.authFailures++
+	s.pause(authDelay(sess.authFailures))
 	return errWrongPass
+}
+
+// firstAuthDelay and lastAuthDelay bound how long a connection's failed AUTH waits before it is
+// answered: the first waits the first, and each next one twice the one before, up to the last. A
+// client with a stale password loses 50 ms; one guessing on a connection gets a guess every two
+// seconds instead of hundreds of thousands a second (a new connection starts again, and
+// respMaxClients bounds those).
+const (
+	firstAuthDelay = 50 * time.Millisecond
+	lastAuthDelay  = 2 * time.Second
+)
+
+// authDelay is the wait of a connection's nth failed authentication.
+func authDelay(n int) time.Duration {
+	if n > 16 { // past the last already; keeps the shift below from overflowing
+		return lastAuthDelay
+	}
+	return min(firstAuthDelay<<(n-1), lastAuthDelay)
+}
+
+// sleep waits d, or until the server drains: shutting down waits for no guesser.
+func (s *Server) sleep(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.drained:
+	}
 }

@@ -9,8 +9,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/tidwall/redcon"
 )
 
 // replier writes replies: a redcon.Conn on a connection, a redcon.Writer in tests.
@@ -28,11 +26,13 @@ type session struct {
 	name, libName, libVersion string
 	// authenticated is set by AUTH or HELLO ... AUTH; without a password every connection is.
 	authenticated bool
-	// pipeline, run and answers are reused from one read of commands to the next: a connection
-	// answers one read at a time.
-	pipeline []redcon.Command
-	run      []runnable
-	answers  []int64
+	// authFailures counts the connection's failed authentications, each answered later than
+	// the one before.
+	authFailures int
+	// run and answers are reused from one read of commands to the next: a connection answers
+	// one read at a time.
+	run     []runnable
+	answers []int64
 }
 
 // command is one command of the table: its arity in Redis's convention (n: exactly n arguments,
@@ -198,8 +198,14 @@ func errText(err error) string {
 	return replyText(err)
 }
 
+// lineBreaks turns line breaks into spaces; a Replacer is built once, not per reply.
+var lineBreaks = strings.NewReplacer("\r", " ", "\n", " ")
+
 // oneLine keeps an error reply on one line, as RESP requires: Redis too turns line breaks in
-// error texts into spaces.
+// error texts into spaces. A text without any, which is nearly every one, is answered as it is.
 func oneLine(s string) string {
-	return strings.NewReplacer("\r", " ", "\n", " ").Replace(s)
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	return lineBreaks.Replace(s)
 }

@@ -52,29 +52,6 @@ func asRunnable(cmd redcon.Command) (runnable, bool) {
 	return r, true
 }
 
-// keptPipeline bounds the room for commands a connection keeps from one read to the next: a
-// client that once pipelined a million commands does not hold their slice until it disconnects.
-const keptPipeline = maxRun
-
-// pipelineConn is what serve needs of a connection: the commands read with the first, and
-// somewhere to answer them.
-type pipelineConn interface {
-	replier
-	ReadPipeline() []redcon.Command
-}
-
-// serve answers first and every command read with it, in order; it reports whether the client
-// asked to close the connection (QUIT), after which nothing more is answered.
-func (s *Server) serve(conn pipelineConn, sess *session, first redcon.Command) (quit bool) {
-	sess.pipeline = append(append(sess.pipeline[:0], first), conn.ReadPipeline()...)
-	quit = s.answer(sess, conn, sess.pipeline)
-	clear(sess.pipeline) // the commands' bytes are garbage once answered
-	if cap(sess.pipeline) > keptPipeline {
-		sess.pipeline = nil
-	}
-	return quit
-}
-
 // answer answers cmds in order, runs of them as batches, into w; it reports whether the client
 // asked to close the connection (QUIT), after which nothing more is answered.
 func (s *Server) answer(sess *session, w replier, cmds []redcon.Command) (quit bool) {

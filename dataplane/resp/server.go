@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidwall/redcon"
-
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/metrics"
@@ -34,6 +32,9 @@ type Options struct {
 	// Password, when set, is the default user's: a connection must AUTH (or HELLO ... AUTH)
 	// with it before any other command answers.
 	Password string
+	// Budget, shared with the HTTP client port, is charged the commands read and not yet
+	// answered beyond each connection's base; nil is no limit.
+	Budget Budget
 }
 
 // Server answers RESP commands. Serve it on a listener; Drain before the final snapshot.
@@ -54,11 +55,25 @@ type Server struct {
 	started time.Time
 	clients atomic.Int64
 
+	// conns are the open connections, which closing the listener closes; nil once it is closed.
+	// maxClients bounds them (respMaxClients).
+	connsMu    sync.Mutex
+	conns      map[net.Conn]struct{}
+	maxClients int
+	// budget is Options.Budget; authenticated the limits of an authenticated connection's
+	// command.
+	budget        Budget
+	authenticated limits
+
 	// mu guards draining against the start of a command, so that Drain's wait cannot race with
 	// a command that begins as it starts.
 	mu       sync.RWMutex
 	draining bool
 	inFlight sync.WaitGroup
+	// drained is closed by Drain, which ends the waits of failed authentications; pause is how
+	// a failed authentication waits (sleep; tests record it instead).
+	drained chan struct{}
+	pause   func(time.Duration)
 }
 
 // New returns a server over the data plane's store and write service.
@@ -67,7 +82,17 @@ func New(opts Options) *Server {
 		opts.Loading = func() bool { return false }
 	}
 	// Writes run at the cluster's write consistency: RESP has no place for a per-request level.
-	s := &Server{opts: opts, level: opts.Config.WriteConsistency, started: time.Now()}
+	bulk, command := opts.Config.RESPCommandLimits()
+	s := &Server{
+		opts: opts, level: opts.Config.WriteConsistency, started: time.Now(),
+		conns: map[net.Conn]struct{}{}, maxClients: opts.Config.RESPMaxClients,
+		budget: opts.Budget, authenticated: limits{args: int(command / minArgBytes), bulk: bulk, command: command},
+	}
+	if s.budget == nil {
+		s.budget = unlimited{}
+	}
+	s.drained = make(chan struct{})
+	s.pause = s.sleep
 	if opts.Password != "" {
 		s.password, s.hasPassword = sha256.Sum256([]byte(opts.Password)), true
 	}
@@ -93,58 +118,14 @@ func (s *Server) series(cmd command, known bool) *metrics.RESPCommand {
 	return s.other
 }
 
-// Serve answers the connections ln accepts until ln is closed, which also closes every
-// connection; it then returns nil.
-func (s *Server) Serve(ln net.Listener) error {
-	return redcon.Serve(ln, s.handle, s.accepted, s.closed)
-}
-
-// accepted counts a new connection and gives it its session.
-func (s *Server) accepted(conn redcon.Conn) bool {
-	conn.SetContext(&session{authenticated: !s.hasPassword})
-	s.clients.Add(1)
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.RESP.Opened()
-	}
-	return true
-}
-
-// closed counts a connection gone, whichever side closed it.
-func (s *Server) closed(redcon.Conn, error) {
-	s.clients.Add(-1)
-	if s.opts.Metrics != nil {
-		s.opts.Metrics.RESP.Closed()
-	}
-}
-
 // Drain refuses new commands and waits for those in flight, whose connections closing the
 // listener has cut: after it returns no command of this server changes a filter.
 func (s *Server) Drain() {
 	s.mu.Lock()
+	if !s.draining {
+		close(s.drained)
+	}
 	s.draining = true
 	s.mu.Unlock()
 	s.inFlight.Wait()
-}
-
-// handle runs one command of a connection, and those read with it (see serve).
-func (s *Server) handle(conn redcon.Conn, cmd redcon.Command) {
-	s.mu.RLock()
-	if s.draining {
-		s.mu.RUnlock()
-		conn.WriteError("ERR Bloomery is shutting down")
-		_ = conn.Close() // the connection is going anyway
-		return
-	}
-	s.inFlight.Add(1)
-	s.mu.RUnlock()
-	defer s.inFlight.Done()
-
-	sess, _ := conn.Context().(*session)
-	if sess == nil { // accepted sets one: a server served otherwise than by Serve
-		sess = &session{authenticated: !s.hasPassword}
-		conn.SetContext(sess)
-	}
-	if quit := s.serve(conn, sess, cmd); quit {
-		_ = conn.Close() // flushes the reply first; a failure means the client is gone already
-	}
 }

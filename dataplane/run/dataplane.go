@@ -126,6 +126,7 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		// lack what its peers hold as well as one that loads its files.
 		Loading:  func() bool { return d.api.Phase() == httpapi.Recovering || !d.node.Ready() },
 		Password: respPassword,
+		Budget:   d.api.Budget(),
 	})
 	return d, nil
 }

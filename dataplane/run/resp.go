@@ -4,8 +4,6 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
-
-	"golang.org/x/net/netutil"
 )
 
 // respServer is the RESP server running on its listener; nil when the port is closed.
@@ -15,8 +13,9 @@ type respServer struct {
 	done chan error // receives why Serve returned, once
 }
 
-// startRESP serves ln in a goroutine, with the client port's connection budget; a failure to
-// serve goes to failed, as an HTTP server's does. Without a listener it serves nothing. With the
+// startRESP serves ln in a goroutine; the server bounds its connections itself (respMaxClients),
+// refusing rather than leaving them in the accept queue. A failure to serve goes to failed, as an
+// HTTP server's does. Without a listener it serves nothing. With the
 // data plane's certificate it serves TLS, as the client port does: the same certificate, re-read
 // when it changes, and no client certificate asked for even with a CA, since the port's clients
 // are applications, not the cluster's pods.
@@ -25,9 +24,6 @@ func (d *DataPlane) startRESP(ln net.Listener, failed chan<- error) *respServer 
 		return nil
 	}
 	addr := ln.Addr().String()
-	if d.cfg.MaxHTTPConnections > 0 {
-		ln = netutil.LimitListener(ln, d.cfg.MaxHTTPConnections)
-	}
 	if d.tls != nil {
 		ln = tls.NewListener(ln, d.tls.ServerConfig(false))
 	}
