@@ -41,24 +41,39 @@ type partition struct {
 // (nil: all zero) and appends it. A refused reservation or allocation leaves the partition and
 // the budget as they were. The caller holds mu for writing, or is the only one who can reach p.
 func (p *partition) addLayer(shape LayerShape, words []uint64) error {
+	layer, err := p.newLayer(shape, words, p.bitsBytes())
+	if err != nil {
+		return err
+	}
+	p.appendLayer(shape, layer)
+	return nil
+}
+
+// newLayer reserves a layer's memory, the partition holding held bytes of bits, and allocates it
+// holding a copy of words; a refusal leaves the budget as it was.
+func (p *partition) newLayer(shape LayerShape, words []uint64, held uint64) (*bloom.BloomFilter, error) {
 	f := p.f
 	what := fmt.Sprintf("filter %q", f.name)
 	if f.opts.PartitionCount() > 1 {
 		what = fmt.Sprintf("partition %d of filter %q", p.index, f.name)
 	}
-	if err := f.store.memory.reserve(what, shape.SizeBytes(), p.bitsBytes(), 0); err != nil {
-		return err
+	if err := f.store.memory.reserve(what, shape.SizeBytes(), held, 0); err != nil {
+		return nil, err
 	}
 	layer, err := newLayer(shape, words)
 	if err != nil {
 		f.store.memory.release(shape.SizeBytes())
-		return fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
+		return nil, fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
 	}
+	return layer, nil
+}
+
+// appendLayer appends a layer that newLayer made. The caller holds mu for writing.
+func (p *partition) appendLayer(shape LayerShape, layer *bloom.BloomFilter) {
 	p.layers = append(p.layers, layer)
 	p.newestItems, p.newestCapacity = 0, shape.Capacity
 	p.maxHashes = max(p.maxHashes, shape.Hashes)
-	f.sizeBytes.Add(shape.SizeBytes())
-	return nil
+	p.f.sizeBytes.Add(shape.SizeBytes())
 }
 
 // bitsBytes is what the partition's bit arrays take. The caller holds mu.
@@ -237,7 +252,10 @@ func (p *partition) count() bitCount {
 	// as small as 1e-20 survive the arithmetic.
 	logNoFalsePositive := 0.0
 	for _, layer := range p.layers {
-		m, ones := uint64(layer.Cap()), uint64(layer.BitSet().Count())
+		// At most m: bits past it (which merges refuse and a restore clears) must not push the
+		// ratio past 1, where the logarithm below is NaN.
+		m := uint64(layer.Cap())
+		ones := min(uint64(layer.BitSet().Count()), m)
 		c.bits += m
 		c.set += ones
 		logNoFalsePositive += math.Log1p(-math.Pow(float64(ones)/float64(m), float64(layer.K())))
