@@ -49,6 +49,7 @@ triggerPersistenceCriteria:
 persistentStorageDirectory: /var/lib/bloomery
 snapshotLogBytes: 1Gi
 allowStartWithLowDiskSpace: true
+allowClientMerges: true
 allowRecoverFromCorruptedPersistentFile: false
 defaultChannelBufferSizeForFilterPersistence: 4096
 channelOptions:
@@ -114,6 +115,7 @@ antiEntropyIntervalSeconds: 120
 	want.AwaitMembership = true
 	want.ReplicationTimeout = 750 * time.Millisecond
 	want.AntiEntropyInterval = 2 * time.Minute
+	want.AllowClientMerges = true
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
 	}
