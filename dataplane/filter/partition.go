@@ -3,6 +3,8 @@ package filter
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -243,25 +245,52 @@ type bitCount struct {
 	fpp       float64
 }
 
-// count counts the bits set in every layer under the read lock.
+// countChunkWords bounds the words counted under one hold of the read lock: 1 MiB, as a
+// snapshot copies, so that a writer waits for one chunk, never for a layer of gigabytes.
+const countChunkWords = 1 << 17
+
+// onCountChunk, when a test sets it, is told the words of each chunk once the lock is released.
+var onCountChunk func(words int)
+
+// count counts the bits set in every layer, a chunk at a time under the read lock: writers wait
+// for one chunk, and bits they set meanwhile may or may not be counted, as they would be a moment
+// before or after.
 func (p *partition) count() bitCount {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	c := bitCount{layers: len(p.layers), hashes: p.layers[len(p.layers)-1].K()}
+	layers := slices.Clone(p.layers)
+	p.mu.RUnlock()
+	c := bitCount{layers: len(layers), hashes: layers[len(layers)-1].K()}
 	// A key is a false positive unless every layer rejects it; sum logarithms so that rates
 	// as small as 1e-20 survive the arithmetic.
 	logNoFalsePositive := 0.0
-	for _, layer := range p.layers {
+	for _, layer := range layers {
 		// At most m: bits past it (which merges refuse and a restore clears) must not push the
 		// ratio past 1, where the logarithm below is NaN.
 		m := uint64(layer.Cap())
-		ones := min(uint64(layer.BitSet().Count()), m)
+		ones := min(p.countSet(layer.BitSet().Words()), m)
 		c.bits += m
 		c.set += ones
 		logNoFalsePositive += math.Log1p(-math.Pow(float64(ones)/float64(m), float64(layer.K())))
 	}
 	c.fpp = 0 - math.Expm1(logNoFalsePositive) // 0 - x, not -x: no "-0" for an empty filter
 	return c
+}
+
+// countSet counts the bits set in words, countChunkWords at a time under the read lock.
+func (p *partition) countSet(words []uint64) uint64 {
+	var ones uint64
+	for at := 0; at < len(words); at += countChunkWords {
+		chunk := words[at:min(at+countChunkWords, len(words))]
+		p.mu.RLock()
+		for _, w := range chunk {
+			ones += uint64(bits.OnesCount64(w))
+		}
+		p.mu.RUnlock()
+		if onCountChunk != nil {
+			onCountChunk(len(chunk))
+		}
+	}
+	return ones
 }
 
 // estimates is what Usage estimates of one partition: its bits, the bits expected to be set and
