@@ -132,6 +132,9 @@ type Config struct {
 	// AntiEntropyInterval is the period of the pass that compares filters with a peer and merges
 	// what differs; 0 turns it off.
 	AntiEntropyInterval time.Duration
+	// AllowClientMerges serves merges of dumps on the client port, to anyone who reaches it; the
+	// internal port serves them to the token's holders whatever it says.
+	AllowClientMerges bool
 
 	LogLevel  LogLevel  // flag --log-level wins over the file
 	LogFormat LogFormat // flag --log-format wins over the file

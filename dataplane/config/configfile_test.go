@@ -49,6 +49,7 @@ triggerPersistenceCriteria:
 persistentStorageDirectory: /var/lib/bloomery
 snapshotLogBytes: 1Gi
 allowStartWithLowDiskSpace: true
+allowClientMerges: true
 allowRecoverFromCorruptedPersistentFile: false
 defaultChannelBufferSizeForFilterPersistence: 4096
 channelOptions:
@@ -122,6 +123,7 @@ respMaxCommandLength: 4Mi
 	want.RESPTimeout = 0
 	want.RESPMaxBulkLength = 1 << 20
 	want.RESPMaxCommandLength = 4 << 20
+	want.AllowClientMerges = true
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
 	}

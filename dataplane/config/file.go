@@ -75,6 +75,7 @@ type File struct {
 	AwaitMembership                   *bool             `yaml:"awaitMembership,omitempty"`
 	ReplicationTimeout                *Millis           `yaml:"replicationTimeoutMillis,omitempty" check:"positive"`
 	AntiEntropyInterval               *Seconds          `yaml:"antiEntropyIntervalSeconds,omitempty" check:"nonNegative"`
+	AllowClientMerges                 *bool             `yaml:"allowClientMerges,omitempty"`
 	LogLevel                          *LogLevel         `yaml:"logLevel,omitempty"`
 	LogFormat                         *LogFormat        `yaml:"logFormat,omitempty"`
 }
@@ -151,6 +152,7 @@ func (f File) apply(c *Config) {
 	set(&c.AwaitMembership, f.AwaitMembership)
 	setDuration(&c.ReplicationTimeout, f.ReplicationTimeout)
 	setDuration(&c.AntiEntropyInterval, f.AntiEntropyInterval)
+	set(&c.AllowClientMerges, f.AllowClientMerges)
 	set(&c.LogLevel, f.LogLevel)
 	set(&c.LogFormat, f.LogFormat)
 }
@@ -230,6 +232,7 @@ func (c Config) file() File {
 		AwaitMembership:                         new(c.AwaitMembership),
 		ReplicationTimeout:                      new(Millis(c.ReplicationTimeout)),
 		AntiEntropyInterval:                     new(Seconds(c.AntiEntropyInterval)),
+		AllowClientMerges:                       new(c.AllowClientMerges),
 		LogLevel:                                new(c.LogLevel),
 		LogFormat:                               new(c.LogFormat),
 	}

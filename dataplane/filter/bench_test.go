@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 )
@@ -190,4 +191,37 @@ func BenchmarkCheckManyAbsentOrPresent(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWriteDuringInfo describes a filter of 1 GiB of bits (Info, what GET answers) while a
+// writer sets keys one at a time, and reports what a describe costs (ns/op) and the longest a
+// single write took meanwhile (max-write-µs): with the count a chunk at a time, one chunk's
+// count, not the whole filter's.
+func BenchmarkWriteDuringInfo(b *testing.B) {
+	f := benchFilter(b, Options{Capacity: 900_000_000, FPP: 0.01}) // 1.0 GiB in one layer
+	if size := f.SizeBytes(); size < 1<<30 {
+		b.Fatalf("the filter holds %d bytes, want 1 GiB", size)
+	}
+	stop, worst := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		var longest time.Duration
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				worst <- longest
+				return
+			default:
+			}
+			start := time.Now()
+			if _, err := f.CheckAndSet(benchKeys[i&(len(benchKeys)-1)]); err != nil {
+				panic(err)
+			}
+			longest = max(longest, time.Since(start))
+		}
+	}()
+	for b.Loop() {
+		f.Info()
+	}
+	close(stop)
+	b.ReportMetric(float64((<-worst).Microseconds()), "max-write-µs")
 }

@@ -3,6 +3,8 @@ package filter
 import (
 	"fmt"
 	"math"
+	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -41,24 +43,39 @@ type partition struct {
 // (nil: all zero) and appends it. A refused reservation or allocation leaves the partition and
 // the budget as they were. The caller holds mu for writing, or is the only one who can reach p.
 func (p *partition) addLayer(shape LayerShape, words []uint64) error {
+	layer, err := p.newLayer(shape, words, p.bitsBytes())
+	if err != nil {
+		return err
+	}
+	p.appendLayer(shape, layer)
+	return nil
+}
+
+// newLayer reserves a layer's memory, the partition holding held bytes of bits, and allocates it
+// holding a copy of words; a refusal leaves the budget as it was.
+func (p *partition) newLayer(shape LayerShape, words []uint64, held uint64) (*bloom.BloomFilter, error) {
 	f := p.f
 	what := fmt.Sprintf("filter %q", f.name)
 	if f.opts.PartitionCount() > 1 {
 		what = fmt.Sprintf("partition %d of filter %q", p.index, f.name)
 	}
-	if err := f.store.memory.reserve(what, shape.SizeBytes(), p.bitsBytes(), 0); err != nil {
-		return err
+	if err := f.store.memory.reserve(what, shape.SizeBytes(), held, 0); err != nil {
+		return nil, err
 	}
 	layer, err := newLayer(shape, words)
 	if err != nil {
 		f.store.memory.release(shape.SizeBytes())
-		return fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
+		return nil, fmt.Errorf("%w: filter %q: %w", ErrOutOfMemory, f.name, err)
 	}
+	return layer, nil
+}
+
+// appendLayer appends a layer that newLayer made. The caller holds mu for writing.
+func (p *partition) appendLayer(shape LayerShape, layer *bloom.BloomFilter) {
 	p.layers = append(p.layers, layer)
 	p.newestItems, p.newestCapacity = 0, shape.Capacity
 	p.maxHashes = max(p.maxHashes, shape.Hashes)
-	f.sizeBytes.Add(shape.SizeBytes())
-	return nil
+	p.f.sizeBytes.Add(shape.SizeBytes())
 }
 
 // bitsBytes is what the partition's bit arrays take. The caller holds mu.
@@ -228,22 +245,52 @@ type bitCount struct {
 	fpp       float64
 }
 
-// count counts the bits set in every layer under the read lock.
+// countChunkWords bounds the words counted under one hold of the read lock: 1 MiB, as a
+// snapshot copies, so that a writer waits for one chunk, never for a layer of gigabytes.
+const countChunkWords = 1 << 17
+
+// onCountChunk, when a test sets it, is told the words of each chunk once the lock is released.
+var onCountChunk func(words int)
+
+// count counts the bits set in every layer, a chunk at a time under the read lock: writers wait
+// for one chunk, and bits they set meanwhile may or may not be counted, as they would be a moment
+// before or after.
 func (p *partition) count() bitCount {
 	p.mu.RLock()
-	defer p.mu.RUnlock()
-	c := bitCount{layers: len(p.layers), hashes: p.layers[len(p.layers)-1].K()}
+	layers := slices.Clone(p.layers)
+	p.mu.RUnlock()
+	c := bitCount{layers: len(layers), hashes: layers[len(layers)-1].K()}
 	// A key is a false positive unless every layer rejects it; sum logarithms so that rates
 	// as small as 1e-20 survive the arithmetic.
 	logNoFalsePositive := 0.0
-	for _, layer := range p.layers {
-		m, ones := uint64(layer.Cap()), uint64(layer.BitSet().Count())
+	for _, layer := range layers {
+		// At most m: bits past it (which merges refuse and a restore clears) must not push the
+		// ratio past 1, where the logarithm below is NaN.
+		m := uint64(layer.Cap())
+		ones := min(p.countSet(layer.BitSet().Words()), m)
 		c.bits += m
 		c.set += ones
 		logNoFalsePositive += math.Log1p(-math.Pow(float64(ones)/float64(m), float64(layer.K())))
 	}
 	c.fpp = 0 - math.Expm1(logNoFalsePositive) // 0 - x, not -x: no "-0" for an empty filter
 	return c
+}
+
+// countSet counts the bits set in words, countChunkWords at a time under the read lock.
+func (p *partition) countSet(words []uint64) uint64 {
+	var ones uint64
+	for at := 0; at < len(words); at += countChunkWords {
+		chunk := words[at:min(at+countChunkWords, len(words))]
+		p.mu.RLock()
+		for _, w := range chunk {
+			ones += uint64(bits.OnesCount64(w))
+		}
+		p.mu.RUnlock()
+		if onCountChunk != nil {
+			onCountChunk(len(chunk))
+		}
+	}
+	return ones
 }
 
 // estimates is what Usage estimates of one partition: its bits, the bits expected to be set and

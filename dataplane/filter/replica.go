@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 	"unsafe"
+
+	"github.com/bits-and-blooms/bloom/v3"
 )
 
 // Replicas of a store converge without a log order: a filter of fixed shape is a state-based CRDT
@@ -156,7 +158,7 @@ type MergeResult struct {
 //
 // Bits merged in are not journaled key by key: the caller makes them durable with a snapshot.
 func (s *Store) Merge(st State) (MergeResult, error) {
-	if err := st.validate(); err != nil {
+	if err := st.validateMerge(); err != nil {
 		return MergeResult{}, err
 	}
 	if st.ExpiredAt(s.clock()) {
@@ -195,7 +197,7 @@ func (s *Store) Merge(st State) (MergeResult, error) {
 // MergeBits ORs a dump into f whatever its generation, for a merge a client asks for (such as a
 // migration from another cluster): the state must have f's shape, which its options define.
 func (f *Filter) MergeBits(st State) (MergeResult, error) {
-	if err := st.validate(); err != nil {
+	if err := st.validateMerge(); err != nil {
 		return MergeResult{}, err
 	}
 	a, b := f.opts, st.Options
@@ -207,31 +209,127 @@ func (f *Filter) MergeBits(st State) (MergeResult, error) {
 	return f.merge(st)
 }
 
-// merge ORs st's layers into f's, partition by partition, adding the layers f lacks.
+// merge ORs st's layers into f's, partition by partition, adding the layers f lacks. What can
+// fail (holding a partition, the memory of the layers f lacks) is done for every partition
+// first, so that a merge refused leaves every bit as it was.
 func (f *Filter) merge(st State) (MergeResult, error) {
 	var res MergeResult
+	spares, err := f.prepareMerge(st)
+	if err != nil {
+		return res, err
+	}
+	defer spares.release()
+	for i, part := range st.Parts {
+		if p := f.partList()[i]; p != nil && spares[i] != nil {
+			p.merge(part, spares[i], &res)
+		}
+	}
+	// A last access in the future would keep a filter that expires after access alive for good.
+	last := st.LastAccess
+	if now := f.store.clock(); last.After(now) {
+		last = now
+	}
+	f.SetLastAccess(last)
+	return res, nil
+}
+
+// spareLayers are layers allocated for a merge before it ORs anything: those a partition lacked,
+// from index from on. The merge takes those the partition still lacks; release gives the others
+// back.
+type spareLayers struct {
+	p      *partition
+	from   int
+	layers []*bloom.BloomFilter
+	shapes []LayerShape
+}
+
+type mergeSpares []*spareLayers
+
+// prepareMerge holds every partition st has layers of and allocates the layers each lacks,
+// holding st's bits; on an error it gives back what it took. A partition the filter no longer
+// holds (dropped meanwhile) gets no spares, and its bits go nowhere.
+func (f *Filter) prepareMerge(st State) (mergeSpares, error) {
+	spares := make(mergeSpares, len(st.Parts))
 	for i, part := range st.Parts {
 		if len(part.Layers) == 0 {
 			continue
 		}
 		if _, err := f.Hold(i); err != nil {
-			return res, err
+			spares.release()
+			return nil, err
 		}
 		p := f.partList()[i]
-		if p == nil { // dropped meanwhile
-			return res, nil
+		if p == nil {
+			continue
 		}
-		if err := p.merge(part, &res); err != nil {
-			return res, err
+		s, err := p.spares(part.Layers)
+		if err != nil {
+			spares.release()
+			return nil, err
 		}
+		spares[i] = s
 	}
-	f.SetLastAccess(st.LastAccess)
-	return res, nil
+	return spares, nil
 }
 
-func (p *partition) merge(st PartState, res *MergeResult) error {
+// spares allocates the layers of layers that p lacks now, holding their bits.
+func (p *partition) spares(layers []LayerState) (*spareLayers, error) {
+	p.mu.RLock()
+	from, held := len(p.layers), p.bitsBytes()
+	p.mu.RUnlock()
+	s := &spareLayers{p: p, from: from}
+	for i := from; i < len(layers); i++ {
+		shape, err := p.f.opts.LayerShape(i)
+		if err == nil {
+			var layer *bloom.BloomFilter
+			if layer, err = p.newLayer(shape, layers[i].Words, held); err == nil {
+				s.layers, s.shapes = append(s.layers, layer), append(s.shapes, shape)
+				held += shape.SizeBytes()
+				continue
+			}
+		}
+		s.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+// take hands out the spare of layer i, once; nil when there is none.
+func (s *spareLayers) take(i int) (*bloom.BloomFilter, LayerShape) {
+	if i < s.from || i-s.from >= len(s.layers) || s.layers[i-s.from] == nil {
+		return nil, LayerShape{}
+	}
+	layer := s.layers[i-s.from]
+	s.layers[i-s.from] = nil
+	return layer, s.shapes[i-s.from]
+}
+
+// release gives back the memory of the spares not taken.
+func (s *spareLayers) release() {
+	for i, layer := range s.layers {
+		if layer != nil {
+			s.p.f.store.memory.release(s.shapes[i].SizeBytes())
+			s.layers[i] = nil
+		}
+	}
+}
+
+func (ms mergeSpares) release() {
+	for _, s := range ms {
+		if s != nil {
+			s.release()
+		}
+	}
+}
+
+// merge ORs a partition's state into p, appending the spares of the layers p lacks; it cannot
+// fail.
+func (p *partition) merge(st PartState, spares *spareLayers, res *MergeResult) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.f.dropped || p.released {
+		return
+	}
 	for i, layer := range st.Layers {
 		if i < len(p.layers) {
 			if orWords(p.layers[i].BitSet().Words(), layer.Words) {
@@ -240,16 +338,11 @@ func (p *partition) merge(st PartState, res *MergeResult) error {
 			}
 			continue
 		}
-		shape, err := p.f.opts.LayerShape(i)
-		if err != nil {
-			return err
+		spare, shape := spares.take(i)
+		if spare == nil { // unreachable: p had at most spares.from layers, and layers only grow
+			return
 		}
-		if p.f.dropped || p.released {
-			return nil
-		}
-		if err := p.addLayer(shape, layer.Words); err != nil {
-			return err
-		}
+		p.appendLayer(shape, spare)
 		p.newestItems = st.NewestItems
 		res.LayersChanged++
 		res.BytesChanged += shape.SizeBytes()
@@ -260,7 +353,6 @@ func (p *partition) merge(st PartState, res *MergeResult) error {
 	if items := p.items.Load(); st.Items > items {
 		p.items.CompareAndSwap(items, st.Items)
 	}
-	return nil
 }
 
 // orWords ORs src into dst and reports whether dst changed.
@@ -341,7 +433,62 @@ func (st State) validate() error {
 				return fmt.Errorf("%w: filter %q partition %d layer %d has m=%d k=%d and %d words, its options define m=%d k=%d",
 					ErrInvalidOptions, st.Name, p, i, layer.Bits, layer.Hashes, len(layer.Words), want.Bits, want.Hashes)
 			}
+			// Bits past m in the last word are set by no key and tested by none, but counted:
+			// merged in, they would make the fill ratio exceed 1 and the estimates NaN.
+			if layer.Words != nil && tailBits(layer.Words, layer.Bits) != 0 {
+				return fmt.Errorf("%w: filter %q partition %d layer %d has bits set past its m=%d", ErrInvalidOptions, st.Name, p, i, layer.Bits)
+			}
 		}
 	}
 	return nil
+}
+
+// validateMerge is validate, and for a state to merge the partitions' counts too: a restore
+// takes the counts its own files hold, whatever an older version wrote.
+func (st State) validateMerge() error {
+	if err := st.validate(); err != nil {
+		return err
+	}
+	for p, part := range st.Parts {
+		if err := part.validateCounts(st.Options); err != nil {
+			return fmt.Errorf("%w: filter %q partition %d: %w", ErrInvalidOptions, st.Name, p, err)
+		}
+	}
+	return nil
+}
+
+// validateCounts checks that a partition's counts are ones the engine could have reached: the
+// newest layer's count within the items, and within the newest layer's capacity when the filter
+// scales (a full newest layer makes the next add grow the partition).
+func (part PartState) validateCounts(o Options) error {
+	if part.NewestItems > part.Items {
+		return fmt.Errorf("%d items in the newest layer, %d in all", part.NewestItems, part.Items)
+	}
+	if !o.Scalable || len(part.Layers) == 0 {
+		return nil
+	}
+	newest, err := o.LayerShape(len(part.Layers) - 1)
+	if err != nil {
+		return err
+	}
+	if part.NewestItems > newest.Capacity {
+		return fmt.Errorf("%d items in the newest layer, which holds %d", part.NewestItems, newest.Capacity)
+	}
+	return nil
+}
+
+// tailBits are the bits of words past the first m.
+func tailBits(words []uint64, m uint) uint64 {
+	if m%64 == 0 || uint(len(words)) != (m+63)/64 {
+		return 0
+	}
+	return words[len(words)-1] &^ (1<<(m%64) - 1)
+}
+
+// clearTail clears the bits of words past the first m: files written before merges were
+// validated may hold them.
+func clearTail(words []uint64, m uint) {
+	if t := tailBits(words, m); t != 0 {
+		words[len(words)-1] &^= t
+	}
 }

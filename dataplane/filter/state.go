@@ -197,6 +197,10 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 		s.memory.release(f.sizeBytes.Load())
 		return err
 	}
+	all := st.AllLayers()
+	for i, words := range layers {
+		clearTail(words, all[i].Bits)
+	}
 	for i, p := range f.partList() {
 		if p != nil {
 			p.items.Store(st.Parts[i].Items)

@@ -60,9 +60,9 @@ func (s *Server) describePlaced(c echo.Context, f *filter.Filter) (wire.Filter, 
 		fpp += part.EstimatedFPP * float64(len(parts))
 	}
 	if out.Bits > 0 {
-		out.FillRatio = fill / float64(out.Bits)
+		out.FillRatio = probability(fill / float64(out.Bits))
 	}
-	out.EstimatedFPP = fpp / float64(f.Partitions())
+	out.EstimatedFPP = probability(fpp / float64(f.Partitions()))
 	return out, nil
 }
 

@@ -558,8 +558,8 @@ func (s *Server) describe(info filter.Info) wire.Filter {
 		Hashes:             info.Hashes,
 		Layers:             info.Layers,
 		SizeBytes:          info.SizeBytes,
-		FillRatio:          info.FillRatio,
-		EstimatedFPP:       info.EstimatedFPP,
+		FillRatio:          probability(info.FillRatio),
+		EstimatedFPP:       probability(info.EstimatedFPP),
 	}
 	if !info.Expiry.IsZero() {
 		out.Expiration = info.Expiry.UTC().Format(wire.TimeFormat)
@@ -576,4 +576,17 @@ func (s *Server) describe(info filter.Info) wire.Filter {
 		}
 	}
 	return out
+}
+
+// probability clamps a ratio to [0, 1], NaN to 1: encoding/json refuses NaN and infinities, and
+// one would fail every describe of the filter for good, while 1 is the estimate that promises
+// least.
+func probability(x float64) float64 {
+	switch {
+	case x >= 0 && x <= 1:
+		return x
+	case x < 0:
+		return 0
+	}
+	return 1
 }

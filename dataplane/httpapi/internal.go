@@ -171,6 +171,16 @@ func (s stallDeadline) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
+// clientMerge is merge on the client port, which has no authentication: a merge sets bits no key
+// set, so it is served there only when the configuration allows it (docs/security.md).
+func (s *Server) clientMerge(c echo.Context) error {
+	if !s.Config.AllowClientMerges {
+		return &apiError{http.StatusNotFound, wire.CodeNoSuchRoute,
+			"merges are not served on the client port: set allowClientMerges, or merge through the internal port with the cluster's token"}
+	}
+	return s.merge(c)
+}
+
 // merge ORs a dump into the filter of the path, which must have the dump's shape
 // (peer.Server.Merge).
 func (s *Server) merge(c echo.Context) error {

@@ -144,7 +144,7 @@ func (s *Server) routes() {
 	// As in filter-service, which listens only once its filters are loaded, pong says "ready to
 	// serve"; /healthz stays the liveness probe.
 	s.client.GET(wire.PingPath, s.afterRecovery(s.ping))
-	s.filterRoutes(s.client, func(path string) string { return path })
+	s.filterRoutes(s.client, func(path string) string { return path }, s.clientMerge)
 	if s.docsPage != nil {
 		s.client.GET(wire.DocsPath, s.docsRedirect)
 		s.client.GET(wire.DocsPath+"/", s.docs)
@@ -156,7 +156,7 @@ func (s *Server) routes() {
 	// and the endpoints of replication. Membership is served during recovery too, so that a pod
 	// learns its peers while it loads its files.
 	s.internal.Use(s.authenticate)
-	s.filterRoutes(s.internal, wire.InternalPath)
+	s.filterRoutes(s.internal, wire.InternalPath, s.merge)
 	ready := s.afterRecovery
 	s.internal.GET(wire.MembershipPath, s.getMembership)
 	s.internal.PUT(wire.MembershipPath, s.putMembership)
@@ -201,8 +201,8 @@ func (s *Server) answerInTime(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// filterRoutes mounts the filter API on e, each public path at at(path).
-func (s *Server) filterRoutes(e *echo.Echo, at func(string) string) {
+// filterRoutes mounts the filter API on e, each public path at at(path), merges served by merge.
+func (s *Server) filterRoutes(e *echo.Echo, at func(string) string, merge echo.HandlerFunc) {
 	// Handlers wrapped once, here, rather than given as route or group middleware: echo answers
 	// every path under a group that has middleware itself, which would turn 405s into 404s, and
 	// applies route middleware anew for every request.
@@ -218,7 +218,7 @@ func (s *Server) filterRoutes(e *echo.Echo, at func(string) string) {
 	e.POST(at(wire.FilterOpRoute(wire.OpSet)), ready(s.set))
 	e.POST(at(wire.FilterOpRoute(wire.OpMultiSet)), ready(s.multiSet))
 	e.GET(at(wire.FilterOpRoute(wire.OpDump)), ready(s.dump))
-	e.POST(at(wire.FilterOpRoute(wire.OpMerge)), ready(s.merge))
+	e.POST(at(wire.FilterOpRoute(wire.OpMerge)), ready(merge))
 	e.PUT(at(wire.FilterOpRoute(wire.OpExpiration)), ready(s.setExpiration))
 	e.DELETE(at(wire.FilterOpRoute(wire.OpExpiration)), ready(s.removeExpiration))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"testing"
 	"time"
 
@@ -90,6 +91,61 @@ func FuzzDump(f *testing.F) {
 		}
 		if err := filter.NewStore(filter.Limits{}, nil).Restore(got); err != nil {
 			t.Errorf("accepted dump of %q cannot be restored: %v", got.Name, err)
+		}
+	})
+}
+
+// FuzzMerge merges what a client may send into a filter of the dump's own options: the body of a
+// dump's record, framed with its checksum so that the fuzzer reaches past it. A merge either
+// fails and leaves every bit and the memory in use as they were, or succeeds and leaves a filter
+// whose description is a probability (a NaN made every later GET answer 500).
+func FuzzMerge(f *testing.F) {
+	opts := filter.Options{Capacity: 10, FPP: 0.1, Scalable: true, Growth: 2, Tightening: 0.5}
+	src := filter.NewStore(filter.Limits{}, nil)
+	seedFilter, _, err := src.Create("seed", opts, false)
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := seedFilter.AddMany([]string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}); err != nil {
+		f.Fatal(err)
+	}
+	st := seedFilter.State()
+	body := encodeFilterHead(st)
+	for _, l := range st.AllLayers() {
+		body = append(body, wordBytes(l.Words)...)
+	}
+	f.Add(body)
+	// Every bit of the last layer set, and those past its m: a fill ratio above 1.
+	poisoned := bytes.Clone(body)
+	all := st.AllLayers()
+	for i := len(poisoned) - all[len(all)-1].WordCount()*8; i < len(poisoned); i++ {
+		poisoned[i] = 0xff
+	}
+	f.Add(poisoned)
+	f.Fuzz(func(t *testing.T, body []byte) {
+		record := appendRecord(nil, body)
+		got, release, err := ReadDump(bytes.NewReader(record), int64(len(record)))
+		if err != nil {
+			return
+		}
+		defer release()
+		store := filter.NewStore(filter.Limits{TotalBytes: 1 << 20}, nil)
+		dst, _, err := store.Create("dst", got.Options, false)
+		if err != nil {
+			return
+		}
+		before, used := dst.Digest(), store.UsedBytes()
+		if _, err := dst.MergeBits(got); err != nil {
+			if after := dst.Digest(); !slices.EqualFunc(before.Parts, after.Parts, slices.Equal) || store.UsedBytes() != used {
+				t.Fatalf("a refused merge (%v) changed the filter", err)
+			}
+			return
+		}
+		info := dst.Info()
+		for _, x := range []float64{info.FillRatio, info.EstimatedFPP} {
+			if !(x >= 0 && x <= 1) {
+				t.Fatalf("after a merge the filter describes fill %v, fpp %v", info.FillRatio, info.EstimatedFPP)
+			}
 		}
 	})
 }

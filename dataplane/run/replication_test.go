@@ -119,7 +119,8 @@ func TestInternalInputThatCannotHurt(t *testing.T) {
 }
 
 func TestDumpAndMerge(t *testing.T) {
-	src, dst := dataplane.Handlers(t, nil), dataplane.Handlers(t, nil)
+	clientMerges := func(c *config.Config) { c.AllowClientMerges = true }
+	src, dst := dataplane.Handlers(t, nil), dataplane.Handlers(t, clientMerges)
 	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
 	dataplane.Create(t, src, "f", opts)
 	dataplane.Create(t, dst, "f", opts)
@@ -155,7 +156,7 @@ func TestDumpAndMerge(t *testing.T) {
 		t.Errorf("merge of a corrupt dump: %q", msg)
 	}
 	dst.Send(t, http.MethodPost, "/v1/bloomfilter/absent/merge", string(dump.Body)).WantError(t, http.StatusNotFound, wire.CodeFilterNotFound)
-	small := dataplane.Handlers(t, func(c *config.Config) { c.MaxHTTPRequestLength = 100 })
+	small := dataplane.Handlers(t, func(c *config.Config) { c.MaxHTTPRequestLength, c.AllowClientMerges = 100, true })
 	dataplane.Create(t, small, "f", opts)
 	small.Send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.Body)).WantError(t, http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge)
 
@@ -166,6 +167,63 @@ func TestDumpAndMerge(t *testing.T) {
 	}
 	if err := filter.NewStore(filter.Limits{}, nil).Restore(st); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A merge sets bits no key set: the client port, which anyone may reach, refuses it unless the
+// configuration allows it, and the internal port serves it to the token's holders.
+func TestClientMergesAreOffByDefault(t *testing.T) {
+	s := dataplane.Handlers(t, nil)
+	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
+	dataplane.Create(t, s, "f", opts)
+	if err := s.Client.Set(t.Context(), "f", "v"); err != nil {
+		t.Fatal(err)
+	}
+	dump := s.Send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "")
+	msg := s.Send(t, http.MethodPost, "/v1/bloomfilter/f/merge", string(dump.Body)).WantError(t, http.StatusNotFound, wire.CodeNoSuchRoute)
+	if !strings.Contains(msg, "allowClientMerges") {
+		t.Errorf("a merge on the client port: %q, want the setting named", msg)
+	}
+	var merged wire.Filter
+	s.Internal.Send(t, http.MethodPost, wire.InternalPath("/v1/bloomfilter/f/merge"), string(dump.Body)).WantJSON(t, http.StatusOK, &merged)
+	if merged.Items != 1 {
+		t.Errorf("the merge through the internal port answered %+v", merged)
+	}
+}
+
+// A dump with bits past its layer's size (which made every later GET answer 500, NaN) is refused
+// with the reason, the filter keeps its bits and still describes.
+func TestPoisonedMergeIsRefused(t *testing.T) {
+	s := dataplane.Handlers(t, func(c *config.Config) { c.AllowClientMerges = true })
+	opts := client.CreateOptions{ExpectedInsertions: new(uint64(1000)), FPP: new(0.01)}
+	dataplane.Create(t, s, "f", opts)
+	if err := s.Client.Set(t.Context(), "f", "v"); err != nil {
+		t.Fatal(err)
+	}
+	before := dataplane.Get(t, s, "f")
+	dump := s.Send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "")
+	st, release, err := persist.ReadDump(bytes.NewReader(dump.Body), int64(len(dump.Body)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	layer := st.Parts[0].Layers[0]
+	if layer.Bits%64 == 0 {
+		t.Fatalf("the layer's m=%d leaves no bits in its last word to poison", layer.Bits)
+	}
+	for i := range layer.Words {
+		layer.Words[i] = ^uint64(0)
+	}
+	var poisoned bytes.Buffer
+	if err := persist.WriteDump(&poisoned, st); err != nil {
+		t.Fatal(err)
+	}
+	msg := s.Send(t, http.MethodPost, "/v1/bloomfilter/f/merge", poisoned.String()).WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
+	if !strings.Contains(msg, "bits set past") {
+		t.Errorf("a merge of bits past m: %q, want the reason", msg)
+	}
+	if after := dataplane.Get(t, s, "f"); after.FillRatio != before.FillRatio || after.EstimatedFPP != before.EstimatedFPP {
+		t.Errorf("after the refused merge the filter is %+v, was %+v", after, before)
 	}
 }
 
