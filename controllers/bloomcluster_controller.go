@@ -387,7 +387,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		UpdateFunc: func(event.UpdateEvent) bool { return false },
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomCluster{}).
+		For(&bloomeryv1alpha1.BloomCluster{}, builder.WithPredicates(userIntentChanged)).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).

@@ -440,8 +440,9 @@ var podServingChanged = predicate.Funcs{
 	},
 }
 
-// SetupWithManager watches BloomFilters, and the pods and clusters they depend on: a pod that
-// restarts, or a cluster that scales, requeues every filter of that cluster.
+// SetupWithManager watches BloomFilters, and the pods, clusters and token Secrets they depend on:
+// a pod that restarts, a cluster that scales or a token that appears requeues every filter of
+// that cluster. The predicates (predicates.go) let through only the events that change a pass.
 func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -465,7 +466,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return requests
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomFilter{}).
+		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(userIntentChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)
 			if !ok {
@@ -475,7 +476,14 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(podServingChanged)).
 		Watches(&bloomeryv1alpha1.BloomCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return filtersOfCluster(ctx, o.GetNamespace(), o.GetName())
-		})).
+		}), builder.WithPredicates(clusterChangedForFilters)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			cluster, ok := clusterOfTokenSecret(o)
+			if !ok {
+				return nil
+			}
+			return filtersOfCluster(ctx, cluster.Namespace, cluster.Name)
+		}), builder.WithPredicates(tokenSecretChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("bloomfilter").
 		Complete(r)
