@@ -56,6 +56,12 @@ type BloomFilterReconciler struct {
 	// DeleteGiveUp is how long a delete keeps retrying pods that do not answer before it lets
 	// the BloomFilter go anyway, so that deletion never hangs on a broken pod; 0 means 2 min.
 	DeleteGiveUp time.Duration
+	// CountsRefresh is the shortest time between two writes of a filter's status that change
+	// its counts alone (bloomfilter_counts.go); 0 means 1 min.
+	CountsRefresh time.Duration
+
+	// countsWritten holds, by BloomFilter UID, when its counts were last written.
+	countsWritten sync.Map
 }
 
 func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
@@ -73,6 +79,10 @@ func (r *BloomFilterReconciler) resync() time.Duration { return positiveOr(r.Res
 
 func (r *BloomFilterReconciler) deleteGiveUp() time.Duration {
 	return positiveOr(r.DeleteGiveUp, defaultDeleteGiveUp)
+}
+
+func (r *BloomFilterReconciler) countsRefresh() time.Duration {
+	return positiveOr(r.CountsRefresh, defaultCountsRefresh)
 }
 
 func (r *BloomFilterReconciler) podParallelism() int {
@@ -103,7 +113,14 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// The status patch is locked to the version the pass last saw: its own update (the
 	// finalizer) is not a concurrent change.
 	original.ResourceVersion = bf.ResourceVersion
-	return statusPatched(ctx, "BloomFilter", result, err, r.patchStatus(ctx, original, &bf))
+	last, _ := r.countsWritten.Load(bf.UID)
+	lastWrite, _ := last.(time.Time)
+	countsChanged := settleCounts(&original.Status, &bf.Status, lastWrite, time.Now(), r.countsRefresh())
+	perr := r.patchStatus(ctx, original, &bf)
+	if countsChanged && perr == nil {
+		r.countsWritten.Store(bf.UID, time.Now())
+	}
+	return statusPatched(ctx, "BloomFilter", result, err, perr)
 }
 
 // reconcile runs the steps of one pass; the caller writes the status they computed.
@@ -292,10 +309,9 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	}
 	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = s.items, s.size, s.partitions
 	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(s.fill), formatRate(s.fpr)
+	// Deprecated, and cleared: copying the pods' snapshot times made every snapshot patch every
+	// filter. The pods' metrics report their snapshots.
 	bf.Status.LastSnapshotTime = nil
-	if !s.oldestSnapshot.IsZero() {
-		bf.Status.LastSnapshotTime = &metav1.Time{Time: s.oldestSnapshot}
-	}
 	for _, c := range []metav1.Condition{degradedCondition(s), readyCondition(s), progressingCondition(s)} {
 		setCondition(&bf.Status.Conditions, bf.Generation, c.Type, c.Status, c.Reason, c.Message)
 	}
@@ -369,6 +385,7 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 	if err := r.Client.Update(ctx, bf); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.countsWritten.Delete(bf.UID)
 	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
 }

@@ -42,18 +42,26 @@ func (d *passCounter) passes(name string) int {
 	return d.reads[name]
 }
 
-// startQuietFilterReconciler runs the BloomFilter reconciler with a resync longer than any test,
-// so that every pass it makes is one an event brought. It returns the manager's cache.
-func startQuietFilterReconciler(t *testing.T, ns string, dp DataPlane) crclient.Reader {
+// startCountedFilterReconciler runs the BloomFilter reconciler on dp with resync. It returns the
+// manager's cache and the count of its writes.
+func startCountedFilterReconciler(t *testing.T, ns string, dp DataPlane, resync time.Duration) (crclient.Reader, *writeCounter) {
 	t.Helper()
 	var cache crclient.Reader
-	startManager(t, ns, func(mgr ctrl.Manager) error {
+	writes := startManager(t, ns, func(mgr ctrl.Manager) error {
 		cache = mgr.GetCache()
 		return (&BloomFilterReconciler{
 			Client: mgr.GetClient(), DataPlane: dp, Recorder: mgr.GetEventRecorder("bloomfilter"),
-			Resync: time.Hour, MaxConcurrentReconciles: 4,
+			Resync: resync, MaxConcurrentReconciles: 4,
 		}).SetupWithManager(mgr)
 	})
+	return cache, writes
+}
+
+// startQuietFilterReconciler runs the BloomFilter reconciler with a resync longer than any test,
+// so that every pass it makes is one an event brought.
+func startQuietFilterReconciler(t *testing.T, ns string, dp DataPlane) crclient.Reader {
+	t.Helper()
+	cache, _ := startCountedFilterReconciler(t, ns, dp, time.Hour)
 	return cache
 }
 
