@@ -41,7 +41,7 @@ const filterFinalizer = "bloomery.io/filter-cleanup"
 type BloomFilterReconciler struct {
 	Client client.Client
 	// APIReader reads past Client's cache, which holds no Secret but the operator's own tokens:
-	// the clusters' spec.tls Secrets are read through it; nil means Client.
+	// the clusters' spec.tls Secrets are read through it, and kept for tlsRetry; nil means Client.
 	APIReader client.Reader
 	// DataPlane reaches the pods; nil means HTTP with a 5 s timeout.
 	DataPlane DataPlane
@@ -62,6 +62,8 @@ type BloomFilterReconciler struct {
 
 	// countsWritten holds, by BloomFilter UID, when its counts were last written.
 	countsWritten sync.Map
+	// tlsSecrets holds the clusters' spec.tls Secrets, read past the cache, for a few seconds.
+	tlsSecrets tlsSecrets
 }
 
 func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
@@ -163,7 +165,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	podTLS, err := clusterTLS(ctx, r.apiReader(), cluster)
+	podTLS, err := r.tlsSecrets.get(ctx, r.apiReader(), cluster)
 	if errors.Is(err, errNoTLS) {
 		// No call at all rather than one in plain HTTP, which would send the token in clear.
 		r.fail(bf, ReasonTLSSecretNotUsable, fmt.Sprintf("BloomCluster %s has %v", cluster.Name, err))
@@ -407,7 +409,7 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	if err != nil && !noToken {
 		return nil, err
 	}
-	podTLS, err := clusterTLS(ctx, r.apiReader(), cluster)
+	podTLS, err := r.tlsSecrets.get(ctx, r.apiReader(), cluster)
 	noTLS := errors.Is(err, errNoTLS)
 	if err != nil && !noTLS {
 		return nil, err
