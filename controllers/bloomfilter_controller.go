@@ -41,7 +41,7 @@ const filterFinalizer = "bloomery.io/filter-cleanup"
 type BloomFilterReconciler struct {
 	Client client.Client
 	// APIReader reads past Client's cache, which holds no Secret but the operator's own tokens:
-	// the clusters' spec.tls Secrets are read through it; nil means Client.
+	// the clusters' spec.tls Secrets are read through it, and kept for tlsRetry; nil means Client.
 	APIReader client.Reader
 	// DataPlane reaches the pods; nil means HTTP with a 5 s timeout.
 	DataPlane DataPlane
@@ -56,6 +56,14 @@ type BloomFilterReconciler struct {
 	// DeleteGiveUp is how long a delete keeps retrying pods that do not answer before it lets
 	// the BloomFilter go anyway, so that deletion never hangs on a broken pod; 0 means 2 min.
 	DeleteGiveUp time.Duration
+	// CountsRefresh is the shortest time between two writes of a filter's status that change
+	// its counts alone (bloomfilter_counts.go); 0 means 1 min.
+	CountsRefresh time.Duration
+
+	// countsWritten holds, by BloomFilter UID, when its counts were last written.
+	countsWritten sync.Map
+	// tlsSecrets holds the clusters' spec.tls Secrets, read past the cache, for a few seconds.
+	tlsSecrets tlsSecrets
 }
 
 func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
@@ -73,6 +81,10 @@ func (r *BloomFilterReconciler) resync() time.Duration { return positiveOr(r.Res
 
 func (r *BloomFilterReconciler) deleteGiveUp() time.Duration {
 	return positiveOr(r.DeleteGiveUp, defaultDeleteGiveUp)
+}
+
+func (r *BloomFilterReconciler) countsRefresh() time.Duration {
+	return positiveOr(r.CountsRefresh, defaultCountsRefresh)
 }
 
 func (r *BloomFilterReconciler) podParallelism() int {
@@ -103,7 +115,14 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	// The status patch is locked to the version the pass last saw: its own update (the
 	// finalizer) is not a concurrent change.
 	original.ResourceVersion = bf.ResourceVersion
-	return statusPatched(ctx, "BloomFilter", result, err, r.patchStatus(ctx, original, &bf))
+	last, _ := r.countsWritten.Load(bf.UID)
+	lastWrite, _ := last.(time.Time)
+	countsChanged := settleCounts(&original.Status, &bf.Status, lastWrite, time.Now(), r.countsRefresh())
+	perr := r.patchStatus(ctx, original, &bf)
+	if countsChanged && perr == nil {
+		r.countsWritten.Store(bf.UID, time.Now())
+	}
+	return statusPatched(ctx, "BloomFilter", result, err, perr)
 }
 
 // reconcile runs the steps of one pass; the caller writes the status they computed.
@@ -146,7 +165,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	podTLS, err := clusterTLS(ctx, r.apiReader(), cluster)
+	podTLS, err := r.tlsSecrets.get(ctx, r.apiReader(), cluster)
 	if errors.Is(err, errNoTLS) {
 		// No call at all rather than one in plain HTTP, which would send the token in clear.
 		r.fail(bf, ReasonTLSSecretNotUsable, fmt.Sprintf("BloomCluster %s has %v", cluster.Name, err))
@@ -292,10 +311,9 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 	}
 	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = s.items, s.size, s.partitions
 	bf.Status.FillRatio, bf.Status.EstimatedFalsePositiveRate = formatRate(s.fill), formatRate(s.fpr)
+	// Deprecated, and cleared: copying the pods' snapshot times made every snapshot patch every
+	// filter. The pods' metrics report their snapshots.
 	bf.Status.LastSnapshotTime = nil
-	if !s.oldestSnapshot.IsZero() {
-		bf.Status.LastSnapshotTime = &metav1.Time{Time: s.oldestSnapshot}
-	}
 	for _, c := range []metav1.Condition{degradedCondition(s), readyCondition(s), progressingCondition(s)} {
 		setCondition(&bf.Status.Conditions, bf.Generation, c.Type, c.Status, c.Reason, c.Message)
 	}
@@ -369,6 +387,7 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 	if err := r.Client.Update(ctx, bf); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	r.countsWritten.Delete(bf.UID)
 	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
 }
@@ -390,7 +409,7 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	if err != nil && !noToken {
 		return nil, err
 	}
-	podTLS, err := clusterTLS(ctx, r.apiReader(), cluster)
+	podTLS, err := r.tlsSecrets.get(ctx, r.apiReader(), cluster)
 	noTLS := errors.Is(err, errNoTLS)
 	if err != nil && !noTLS {
 		return nil, err
@@ -440,8 +459,9 @@ var podServingChanged = predicate.Funcs{
 	},
 }
 
-// SetupWithManager watches BloomFilters, and the pods and clusters they depend on: a pod that
-// restarts, or a cluster that scales, requeues every filter of that cluster.
+// SetupWithManager watches BloomFilters, and the pods, clusters and token Secrets they depend on:
+// a pod that restarts, a cluster that scales or a token that appears requeues every filter of
+// that cluster. The predicates (predicates.go) let through only the events that change a pass.
 func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
@@ -465,7 +485,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return requests
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomFilter{}).
+		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(userIntentChanged)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)
 			if !ok {
@@ -475,7 +495,14 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}), builder.WithPredicates(podServingChanged)).
 		Watches(&bloomeryv1alpha1.BloomCluster{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			return filtersOfCluster(ctx, o.GetNamespace(), o.GetName())
-		})).
+		}), builder.WithPredicates(clusterChangedForFilters)).
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+			cluster, ok := clusterOfTokenSecret(o)
+			if !ok {
+				return nil
+			}
+			return filtersOfCluster(ctx, cluster.Namespace, cluster.Name)
+		}), builder.WithPredicates(tokenSecretChanged)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("bloomfilter").
 		Complete(r)

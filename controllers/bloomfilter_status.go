@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -25,11 +24,10 @@ type filterSummary struct {
 	// at the previous pass, and lost it.
 	created, recreated []string
 
-	pods           []bloomeryv1alpha1.PodFilterStatus
-	items, size    int64
-	partitions     int32 // 0 until a pod that holds the filter reports it
-	fill, fpr      float64
-	oldestSnapshot time.Time // zero for none
+	pods        []bloomeryv1alpha1.PodFilterStatus
+	items, size int64
+	partitions  int32 // 0 until a pod that holds the filter reports it
+	fill, fpr   float64
 }
 
 // summarize sums up the pods' observations. wasPresent says which pods held the filter at the
@@ -66,9 +64,6 @@ func summarize(cluster string, desired int32, observed []podObservation, wasPres
 			partial = partial || (held > 0 && held < all)
 			s.partitions = max(s.partitions, int32(partitionsOf(o.filter)))
 			s.fill, s.fpr = max(s.fill, o.filter.EstimatedFillRatio), max(s.fpr, o.filter.EstimatedFPP)
-			if at, err := time.Parse(time.RFC3339, o.filter.LastSnapshot); err == nil && (s.oldestSnapshot.IsZero() || at.Before(s.oldestSnapshot)) {
-				s.oldestSnapshot = at
-			}
 		}
 	}
 	if partial && copies > 0 {

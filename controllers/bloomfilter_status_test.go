@@ -3,7 +3,6 @@ package controllers
 import (
 	"slices"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -19,11 +18,10 @@ func holding(pod string, items, size int64) podObservation {
 }
 
 func TestSummarize(t *testing.T) {
-	snapshotted := func(o podObservation, at string) podObservation { o.filter.LastSnapshot = at; return o }
 	created := func(o podObservation) podObservation { o.created = true; return o }
 	observed := []podObservation{
-		created(snapshotted(holding("c-0", 10, 100), "2026-01-02T00:00:00Z")),
-		created(snapshotted(holding("c-1", 12, 90), "2026-01-01T00:00:00Z")),
+		created(holding("c-0", 10, 100)),
+		created(holding("c-1", 12, 90)),
 		{status: bloomeryv1alpha1.PodFilterStatus{Pod: "c-2"}, unreachable: true},
 		{status: bloomeryv1alpha1.PodFilterStatus{Pod: "c-3"}, mismatch: true},
 		{status: bloomeryv1alpha1.PodFilterStatus{Pod: "c-4"}, waiting: true},
@@ -57,9 +55,6 @@ func TestSummarize(t *testing.T) {
 		t.Errorf("items %d, size %d, partitions %d, fill %v, fpr %v; want the largest of each: 12, 100, 1, 0.5, 0.01",
 			s.items, s.size, s.partitions, s.fill, s.fpr)
 	}
-	if want := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC); !s.oldestSnapshot.Equal(want) {
-		t.Errorf("oldest snapshot %v, want %v", s.oldestSnapshot, want)
-	}
 
 	// Partial copies: the sums over the average number of copies of a partition.
 	part := func(pod string, held int32, items, size int64) podObservation {
@@ -71,7 +66,7 @@ func TestSummarize(t *testing.T) {
 	if s.items != 220 || s.size != 2200 || s.partitions != 4 {
 		t.Errorf("partial copies: items %d, size %d, partitions %d; want 220, 2200, 4", s.items, s.size, s.partitions)
 	}
-	if s = summarize("c", 0, nil, nil); s.observed != 0 || s.pods != nil || !s.oldestSnapshot.IsZero() {
+	if s = summarize("c", 0, nil, nil); s.observed != 0 || s.pods != nil {
 		t.Errorf("no pods: %+v", s)
 	}
 }

@@ -140,7 +140,8 @@ func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
 		DialTimeout:         2 * time.Second,
 		TLSHandshakeTimeout: 2 * time.Second,
 		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 8,
+		// As many as the filters' workers call a pod at once, so that they keep their connections.
+		MaxIdleConnsPerHost: 64,
 	}
 	return &HTTPDataPlane{HTTP: client.NewHTTPClient(transport), Timeout: timeout, transport: transport}
 }

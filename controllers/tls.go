@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -140,6 +141,53 @@ func parseTLSSecret(s *corev1.Secret) (*ClusterTLS, error) {
 		Roots:       roots,
 		Certificate: cert,
 	}, nil
+}
+
+// tlsSecrets keeps what clusterTLS made of each spec.tls Secret for tlsRetry, so that the passes
+// of a cluster's filters, one per filter at every resync, read its Secret from the API server once
+// per tlsRetry rather than once each: the operator's cache holds no such Secret, and the
+// BloomFilters do not watch it. A renewal, or a Secret that becomes usable, reaches the filters'
+// calls within tlsRetry. The zero value is ready to use.
+type tlsSecrets struct {
+	mu      sync.Mutex
+	entries map[types.NamespacedName]tlsEntry
+	// now is the clock; nil means time.Now.
+	now func() time.Time
+}
+
+type tlsEntry struct {
+	tls  *ClusterTLS
+	err  error // nil, or an error wrapping errNoTLS
+	read time.Time
+}
+
+// get is clusterTLS, answered from what was read less than tlsRetry ago.
+func (s *tlsSecrets) get(ctx context.Context, reader client.Reader, c *bloomeryv1alpha1.BloomCluster) (*ClusterTLS, error) {
+	if c.Spec.TLS == nil {
+		return nil, nil
+	}
+	now := time.Now
+	if s.now != nil {
+		now = s.now
+	}
+	key := types.NamespacedName{Namespace: c.Namespace, Name: c.Spec.TLS.SecretName}
+	s.mu.Lock()
+	e, ok := s.entries[key]
+	s.mu.Unlock()
+	if ok && now().Sub(e.read) < tlsRetry {
+		return e.tls, e.err
+	}
+	parsed, err := clusterTLS(ctx, reader, c)
+	if err != nil && !errors.Is(err, errNoTLS) {
+		return nil, err // the API server failed: nothing learnt of the Secret
+	}
+	s.mu.Lock()
+	if s.entries == nil {
+		s.entries = map[types.NamespacedName]tlsEntry{}
+	}
+	s.entries[key] = tlsEntry{tls: parsed, err: err, read: now()}
+	s.mu.Unlock()
+	return parsed, err
 }
 
 // tlsArgs point the data plane at the mounted Secret's files.

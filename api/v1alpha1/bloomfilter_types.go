@@ -193,7 +193,9 @@ type BloomFilterStatus struct {
 	// +optional
 	SizeBytes int64 `json:"sizeBytes,omitempty"`
 
-	// lastSnapshotTime is the oldest of the pods' last snapshots.
+	// lastSnapshotTime is deprecated and no longer written: every snapshot of a pod would patch
+	// every filter. The pods' metric bloomery_snapshot_last_success_timestamp_seconds says when
+	// each last snapshotted.
 	// +optional
 	LastSnapshotTime *metav1.Time `json:"lastSnapshotTime,omitempty"`
 
