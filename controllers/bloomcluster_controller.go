@@ -337,48 +337,16 @@ func rollout(sts *appsv1.StatefulSet, desired int32) string {
 
 // patchStatus writes the status once, and only when it changed, as a merge patch with an
 // optimistic lock: a status computed from a stale object must not overwrite a newer one.
-//
-// The pass reads the cluster from the cache, which may not hold the status the previous pass
-// wrote yet: the patch then conflicts though nobody else wrote. Only this reconciler writes the
-// status, and a cluster is never reconciled twice at once, so the pass's status is the newest:
-// it is put on the object as the API server holds it now and patched again, unless that object
-// holds a newer membership epoch (a status this pass did not see, which must not be lost). A
-// conflict that repeats is logged at info: it means another writer.
 func (r *BloomClusterReconciler) patchStatus(ctx context.Context, original, cluster *bloomeryv1alpha1.BloomCluster) error {
-	for attempt := 1; ; attempt++ {
-		if equality.Semantic.DeepEqual(original.Status, cluster.Status) {
-			return nil
-		}
-		patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
-		err := r.Client.Status().Patch(ctx, cluster, patch)
-		if !apierrors.IsConflict(err) || attempt == statusPatchAttempts {
-			if err != nil {
-				return fmt.Errorf("patching status of BloomCluster: %w", err)
-			}
-			return nil
-		}
-		if attempt > 1 {
-			log.FromContext(ctx).Info("BloomCluster status patch conflicted again; retrying on the newest object", "attempt", attempt)
-		}
-		var fresh bloomeryv1alpha1.BloomCluster
-		if err := r.apiReader().Get(ctx, client.ObjectKeyFromObject(cluster), &fresh); err != nil {
-			if apierrors.IsNotFound(err) {
-				return nil
-			}
-			return fmt.Errorf("reading BloomCluster after a conflict: %w", err)
-		}
-		if fresh.Status.MembershipEpoch > cluster.Status.MembershipEpoch {
-			return fmt.Errorf("patching status of BloomCluster: it holds membership epoch %d, newer than this pass's %d: %w",
-				fresh.Status.MembershipEpoch, cluster.Status.MembershipEpoch, err)
-		}
-		status := cluster.Status
-		original, *cluster = fresh.DeepCopy(), fresh
-		cluster.Status = status
+	if equality.Semantic.DeepEqual(original.Status, cluster.Status) {
+		return nil
 	}
+	patch := client.MergeFromWithOptions(original, client.MergeFromWithOptimisticLock{})
+	if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
+		return fmt.Errorf("patching status of BloomCluster: %w", err)
+	}
+	return nil
 }
-
-// statusPatchAttempts bounds the patches of one pass's status that conflict.
-const statusPatchAttempts = 3
 
 // SetupWithManager watches BloomClusters, the children they own, their pods (for the
 // membership) and the BloomFilters that name them (for status.filters). The BloomFilter field
