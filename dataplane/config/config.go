@@ -65,7 +65,10 @@ type Config struct {
 	MaxFilters int
 
 	// HTTP.
+	// MaxHTTPConnections is the connection budget of the client port and, apart, of the internal
+	// port; MaxOpsConnections the ops port's (docs/security.md#connection-budgets).
 	MaxHTTPConnections   int
+	MaxOpsConnections    int
 	MaxHTTPRequestLength int64 // bytes
 	// MaxRequestBytesInFlight bounds the bytes of request bodies the client port holds at once;
 	// a request past it answers 503. 0 is unlimited.
@@ -190,6 +193,7 @@ func Default() Config {
 		DefaultValidAfterCreate:   24 * time.Hour,
 		MaxFilters:                100_000,
 		MaxHTTPConnections:        1000,
+		MaxOpsConnections:         64,
 		MaxHTTPRequestLength:      10 << 20,
 		MaxRequestBytesInFlight:   64 << 20,
 		RequestTimeout:            5 * time.Second,
@@ -244,6 +248,7 @@ func (c Config) Validate() error {
 	check("defaultValidSecondsAfterCreate", ruleNonNegative(c.DefaultValidAfterCreate))
 	check("maxFilters", rulePositive(c.MaxFilters))
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
+	check("maxOpsConnections", rulePositive(c.MaxOpsConnections))
 	check("maxHttpRequestLength", rulePositive(c.MaxHTTPRequestLength))
 	if c.MaxRequestBytesInFlight > 0 && c.MaxHTTPRequestLength > 0 && c.MaxRequestBytesInFlight < uint64(c.MaxHTTPRequestLength) {
 		check("maxRequestBytesInFlight", fmt.Errorf("must be 0 (unlimited) or at least maxHttpRequestLength (%d), got %d: a body of the largest size could never be read",

@@ -38,6 +38,7 @@ type File struct {
 	MaxTotalBytes           *ByteSize `yaml:"maxTotalBytes,omitempty"`
 	MaxFilters              *int      `yaml:"maxFilters,omitempty" check:"positive"`
 	MaxHTTPConnections      *int      `yaml:"maxHttpConnections,omitempty" check:"positive"`
+	MaxOpsConnections       *int      `yaml:"maxOpsConnections,omitempty" check:"positive"`
 	MaxHTTPRequestLength    *int64    `yaml:"maxHttpRequestLength,omitempty" check:"positive"`
 	MaxRequestBytesInFlight *ByteSize `yaml:"maxRequestBytesInFlight,omitempty"`
 	RequestTimeout          *Seconds  `yaml:"requestTimeoutSeconds,omitempty" check:"positive"`
@@ -109,6 +110,7 @@ func (f File) apply(c *Config) {
 	setBytes(&c.MaxTotalBytes, f.MaxTotalBytes)
 	set(&c.MaxFilters, f.MaxFilters)
 	set(&c.MaxHTTPConnections, f.MaxHTTPConnections)
+	set(&c.MaxOpsConnections, f.MaxOpsConnections)
 	set(&c.MaxHTTPRequestLength, f.MaxHTTPRequestLength)
 	setBytes(&c.MaxRequestBytesInFlight, f.MaxRequestBytesInFlight)
 	setDuration(&c.RequestTimeout, f.RequestTimeoutAlias)
@@ -188,6 +190,7 @@ func (c Config) file() File {
 		MaxTotalBytes:             new(ByteSize(c.MaxTotalBytes)),
 		MaxFilters:                new(c.MaxFilters),
 		MaxHTTPConnections:        new(c.MaxHTTPConnections),
+		MaxOpsConnections:         new(c.MaxOpsConnections),
 		MaxHTTPRequestLength:      new(c.MaxHTTPRequestLength),
 		MaxRequestBytesInFlight:   new(ByteSize(c.MaxRequestBytesInFlight)),
 		RequestTimeout:            new(Seconds(c.RequestTimeout)),

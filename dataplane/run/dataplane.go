@@ -9,8 +9,8 @@ import (
 	"os"
 	"strings"
 	"sync/atomic"
-	"unicode/utf8"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
