@@ -67,8 +67,11 @@ type Config struct {
 	// HTTP.
 	// MaxHTTPConnections is the connection budget of the client port and, apart, of the internal
 	// port; MaxOpsConnections the ops port's (docs/security.md#connection-budgets).
-	MaxHTTPConnections   int
-	MaxOpsConnections    int
+	MaxHTTPConnections int
+	MaxOpsConnections  int
+	// MaxDumpBytes bounds the bits one dump copies (a dump's checksum precedes its bits); a dump
+	// of more answers 507. 0 is unbounded.
+	MaxDumpBytes         uint64
 	MaxHTTPRequestLength int64 // bytes
 	// MaxRequestBytesInFlight bounds the bytes of request bodies the client port holds at once;
 	// a request past it answers 503. 0 is unlimited.
@@ -194,6 +197,7 @@ func Default() Config {
 		MaxFilters:                100_000,
 		MaxHTTPConnections:        1000,
 		MaxOpsConnections:         64,
+		MaxDumpBytes:              1 << 30,
 		MaxHTTPRequestLength:      10 << 20,
 		MaxRequestBytesInFlight:   64 << 20,
 		RequestTimeout:            5 * time.Second,

@@ -130,6 +130,9 @@ func (s *Server) dump(c echo.Context) error {
 		c.Response().WriteHeader(http.StatusOK)
 		return stallDeadline{c.Response().Writer, s.Config.RequestTimeout}
 	})
+	if errors.Is(err, peer.ErrDumpTooLarge) {
+		return &apiError{http.StatusInsufficientStorage, wire.CodeInsufficientSpace, err.Error()}
+	}
 	return engineError(err, false)
 }
 

@@ -166,3 +166,64 @@ func TestUnauthorizedConnectionsAreClosed(t *testing.T) {
 		t.Errorf("the operator's call after %d refused connections: %v", attackers, err)
 	}
 }
+
+// An anonymous dump of an untouched filter larger than maxDumpBytes is answered 507 without the
+// copy that would make its bits resident, and the pod serves other requests meanwhile.
+func TestDumpLargerThanMaxDumpBytesIsRefused(t *testing.T) {
+	const limit = 8 << 20
+	cfg := writeFile(t, "bloomery.yaml", "maxDumpBytes: 8Mi\n")
+	dp := startPlainDataPlane(t, nil, t.TempDir(), "-c", cfg)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	insertions, fpp := uint64(56_000_000), 0.01 // about 70 MiB of bits
+	big, _, err := dp.client.Create(ctx, "big", client.CreateOptions{ExpectedInsertions: &insertions, FPP: &fpp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	createFilter(t, dp, "small")
+
+	var status int
+	var answer string
+	served := make(chan error, 1)
+	grown := measure(t, dp.cmd.Process.Pid, func() {
+		go func() {
+			_, err := dp.client.Check(ctx, "small", "x")
+			served <- err
+		}()
+		status, answer = getBody(t, "http://"+dp.addr+wire.FilterOpPath("big", wire.OpDump))
+		if err := <-served; err != nil {
+			t.Errorf("a check during the dump: %v", err)
+		}
+	})
+	t.Logf("a dump of %d MiB with maxDumpBytes 8 MiB: %d %.200q; peak RSS grew by %.1f MiB", big.SizeBytes>>20, status, answer, float64(grown)/(1<<20))
+	if status != http.StatusInsufficientStorage || !strings.Contains(answer, "maxDumpBytes is 8388608") {
+		t.Errorf("a dump of a filter larger than maxDumpBytes: %d %.300q; want 507 naming maxDumpBytes", status, answer)
+	}
+	if big.SizeBytes < 4*limit {
+		t.Fatalf("the filter takes %d bytes, want several times maxDumpBytes", big.SizeBytes)
+	}
+	if grown > limit {
+		t.Errorf("the refused dump grew the peak RSS by %d MiB, more than maxDumpBytes (%d MiB)", grown>>20, limit>>20)
+	}
+}
+
+// getBody sends GET url and answers the status and the body.
+func getBody(t *testing.T, url string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
