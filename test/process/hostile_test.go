@@ -56,7 +56,11 @@ func TestIdleConnectionsStarveNoPort(t *testing.T) {
 		{"ops", dp.opsAddr, "GET " + wire.HealthzPath + " HTTP/1.1\r\nHost: x\r\n\r\n", func() error {
 			// As the kubelet probes: a connection of its own, closed after the answer.
 			probe := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
-			resp, err := probe.Get("http://" + dp.opsAddr + wire.HealthzPath)
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+dp.opsAddr+wire.HealthzPath, nil)
+			if err != nil {
+				return err
+			}
+			resp, err := probe.Do(req)
 			if err != nil {
 				return err
 			}
