@@ -59,8 +59,8 @@ type ServerOptions struct {
 	// DumpCopyBytes bounds the bits that the copies of dumps being written hold at once (see
 	// Dump); 0 is 64 MiB.
 	DumpCopyBytes int64
-	// MaxDumpBytes bounds the bits one dump copies: a larger dump is refused with ErrDumpTooLarge
-	// rather than copied (maxDumpBytes). 0 is unbounded.
+	// MaxDumpBytes bounds the bits a client's dump copies: a larger one is refused with
+	// ErrDumpTooLarge rather than copied (maxDumpBytes). 0 is unbounded.
 	MaxDumpBytes int64
 }
 
@@ -132,13 +132,14 @@ func (s *Server) CloseStreams() { s.streams.Close() }
 
 // Dump writes the partitions only of f in the snapshot's record format to the writer that open
 // answers, which it calls once the state is copied: errors before that are the engine's, to
-// answer as such. The checksum comes first, so the bits are copied: a dump of more than
-// MaxDumpBytes is ErrDumpTooLarge, copied never; copies share DumpCopyBytes, and a dump that
-// would exceed it waits for others to finish (one larger than all of it runs alone), so that any
-// number of dumps holds at most MaxDumpBytes or DumpCopyBytes, whichever is more.
-func (s *Server) Dump(ctx context.Context, f *filter.Filter, only filter.Holds, open func() io.Writer) error {
+// answer as such. The checksum comes first, so the bits are copied: a client's dump (bounded) of
+// more than MaxDumpBytes is ErrDumpTooLarge, copied never, while the cluster's own (catch-up,
+// anti-entropy) are not bounded, since refusing them would leave a large filter unrepaired;
+// copies share DumpCopyBytes, and a dump that would exceed it waits for others to finish (one
+// larger than all of it runs alone).
+func (s *Server) Dump(ctx context.Context, f *filter.Filter, only filter.Holds, bounded bool, open func() io.Writer) error {
 	size := dumpBytes(f, only)
-	if limit := s.opts.MaxDumpBytes; limit > 0 && size > uint64(limit) {
+	if limit := s.opts.MaxDumpBytes; bounded && limit > 0 && size > uint64(limit) {
 		return fmt.Errorf("%w: the dump of %q would copy %d bytes of bits, and maxDumpBytes is %d", ErrDumpTooLarge, f.Name(), size, limit)
 	}
 	release, err := s.dumps.acquire(ctx, size)

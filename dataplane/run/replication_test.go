@@ -345,3 +345,14 @@ func TestValuesAsBase64AreAPeersOnly(t *testing.T) {
 		t.Errorf("a peer's bad base64: %q; want an error naming %s", msg, wire.Base64ValuesField)
 	}
 }
+
+// maxDumpBytes bounds the dumps anyone may ask on the client port, not the cluster's own: a peer
+// catching up pulls a filter of any size through the internal port.
+func TestMaxDumpBytesBoundsClientDumpsOnly(t *testing.T) {
+	s := dataplane.Handlers(t, func(c *config.Config) { c.MaxDumpBytes = 1 << 10 })
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), FPP: new(0.01)})
+	s.Send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "").WantError(t, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+	if r := s.Internal.Send(t, http.MethodGet, wire.InternalPath("/v1/bloomfilter/f/dump"), ""); r.Status != http.StatusOK || len(r.Body) < 1<<10 {
+		t.Errorf("the internal port's dump of a filter over maxDumpBytes: %d, %d bytes; want it served whole", r.Status, len(r.Body))
+	}
+}
