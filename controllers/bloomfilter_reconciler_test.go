@@ -37,7 +37,7 @@ import (
 // against a real data plane whose requests are recorded: no manager, no watches.
 
 // worldToken is the internal token of the fake world's cluster.
-const worldToken = "5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed"
+const worldToken = "5eed0123456789abcdef5eed0123456789abcdef5eed0123456789abcdef5eed"
 
 // recordingDataPlane is the internal port of a real, in-memory data plane on a loopback port,
 // which records the method and path of every request it serves, and whether it carried the token.

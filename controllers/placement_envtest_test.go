@@ -319,7 +319,7 @@ func TestHTTPDataPlanePlacementStatus(t *testing.T) {
 // ErrPlacementUnsupported.
 func TestHTTPDataPlanePlacementStatusOfARealPod(t *testing.T) {
 	t.Parallel()
-	p := startFakePod(t, "r-0", "the-token-of-the-test", "", nil)
+	p := startFakePod(t, "r-0", "the-token-of-the-test-0123456789", "", nil)
 	pod := Pod{Name: p.name, IP: "127.0.0.1", Port: p.ports.internal, Token: p.token}
 	st, err := NewHTTPDataPlane(2*time.Second).PlacementStatus(t.Context(), pod)
 	if err != nil && !errors.Is(err, ErrPlacementUnsupported) {

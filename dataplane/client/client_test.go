@@ -50,7 +50,7 @@ func (d *dataPlane) lastRequest(t *testing.T) recorded {
 }
 
 // testToken is the internal port's token in these tests.
-const testToken = "the-cluster-token-of-the-tests"
+const testToken = "the-cluster-token-of-the-tests-0123456789"
 
 func startDataPlane(t *testing.T, configure func(*config.Config)) (*dataPlane, *client.Client) {
 	t.Helper()

@@ -76,7 +76,13 @@ type Config struct {
 	MaxFilters int
 
 	// HTTP.
-	MaxHTTPConnections   int
+	// MaxHTTPConnections is the connection budget of the client port and, apart, of the internal
+	// port; MaxOpsConnections the ops port's (docs/security.md#connection-budgets).
+	MaxHTTPConnections int
+	MaxOpsConnections  int
+	// MaxDumpBytes bounds the bits one dump copies (a dump's checksum precedes its bits); a dump
+	// of more answers 507. 0 is unbounded.
+	MaxDumpBytes         uint64
 	MaxHTTPRequestLength int64 // bytes
 	// MaxRequestBytesInFlight bounds the bytes of request bodies the client port holds at once;
 	// a request past it answers 503. 0 is unlimited.
@@ -206,6 +212,8 @@ func Default() Config {
 		RESPMaxClients:            10_000,
 		RESPTimeout:               300 * time.Second,
 		MaxHTTPConnections:        1000,
+		MaxOpsConnections:         64,
+		MaxDumpBytes:              1 << 30,
 		MaxHTTPRequestLength:      10 << 20,
 		MaxRequestBytesInFlight:   64 << 20,
 		RequestTimeout:            5 * time.Second,
@@ -260,6 +268,7 @@ func (c Config) Validate() error {
 	check("defaultValidSecondsAfterCreate", ruleNonNegative(c.DefaultValidAfterCreate))
 	check("maxFilters", rulePositive(c.MaxFilters))
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
+	check("maxOpsConnections", rulePositive(c.MaxOpsConnections))
 	check("respMaxClients", rulePositive(c.RESPMaxClients))
 	check("respTimeoutSeconds", ruleNonNegative(c.RESPTimeout))
 	check("respMaxBulkLength", ruleNonNegative(c.RESPMaxBulkLength))

@@ -35,6 +35,8 @@ defaultExpectedInsertions: 2000000
 defaultFalsePositiveProbability: 0.0002
 defaultValidSecondsAfterCreate: 172800
 maxHttpConnections: 2000
+maxOpsConnections: 32
+maxDumpBytes: 256Mi
 maxHttpRequestLength: 5242880
 maxRequestBytesInFlight: 32Mi
 requestTimeoutSeconds: 6
@@ -91,6 +93,8 @@ respMaxCommandLength: 4Mi
 	want.DefaultFPP = 0.0002
 	want.DefaultValidAfterCreate = 48 * time.Hour
 	want.MaxHTTPConnections = 2000
+	want.MaxOpsConnections = 32
+	want.MaxDumpBytes = 256 << 20
 	want.MaxHTTPRequestLength = 5 << 20
 	want.MaxRequestBytesInFlight = 32 << 20
 	want.RequestTimeout = 6 * time.Second

@@ -42,6 +42,8 @@ type File struct {
 	MaxTotalBytes           *ByteSize `yaml:"maxTotalBytes,omitempty"`
 	MaxFilters              *int      `yaml:"maxFilters,omitempty" check:"positive"`
 	MaxHTTPConnections      *int      `yaml:"maxHttpConnections,omitempty" check:"positive"`
+	MaxOpsConnections       *int      `yaml:"maxOpsConnections,omitempty" check:"positive"`
+	MaxDumpBytes            *ByteSize `yaml:"maxDumpBytes,omitempty"`
 	MaxHTTPRequestLength    *int64    `yaml:"maxHttpRequestLength,omitempty" check:"positive"`
 	MaxRequestBytesInFlight *ByteSize `yaml:"maxRequestBytesInFlight,omitempty"`
 	RequestTimeout          *Seconds  `yaml:"requestTimeoutSeconds,omitempty" check:"positive"`
@@ -118,6 +120,8 @@ func (f File) apply(c *Config) {
 	setBytes(&c.MaxTotalBytes, f.MaxTotalBytes)
 	set(&c.MaxFilters, f.MaxFilters)
 	set(&c.MaxHTTPConnections, f.MaxHTTPConnections)
+	set(&c.MaxOpsConnections, f.MaxOpsConnections)
+	setBytes(&c.MaxDumpBytes, f.MaxDumpBytes)
 	set(&c.MaxHTTPRequestLength, f.MaxHTTPRequestLength)
 	setBytes(&c.MaxRequestBytesInFlight, f.MaxRequestBytesInFlight)
 	setDuration(&c.RequestTimeout, f.RequestTimeoutAlias)
@@ -210,6 +214,8 @@ func (c Config) file() File {
 		MaxTotalBytes:             new(ByteSize(c.MaxTotalBytes)),
 		MaxFilters:                new(c.MaxFilters),
 		MaxHTTPConnections:        new(c.MaxHTTPConnections),
+		MaxOpsConnections:         new(c.MaxOpsConnections),
+		MaxDumpBytes:              new(ByteSize(c.MaxDumpBytes)),
 		MaxHTTPRequestLength:      new(c.MaxHTTPRequestLength),
 		MaxRequestBytesInFlight:   new(ByteSize(c.MaxRequestBytesInFlight)),
 		RequestTimeout:            new(Seconds(c.RequestTimeout)),

@@ -12,7 +12,8 @@ import (
 )
 
 // authenticate lets through only requests that carry the internal token as a bearer token. The
-// answer does not say whether the token was missing or wrong, and nothing about it is logged.
+// answer does not say whether the token was missing or wrong, nothing about it is logged, and
+// the connection is closed after it.
 func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		given, ok := strings.CutPrefix(c.Request().Header.Get(echo.HeaderAuthorization), "Bearer ")
@@ -20,6 +21,10 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		// of what was sent.
 		if !ok || s.tokenDigest == nil || subtle.ConstantTimeCompare(digest(given), s.tokenDigest) != 1 {
 			s.Metrics.HTTP.Unauthorized()
+			// The connection is closed after the answer: a caller without the token has nothing
+			// more to ask, and connections kept open would hold the port's budget.
+			c.Response().Header().Set(echo.HeaderConnection, "close")
+			s.Metrics.HTTP.ConnClosed("internal", "unauthorized")
 			c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="bloomery-internal"`)
 			return &apiError{http.StatusUnauthorized, wire.CodeUnauthorized,
 				"this port serves the operator and the cluster's pods: the request needs the cluster's bearer token"}

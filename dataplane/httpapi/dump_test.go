@@ -1,11 +1,14 @@
 package httpapi
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,5 +71,50 @@ func TestStalledDumpReaderIsDroppedAndItsCopyReleased(t *testing.T) {
 	want := f.State()
 	if len(got.Parts) != 1 || len(got.Parts[0].Layers) != 1 || !slices.Equal(got.Parts[0].Layers[0].Words, want.Parts[0].Layers[0].Words) {
 		t.Error("the dump after the stalled one differs from the filter")
+	}
+}
+
+// A dump that would copy more than maxDumpBytes is answered 507 without copying a bit, and the
+// limit counts the partitions asked for: a dump of one partition of the same filter is served.
+func TestDumpLargerThanMaxDumpBytesIsRefused(t *testing.T) {
+	cfg := config.Default()
+	s := newTestAPI(t, cfg)
+	f, _, err := s.Store.Create("big", filter.Options{Capacity: 4_000_000, FPP: 0.01, Partitions: 4}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := int64(f.SizeBytes()) / 2 // two partitions' worth
+	s.peers = peer.NewServer(peer.ServerOptions{Host: s.Node, Store: s.Store, MaxRequestBytes: cfg.MaxHTTPRequestLength, MaxDumpBytes: limit})
+	hs := httptest.NewServer(s.ClientHandler())
+	t.Cleanup(hs.Close)
+
+	get := func(query string) (status int, body []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, hs.URL+"/v1/bloomfilter/big/dump"+query, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := hs.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = res.Body.Close() }()
+		body, err = io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.StatusCode, body
+	}
+	status, body := get("")
+	want := fmt.Sprintf(`the dump of \"big\" would copy %d bytes of bits, and maxDumpBytes is %d`, f.SizeBytes(), limit)
+	if status != http.StatusInsufficientStorage || !strings.Contains(string(body), want) {
+		t.Errorf("a dump of %d bytes with maxDumpBytes %d: %d %s; want 507 saying %s", f.SizeBytes(), limit, status, body, want)
+	}
+	status, body = get("?partitions=1")
+	if status != http.StatusOK {
+		t.Fatalf("a dump of one partition of four, within maxDumpBytes: %d %q", status, body)
+	}
+	if _, _, err := persist.ReadDump(bytes.NewReader(body), int64(len(body))); err != nil {
+		t.Errorf("the dump of one partition does not decode: %v", err)
 	}
 }

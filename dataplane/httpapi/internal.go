@@ -127,11 +127,17 @@ func (s *Server) dump(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	err = s.peers.Dump(c.Request().Context(), f, only, func() io.Writer {
+	// The cluster's own dumps (the internal port's) are not bounded: catch-up and anti-entropy
+	// must repair a filter of any size.
+	client := !strings.HasPrefix(c.Path(), wire.InternalBasePath)
+	err = s.peers.Dump(c.Request().Context(), f, only, client, func() io.Writer {
 		c.Response().Header().Set(echo.HeaderContentType, echo.MIMEOctetStream)
 		c.Response().WriteHeader(http.StatusOK)
 		return stallDeadline{c.Response().Writer, s.Config.RequestTimeout}
 	})
+	if errors.Is(err, peer.ErrDumpTooLarge) {
+		return &apiError{http.StatusInsufficientStorage, wire.CodeInsufficientSpace, err.Error()}
+	}
 	return engineError(err, false)
 }
 

@@ -112,6 +112,7 @@ func New(o Options) (*Server, error) {
 		Timeout:         o.Config.RequestTimeout,
 		IdleTimeout:     o.Config.IdleTimeout,
 		Durable:         o.Durable,
+		MaxDumpBytes:    int64(min(o.Config.MaxDumpBytes, math.MaxInt64)),
 	})
 	if o.InternalToken != "" {
 		s.tokenDigest = digest(o.InternalToken)

@@ -28,6 +28,10 @@ type HTTP struct {
 	// unauthorized counts the internal port's refusals, which a scan or a misconfigured peer
 	// shows up as.
 	unauthorized prometheus.Counter
+	// connsRefused and connsClosed count what the ports' connection budgets do: a flood of idle
+	// or silent connections shows up as closed ones, a flood of requests as refused ones.
+	connsRefused *prometheus.CounterVec
+	connsClosed  *prometheus.CounterVec
 	// bodiesRefused counts requests refused because the client port held maxRequestBytesInFlight
 	// of bodies already.
 	bodiesRefused prometheus.Counter
@@ -74,6 +78,14 @@ func newHTTP() *HTTP {
 			Namespace: namespace, Subsystem: "http", Name: "unauthorized_requests_total",
 			Help: "Requests to the internal port refused for a missing or wrong bearer token.",
 		}),
+		connsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "http", Name: "connections_refused_total",
+			Help: "Connections refused, by port, because every connection of the port's budget was answering a request.",
+		}, []string{"port"}),
+		connsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Subsystem: "http", Name: "connections_closed_total",
+			Help: "Connections the pod closed, by port and reason: idle (the oldest idle keep-alive connection, to admit a new one), no_request (the oldest that had sent no complete request, to admit a new one), unauthorized (after a 401 on the internal port).",
+		}, []string{"port", "reason"}),
 		bodyBytesDesc: prometheus.NewDesc(prometheus.BuildFQName(namespace, "http", "request_body_bytes"),
 			"Bytes of request bodies the client port holds now, against maxRequestBytesInFlight.", nil, nil),
 		bodiesRefused: prometheus.NewCounter(prometheus.CounterOpts{
@@ -90,6 +102,8 @@ func (h *HTTP) Describe(ch chan<- *prometheus.Desc) {
 	h.inFlight.Describe(ch)
 	h.open.Describe(ch)
 	h.unauthorized.Describe(ch)
+	h.connsRefused.Describe(ch)
+	h.connsClosed.Describe(ch)
 	h.bodiesRefused.Describe(ch)
 	ch <- h.bodyBytesDesc
 }
@@ -101,6 +115,8 @@ func (h *HTTP) Collect(ch chan<- prometheus.Metric) {
 	h.inFlight.Collect(ch)
 	h.open.Collect(ch)
 	h.unauthorized.Collect(ch)
+	h.connsRefused.Collect(ch)
+	h.connsClosed.Collect(ch)
 	h.bodiesRefused.Collect(ch)
 	if f := h.bodyBytes.Load(); f != nil {
 		ch <- prometheus.MustNewConstMetric(h.bodyBytesDesc, prometheus.GaugeValue, float64((*f)()))
@@ -115,6 +131,12 @@ func (h *HTTP) BodyRefused() { h.bodiesRefused.Inc() }
 
 // Unauthorized counts a request the internal port refused for its token.
 func (h *HTTP) Unauthorized() { h.unauthorized.Inc() }
+
+// ConnRefused counts a connection refused by port's budget.
+func (h *HTTP) ConnRefused(port string) { h.connsRefused.WithLabelValues(port).Inc() }
+
+// ConnClosed counts a connection of port the pod closed, for reason.
+func (h *HTTP) ConnClosed(port, reason string) { h.connsClosed.WithLabelValues(port, reason).Inc() }
 
 // Started counts a request in flight; Finished must follow.
 func (h *HTTP) Started() { h.inFlight.Inc() }

@@ -202,7 +202,7 @@ func (p *memPeer) Dump(ctx context.Context, name string, partitions []int) (io.R
 			only = func(part int) bool { return want[part] }
 		}
 		var buf bytes.Buffer
-		if err := t.server.Dump(ctx, f, only, func() io.Writer { return &buf }); err != nil {
+		if err := t.server.Dump(ctx, f, only, false, func() io.Writer { return &buf }); err != nil {
 			return nil, answerOf(err)
 		}
 		return buf.Bytes(), nil

@@ -42,6 +42,9 @@ var ErrMembershipNotKept = errors.New("could not keep the membership")
 // ErrBadDump refuses a dump to merge that does not decode.
 var ErrBadDump = errors.New("invalid dump")
 
+// ErrDumpTooLarge refuses a dump that would copy more than MaxDumpBytes.
+var ErrDumpTooLarge = errors.New("dump larger than maxDumpBytes")
+
 // ServerOptions configure the receiving end.
 type ServerOptions struct {
 	Host Host
@@ -60,6 +63,9 @@ type ServerOptions struct {
 	// DumpCopyBytes bounds the bits that the copies of dumps being written hold at once (see
 	// Dump); 0 is 64 MiB.
 	DumpCopyBytes int64
+	// MaxDumpBytes bounds the bits a client's dump copies: a larger one is refused with
+	// ErrDumpTooLarge rather than copied (maxDumpBytes). 0 is unbounded.
+	MaxDumpBytes int64
 }
 
 // Server is the receiving end of the protocol, which the internal port's handlers call: they
@@ -130,12 +136,17 @@ func (s *Server) CloseStreams() { s.streams.Close() }
 
 // Dump writes the partitions only of f in the snapshot's record format to the writer that open
 // answers, which it calls once the state is copied: errors before that are the engine's, to
-// answer as such. The checksum comes first, so the bits are copied: copies share dumpCopyBytes,
-// and a dump that would exceed it waits for others to finish (one larger than all of it runs
-// alone), so that any number of dumps holds at most the largest filter or dumpCopyBytes,
-// whichever is more.
-func (s *Server) Dump(ctx context.Context, f *filter.Filter, only filter.Holds, open func() io.Writer) error {
-	release, err := s.dumps.acquire(ctx, f.SizeBytes())
+// answer as such. The checksum comes first, so the bits are copied: a client's dump (bounded) of
+// more than MaxDumpBytes is ErrDumpTooLarge, copied never, while the cluster's own (catch-up,
+// anti-entropy) are not bounded, since refusing them would leave a large filter unrepaired;
+// copies share DumpCopyBytes, and a dump that would exceed it waits for others to finish (one
+// larger than all of it runs alone).
+func (s *Server) Dump(ctx context.Context, f *filter.Filter, only filter.Holds, bounded bool, open func() io.Writer) error {
+	size := dumpBytes(f, only)
+	if limit := s.opts.MaxDumpBytes; bounded && limit > 0 && size > uint64(limit) {
+		return fmt.Errorf("%w: the dump of %q would copy %d bytes of bits, and maxDumpBytes is %d", ErrDumpTooLarge, f.Name(), size, limit)
+	}
+	release, err := s.dumps.acquire(ctx, size)
 	if err != nil {
 		return fmt.Errorf("waiting for other dumps to finish: %w", err)
 	}
@@ -175,6 +186,22 @@ func (s *Server) Merge(f *filter.Filter, raw []byte, placed bool) (filter.MergeR
 	}
 	return res, nil
 }
+
+// dumpBytes is the bytes of bits a dump of the partitions only of f copies: the sizes of the
+// layers its head announces, read without copying a bit.
+func dumpBytes(f *filter.Filter, only filter.Holds) uint64 {
+	var size uint64
+	_ = f.StreamState(nil, only, func(st filter.State) error {
+		for _, l := range st.AllLayers() {
+			size += uint64(l.WordCount()) * 8
+		}
+		return errHeadOnly
+	}, nil)
+	return size
+}
+
+// errHeadOnly stops StreamState after the head, which is all dumpBytes reads.
+var errHeadOnly = errors.New("head only")
 
 // DumpBytesHeld is the share of DumpCopyBytes that the dumps being written hold.
 func (s *Server) DumpBytesHeld() int64 { return s.dumps.held.Load() }

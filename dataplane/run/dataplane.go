@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
@@ -140,8 +141,10 @@ func (d *DataPlane) InternalHandler() http.Handler { return d.api.InternalHandle
 // OpsHandler serves the ops port.
 func (d *DataPlane) OpsHandler() http.Handler { return d.api.OpsHandler() }
 
-// minTokenLength refuses tokens short enough to guess; the operator's have 64 characters.
-const minTokenLength = 16
+// minTokenBits refuses tokens weak enough to guess. The estimate, log2(distinct characters) ×
+// length, is what a guesser who knows the alphabet faces: 16 identical characters estimate 0 bits,
+// the operator's 64 hexadecimal digits 256.
+const minTokenBits = 128
 
 // readToken reads the internal port's token from path, "" for no path. Surrounding white space,
 // such as the newline an editor adds, is not part of it.
@@ -154,10 +157,29 @@ func readToken(path string) (string, error) {
 		return "", fmt.Errorf("internalTokenFile: %w", err)
 	}
 	token := strings.TrimSpace(string(raw))
-	if len(token) < minTokenLength {
-		return "", fmt.Errorf("internalTokenFile %s: the token must have at least %d characters, it has %d", path, minTokenLength, len(token))
+	if bits := tokenBits(token); bits < minTokenBits {
+		return "", fmt.Errorf("internalTokenFile %s: the token is too easy to guess: %d characters, %d of them distinct, estimate %.0f bits of entropy (log2(distinct) × length), and at least %d are needed; 32 random bytes in hexadecimal (openssl rand -hex 32) have 256",
+			path, utf8.RuneCountInString(token), distinctRunes(token), bits, minTokenBits)
 	}
 	return token, nil
+}
+
+// tokenBits estimates the entropy of token: log2 of the number of distinct characters it uses,
+// times its length in characters.
+func tokenBits(token string) float64 {
+	distinct := distinctRunes(token)
+	if distinct == 0 {
+		return 0
+	}
+	return math.Log2(float64(distinct)) * float64(utf8.RuneCountInString(token))
+}
+
+func distinctRunes(s string) int {
+	seen := map[rune]bool{}
+	for _, r := range s {
+		seen[r] = true
+	}
+	return len(seen)
 }
 
 // minRESPPasswordLength refuses passwords short enough to guess in an afternoon of AUTHs.

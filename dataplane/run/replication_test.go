@@ -443,3 +443,14 @@ func TestARestartedPodKeepsItsMembership(t *testing.T) {
 	err = ts.Client.At(wire.ConsistencyAll).Set(t.Context(), "f", "x")
 	dataplane.WantAPIError(t, err, http.StatusServiceUnavailable, wire.CodeReplication)
 }
+
+// maxDumpBytes bounds the dumps anyone may ask on the client port, not the cluster's own: a peer
+// catching up pulls a filter of any size through the internal port.
+func TestMaxDumpBytesBoundsClientDumpsOnly(t *testing.T) {
+	s := dataplane.Handlers(t, func(c *config.Config) { c.MaxDumpBytes = 1 << 10 })
+	dataplane.Create(t, s, "f", client.CreateOptions{ExpectedInsertions: new(uint64(100_000)), FPP: new(0.01)})
+	s.Send(t, http.MethodGet, "/v1/bloomfilter/f/dump", "").WantError(t, http.StatusInsufficientStorage, wire.CodeInsufficientSpace)
+	if r := s.Internal.Send(t, http.MethodGet, wire.InternalPath("/v1/bloomfilter/f/dump"), ""); r.Status != http.StatusOK || len(r.Body) < 1<<10 {
+		t.Errorf("the internal port's dump of a filter over maxDumpBytes: %d, %d bytes; want it served whole", r.Status, len(r.Body))
+	}
+}

@@ -10,13 +10,12 @@ import (
 	"net/http"
 	"sync"
 	"time"
-
-	"golang.org/x/net/netutil"
 )
 
-// opsMaxConnections is the ops port's connection budget: the kubelet's probes and a few
-// Prometheus servers need a handful.
-const opsMaxConnections = 64
+// opsProbeReserve is how many connections the ops port admits beyond maxOpsConnections, to be
+// served the probes alone, when every connection of its budget is answering a request: the
+// kubelet's liveness and readiness probes, a few at a time.
+const opsProbeReserve = 8
 
 // httpServers are the HTTP servers running on the listeners.
 type httpServers struct {
@@ -43,19 +42,16 @@ func (d *DataPlane) startHTTP(ls Listeners) *httpServers {
 		clientTLS = d.tls.ServerConfig(false)
 		internalTLS = d.tls.ServerConfig(d.cfg.TLSCAFile != "")
 	}
-	hs.start(d, "client", ls.Client, d.api.ClientHandler(), d.cfg.MaxHTTPConnections, clientTLS)
+	hs.start(d, "client", ls.Client, d.api.ClientHandler(), newConnBudget("client", d.cfg.MaxHTTPConnections, 0, d.metrics.HTTP), clientTLS)
 	if ls.Internal != nil {
-		hs.start(d, "internal", ls.Internal, d.api.InternalHandler(), d.cfg.MaxHTTPConnections, internalTLS)
+		hs.start(d, "internal", ls.Internal, d.api.InternalHandler(), newConnBudget("internal", d.cfg.MaxHTTPConnections, 0, d.metrics.HTTP), internalTLS)
 	}
-	hs.start(d, "ops", ls.Ops, d.api.OpsHandler(), opsMaxConnections, nil)
+	hs.start(d, "ops", ls.Ops, probesOnly(d.api.OpsHandler()), newConnBudget("ops", d.cfg.MaxOpsConnections, opsProbeReserve, d.metrics.HTTP), nil)
 	return hs
 }
 
-func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.Handler, maxConns int, tlsConfig *tls.Config) {
+func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.Handler, budget *connBudget, tlsConfig *tls.Config) {
 	addr := ln.Addr().String()
-	if maxConns > 0 {
-		ln = netutil.LimitListener(ln, maxConns)
-	}
 	if tlsConfig != nil {
 		ln = tls.NewListener(ln, tlsConfig)
 	}
@@ -64,13 +60,15 @@ func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.
 		srv: &http.Server{
 			Handler: h,
 			// The API answers from memory; a request that takes longer than the timeout to arrive
-			// or to be answered is a stuck client, and its connection is better closed.
+			// or to be answered is a stuck client, and its connection is better closed. The header
+			// deadline closes a connection that sends no complete request as well.
 			ReadHeaderTimeout: d.cfg.RequestTimeout,
 			ReadTimeout:       d.cfg.RequestTimeout,
 			WriteTimeout:      d.cfg.RequestTimeout,
 			IdleTimeout:       d.cfg.IdleTimeout,
 			ErrorLog:          slog.NewLogLogger(d.log.Handler(), slog.LevelWarn),
-			ConnState:         d.metrics.HTTP.ConnState,
+			ConnContext:       budget.connContext,
+			ConnState:         budget.connState,
 		},
 		done: make(chan error, 1),
 	}

@@ -84,7 +84,7 @@ func newPod(t *testing.T, limits filter.Limits, await bool) *pod {
 }
 
 // peerToken is the cluster's token in these tests.
-const peerToken = "the-cluster-token-of-the-tests"
+const peerToken = "the-cluster-token-of-the-tests-0123456789"
 
 // peer is a whole data plane in memory, served on loopback: the pod's peer. url is its internal
 // port's, c a client of its client port.

@@ -57,7 +57,7 @@ type Server struct {
 }
 
 // Token is the internal port's token in these tests.
-const Token = "the-cluster-token-of-the-tests"
+const Token = "the-cluster-token-of-the-tests-0123456789"
 
 // LastBody is how the last request's body arrived at the client port, as the server saw it: its
 // Content-Length (-1 for unknown) and Transfer-Encoding. Only servers of Handlers record it.

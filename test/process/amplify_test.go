@@ -240,7 +240,7 @@ func raiseOpenFiles(t *testing.T, n uint64) {
 
 // A thousand idle connections to the client port, some with half a request line, starve neither
 // the probes, which have a port of their own, nor the process: /readyz answers at once, a client
-// request is answered or refused without hanging the test, and once they close the API serves.
+// request is answered, and once they close the API serves.
 func TestIdleConnectionsDoNotStarveTheProbes(t *testing.T) {
 	raiseOpenFiles(t, 2100)
 	dp := startDataPlane(t, t.TempDir())
@@ -291,13 +291,11 @@ func TestIdleConnectionsDoNotStarveTheProbes(t *testing.T) {
 		}
 	}
 
-	// The client port holds maxHttpConnections (1,000) already: a request waits for a slot, and
-	// gives up after its own deadline; it must not be answered wrongly.
-	busy := client.New("http://"+dp.addr, client.WithHTTPClient(&http.Client{Timeout: 2 * time.Second}))
-	if present, err := busy.Check(t.Context(), "f", "x"); err == nil && present {
-		t.Errorf("a check of an absent value with the port full answered present")
-	} else {
-		t.Logf("a check with the port full: present %v, %v", present, err)
+	// The client port holds maxHttpConnections (1,000) already: a new client closes the oldest
+	// connection that has sent no request, and is served (docs/security.md#connection-budgets).
+	busy := client.New("http://"+dp.addr, client.WithHTTPClient(&http.Client{Timeout: 10 * time.Second}))
+	if present, err := busy.Check(t.Context(), "f", "x"); err != nil || present {
+		t.Errorf("a check of an absent value with the port full: present %v, %v; want absent", present, err)
 	}
 
 	for _, c := range conns {

@@ -134,7 +134,7 @@ func tryLaunchBinary(t *testing.T, path string, env []string, dataDir string, ar
 }
 
 // testToken is the internal port's token of every process these tests start.
-const testToken = "the-cluster-token-of-the-tests"
+const testToken = "the-cluster-token-of-the-tests-0123456789"
 
 // tokenFile writes testToken to a file, as the operator mounts it into a pod.
 func tokenFile(t *testing.T) string {
