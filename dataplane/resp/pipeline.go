@@ -56,7 +56,8 @@ func asRunnable(cmd redcon.Command) (runnable, bool) {
 // asked to close the connection (QUIT), after which nothing more is answered.
 func (s *Server) answer(sess *session, w replier, cmds []redcon.Command) (quit bool) {
 	for len(cmds) > 0 {
-		if n := s.batched(sess, w, cmds); n > 0 {
+		// Inside MULTI every command is queued one by one.
+		if n := s.batchedOutsideMulti(sess, w, cmds); n > 0 {
 			cmds = cmds[n:]
 			continue
 		}
@@ -69,6 +70,14 @@ func (s *Server) answer(sess *session, w replier, cmds []redcon.Command) (quit b
 		cmds = cmds[1:]
 	}
 	return false
+}
+
+// batchedOutsideMulti is batched, but for a connection inside MULTI, whose commands are queued.
+func (s *Server) batchedOutsideMulti(sess *session, w replier, cmds []redcon.Command) int {
+	if sess.tx != nil {
+		return 0
+	}
+	return s.batched(sess, w, cmds)
 }
 
 // commandContext bounds a command by requestTimeoutSeconds when the pod has peers. Alone, a
@@ -116,7 +125,9 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		return 0
 	}
 	start := time.Now()
+	s.txMu.RLock() // as each of its commands would, one by one
 	answers, err := s.runBatch(sess, first.add, string(key), itemStrings(cmds[:n], items, first.add))
+	s.txMu.RUnlock()
 	if err != nil && len(answers) < items {
 		// The engine stopped part-way (a memory limit). The commands whose items it answered all
 		// get their answers; the others are left to be answered one by one, as they would have

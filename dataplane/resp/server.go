@@ -65,6 +65,10 @@ type Server struct {
 	budget        Budget
 	authenticated limits
 
+	// txMu is the transaction lock: EXEC holds it alone, every other command on the filters
+	// shared (multi.go).
+	txMu sync.RWMutex
+
 	// mu guards draining against the start of a command, so that Drain's wait cannot race with
 	// a command that begins as it starts.
 	mu       sync.RWMutex
