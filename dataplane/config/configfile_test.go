@@ -72,6 +72,7 @@ respMaxClients: 500
 respTimeoutSeconds: 0
 respMaxBulkLength: 1Mi
 respMaxCommandLength: 4Mi
+respDisabledCommands: [flushall, keys]
 `)
 	got, err := Load(path)
 	if err != nil {
@@ -122,6 +123,7 @@ respMaxCommandLength: 4Mi
 	want.RESPTimeout = 0
 	want.RESPMaxBulkLength = 1 << 20
 	want.RESPMaxCommandLength = 4 << 20
+	want.RESPDisabledCommands = []string{"flushall", "keys"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
 	}

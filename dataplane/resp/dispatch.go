@@ -127,6 +127,27 @@ func lookup(name []byte) (command, bool) {
 	return cmd, ok
 }
 
+// command is lookup, but for the commands the configuration disabled (respDisabledCommands),
+// which are unknown, as Redis's rename-command to "" makes them.
+func (s *Server) command(name []byte) (command, bool) {
+	cmd, known := lookup(name)
+	if known && s.disabled[cmd.index] {
+		return command{}, false
+	}
+	return cmd, known
+}
+
+// CheckDisabledCommands reports a name of respDisabledCommands that is no command of the port:
+// a misspelt name would leave on what the operator meant to turn off.
+func CheckDisabledCommands(names []string) error {
+	for _, name := range names {
+		if _, ok := commands[strings.ToLower(name)]; !ok {
+			return fmt.Errorf("respDisabledCommands: %q is not a command of the RESP port (docs/resp.md lists them)", name)
+		}
+	}
+	return nil
+}
+
 // Dispatch answers one command into w, with Redis's texts for an unknown command and a wrong
 // number of arguments. A command that answers an error as a whole applies nothing. It reports
 // whether the connection is to be closed (QUIT).
@@ -136,7 +157,7 @@ func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args []
 	}
 	start := time.Now()
 	c := &call{sess: sess, w: w, args: args}
-	cmd, known := lookup(args[0])
+	cmd, known := s.command(args[0])
 	err := s.run(ctx, c, cmd, known)
 	if err != nil {
 		w.WriteError(oneLine(replyText(err)))

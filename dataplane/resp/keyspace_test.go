@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/dataplane"
 )
@@ -76,4 +79,31 @@ func TestRESPFlushAllReplicates(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Commands named in respDisabledCommands, in any case, answer as unknown, as Redis's
+// rename-command to "" makes them, pipelined adds included; the others still answer.
+func TestRESPDisabledCommands(t *testing.T) {
+	t.Parallel()
+	ts := dataplane.Start(t, func(cfg *config.Config) {
+		cfg.RESPDisabledCommands = []string{"flushall", "KEYS", "Bf.Add"}
+	})
+	ctx := t.Context()
+	rdb := dataplane.RedisClient(t, ts)
+	dataplane.Expect(t, "BF.RESERVE", "OK")(rdb.BFReserve(ctx, "f", 0.01, 100).Result())
+	doError(t, rdb, "ERR unknown command 'FLUSHALL', with args beginning with: 'ASYNC' ", "FLUSHALL", "ASYNC")
+	doError(t, rdb, "ERR unknown command 'keys', with args beginning with: '*' ", "keys", "*")
+	cmds, _ := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		p.BFAdd(ctx, "f", "a")
+		p.BFAdd(ctx, "f", "b")
+		return nil
+	})
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err == nil || !strings.HasPrefix(err.Error(), "ERR unknown command 'BF.ADD'") {
+			t.Errorf("pipelined %v = %v, want unknown command", cmd.Args(), err)
+		}
+	}
+	dataplane.Expect(t, "BF.MADD, not disabled", 1)(len(rdb.BFMAdd(ctx, "f", "c").Val()), nil)
+	dataplane.Expect(t, "FLUSHDB, not disabled", "OK")(rdb.FlushDB(ctx).Result())
+	dataplane.Expect(t, "DBSIZE", int64(0))(rdb.DBSize(ctx).Result())
 }

@@ -39,11 +39,11 @@ var runnables = map[string]runnable{
 
 // asRunnable says what cmd is in a run; false for any other command, or one of the wrong arity,
 // which Dispatch answers.
-func asRunnable(cmd redcon.Command) (runnable, bool) {
+func (s *Server) asRunnable(cmd redcon.Command) (runnable, bool) {
 	if len(cmd.Args) < 3 {
 		return runnable{}, false
 	}
-	c, known := lookup(cmd.Args[0])
+	c, known := s.command(cmd.Args[0])
 	r, ok := runnables[c.name]
 	if !known || !ok || !r.multi && len(cmd.Args) != 3 {
 		return runnable{}, false
@@ -98,7 +98,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	if len(cmds) < 2 { // an unpipelined command: Dispatch looks it up
 		return 0
 	}
-	first, ok := asRunnable(cmds[0])
+	first, ok := s.asRunnable(cmds[0])
 	if !ok {
 		return 0
 	}
@@ -108,7 +108,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	for _, cmd := range cmds {
 		// A pipeline spells its commands alike: one spelled as the one before is that command.
 		if !bytes.Equal(cmd.Args[0], name) || len(cmd.Args) < 3 || !r.multi && len(cmd.Args) != 3 {
-			if r, ok = asRunnable(cmd); !ok {
+			if r, ok = s.asRunnable(cmd); !ok {
 				break
 			}
 			name = cmd.Args[0]
