@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -61,6 +62,10 @@ type Config struct {
 	// MaxHTTPRequestLength, what one HTTP request may carry. See RESPCommandLimits.
 	RESPMaxBulkLength    int64
 	RESPMaxCommandLength int64
+	// RESPDisabledCommands are RESP commands answered as unknown, as Redis's rename-command to ""
+	// makes them: an operator's way to turn off FLUSHALL, FLUSHDB or KEYS. The RESP server
+	// checks that each is one of its commands.
+	RESPDisabledCommands []string
 
 	// Filter defaults, used when a create request leaves a field out.
 	DefaultExpectedInsertions uint64
@@ -270,6 +275,7 @@ func (c Config) Validate() error {
 	check("maxHttpConnections", rulePositive(c.MaxHTTPConnections))
 	check("maxOpsConnections", rulePositive(c.MaxOpsConnections))
 	check("respMaxClients", rulePositive(c.RESPMaxClients))
+	check("respDisabledCommands", ruleCommandNames(c.RESPDisabledCommands))
 	check("respTimeoutSeconds", ruleNonNegative(c.RESPTimeout))
 	check("respMaxBulkLength", ruleNonNegative(c.RESPMaxBulkLength))
 	check("respMaxCommandLength", ruleNonNegative(c.RESPMaxCommandLength))
@@ -326,6 +332,16 @@ func (p configProblems) Unwrap() []error { return p }
 // The rules below are shared by Validate and Load. Their messages leave the naming of the key to
 // the caller and print the value as its type does: a time.Duration as "1.5s", a File's Seconds
 // as the file writes it.
+
+// ruleCommandNames refuses a name that cannot be a command's: empty, or with white space.
+func ruleCommandNames(names []string) error {
+	for _, name := range names {
+		if name == "" || strings.ContainsFunc(name, unicode.IsSpace) {
+			return fmt.Errorf("%q is not a command's name", name)
+		}
+	}
+	return nil
+}
 
 func rulePositive[T ~int | ~int64 | ~uint64](v T) error {
 	if v <= 0 {

@@ -75,6 +75,7 @@ respMaxClients: 500
 respTimeoutSeconds: 0
 respMaxBulkLength: 1Mi
 respMaxCommandLength: 4Mi
+respDisabledCommands: [flushall, keys]
 `)
 	got, err := Load(path)
 	if err != nil {
@@ -128,6 +129,7 @@ respMaxCommandLength: 4Mi
 	want.RESPMaxBulkLength = 1 << 20
 	want.RESPMaxCommandLength = 4 << 20
 	want.AllowClientMerges = true
+	want.RESPDisabledCommands = []string{"flushall", "keys"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
 	}

@@ -8,6 +8,7 @@ import (
 	"math/bits"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +31,7 @@ type File struct {
 	RESPTimeout               *Seconds  `yaml:"respTimeoutSeconds,omitempty" check:"nonNegative"`
 	RESPMaxBulkLength         *ByteSize `yaml:"respMaxBulkLength,omitempty"`
 	RESPMaxCommandLength      *ByteSize `yaml:"respMaxCommandLength,omitempty"`
+	RESPDisabledCommands      *[]string `yaml:"respDisabledCommands,omitempty"`
 	InternalTokenFile         *string   `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
 	TLSCertFile               *string   `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
 	TLSKeyFile                *string   `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
@@ -107,6 +109,9 @@ func (f File) apply(c *Config) {
 	setDuration(&c.RESPTimeout, f.RESPTimeout)
 	setByteLength(&c.RESPMaxBulkLength, f.RESPMaxBulkLength)
 	setByteLength(&c.RESPMaxCommandLength, f.RESPMaxCommandLength)
+	if f.RESPDisabledCommands != nil && len(*f.RESPDisabledCommands) > 0 { // [] is the default, none
+		c.RESPDisabledCommands = slices.Clone(*f.RESPDisabledCommands)
+	}
 	set(&c.InternalTokenFile, f.InternalTokenFile)
 	set(&c.TLSCertFile, f.TLSCertFile)
 	set(&c.TLSKeyFile, f.TLSKeyFile)
@@ -207,6 +212,7 @@ func (c Config) file() File {
 		RESPTimeout:               new(Seconds(c.RESPTimeout)),
 		RESPMaxBulkLength:         new(ByteSize(c.RESPMaxBulkLength)),
 		RESPMaxCommandLength:      new(ByteSize(c.RESPMaxCommandLength)),
+		RESPDisabledCommands:      new(append([]string{}, c.RESPDisabledCommands...)),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
 		DefaultFPP:                new(c.DefaultFPP),
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),

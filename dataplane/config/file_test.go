@@ -65,6 +65,7 @@ func TestFileRoundTrip(t *testing.T) {
 	c.DefaultValidAfterCreate = 0
 	c.MaxTotalBytes = 1 << 30
 	c.IdleTimeout = 1500 * time.Millisecond
+	c.RESPDisabledCommands = []string{"flushall", "KEYS"}
 	c.ChannelOptions = ChannelOptions{SoRcvBuf: 1 << 16, SoSndBuf: 1 << 17, SoBacklog: 64, TCPNoDelay: false}
 	c.TriggerPersistenceCriteria = []TriggerPersistenceCriterion{{Period: time.Hour, UpdatesMoreThan: 1}, {Period: time.Minute, UpdatesMoreThan: 50}}
 	c.AllowRecoverFromCorruptedPersistentFile = false

@@ -131,6 +131,7 @@ func (s *Server) serveConn(nc net.Conn) {
 	rd := newReader(nc, s.budget, s.opts.Config.RESPTimeout, s.opts.Config.RequestTimeout)
 	w := redcon.NewWriter(nc)
 	reason := s.connLoop(nc, sess, rd, w)
+	s.endTransaction(sess) // a transaction left open gives back its queue's bytes
 	rd.close()
 	s.forget(nc, reason)
 }

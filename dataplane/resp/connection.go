@@ -11,12 +11,12 @@ import (
 var connectionCommands = map[string]command{
 	"ping":    {arity: -1, run: ping},
 	"echo":    {arity: 2, run: echo},
-	"hello":   {arity: -1, run: hello, noAuth: true},
-	"auth":    {arity: -2, run: auth, noAuth: true},
+	"hello":   {arity: -1, run: hello, noAuth: true, noMulti: true},
+	"auth":    {arity: -2, run: auth, noAuth: true, noMulti: true},
 	"select":  {arity: 2, run: selectDB},
 	"client":  {arity: -2, run: clientCmd},
 	"command": {arity: -1, run: commandInfo},
-	"quit":    {arity: -1, run: quit, noAuth: true},
+	"quit":    {arity: -1, run: quit, noAuth: true, runsAtOnce: true},
 }
 
 func ping(_ context.Context, _ *Server, c *call) error {

@@ -29,6 +29,8 @@ type session struct {
 	// authFailures counts the connection's failed authentications, each answered later than
 	// the one before.
 	authFailures int
+	// tx is the transaction MULTI opened, nil outside one.
+	tx *transaction
 	// run and answers are reused from one read of commands to the next: a connection answers
 	// one read at a time.
 	run     []runnable
@@ -44,7 +46,11 @@ type command struct {
 	// noAuth marks the commands a connection may send before it authenticates (Redis's
 	// no-auth flag): AUTH, HELLO and QUIT.
 	noAuth bool
-	run    func(ctx context.Context, s *Server, c *call) error
+	// runsAtOnce marks the commands that run even inside MULTI rather than being queued (MULTI,
+	// EXEC, DISCARD, WATCH, QUIT), and noMulti those refused there (AUTH, HELLO: a failed
+	// authentication waits, and EXEC must not wait with the transaction lock held).
+	runsAtOnce, noMulti bool
+	run                 func(ctx context.Context, s *Server, c *call) error
 
 	// name is the command's lower-case name and index its place in commandNames, which the
 	// server's metrics series are indexed by; init sets both.
@@ -58,6 +64,8 @@ type call struct {
 	w    replier
 	args [][]byte // args[0] is the command's name
 	quit bool
+	// queued says the command was kept for EXEC, which counts it in the metrics when it runs.
+	queued bool
 }
 
 // arg is argument i as a string.
@@ -87,7 +95,7 @@ const maxNameLength = 16
 
 func init() {
 	commands = map[string]command{}
-	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, expireCommands, connectionCommands, serverCommands} {
+	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, expireCommands, connectionCommands, serverCommands, transactionCommands} {
 		maps.Copy(commands, table)
 	}
 	commandNames = slices.Sorted(maps.Keys(commands))
@@ -119,6 +127,27 @@ func lookup(name []byte) (command, bool) {
 	return cmd, ok
 }
 
+// command is lookup, but for the commands the configuration disabled (respDisabledCommands),
+// which are unknown, as Redis's rename-command to "" makes them.
+func (s *Server) command(name []byte) (command, bool) {
+	cmd, known := lookup(name)
+	if known && s.disabled[cmd.index] {
+		return command{}, false
+	}
+	return cmd, known
+}
+
+// CheckDisabledCommands reports a name of respDisabledCommands that is no command of the port:
+// a misspelt name would leave on what the operator meant to turn off.
+func CheckDisabledCommands(names []string) error {
+	for _, name := range names {
+		if _, ok := commands[strings.ToLower(name)]; !ok {
+			return fmt.Errorf("respDisabledCommands: %q is not a command of the RESP port (docs/resp.md lists them)", name)
+		}
+	}
+	return nil
+}
+
 // Dispatch answers one command into w, with Redis's texts for an unknown command and a wrong
 // number of arguments. A command that answers an error as a whole applies nothing. It reports
 // whether the connection is to be closed (QUIT).
@@ -128,12 +157,14 @@ func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args []
 	}
 	start := time.Now()
 	c := &call{sess: sess, w: w, args: args}
-	cmd, known := lookup(args[0])
+	cmd, known := s.command(args[0])
 	err := s.run(ctx, c, cmd, known)
 	if err != nil {
 		w.WriteError(oneLine(replyText(err)))
 	}
-	s.series(cmd, known).Answered(err != nil, time.Since(start))
+	if !c.queued {
+		s.series(cmd, known).Answered(err != nil, time.Since(start))
+	}
 	// At debug level every command is logged, as every HTTP request is.
 	if s.opts.Log != nil && s.opts.Log.Enabled(ctx, slog.LevelDebug) {
 		s.opts.Log.DebugContext(ctx, "RESP command", "command", truncate(string(args[0]), 128), "args", len(args)-1, "error", errText(err))
@@ -142,8 +173,32 @@ func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args []
 }
 
 // run checks a command as Redis does, in its order: that it exists, its number of arguments,
-// that the connection has authenticated; then it runs it.
+// that the connection has authenticated; then it runs it, or, inside MULTI, queues it. A command
+// refused inside MULTI aborts the transaction, as in Redis.
 func (s *Server) run(ctx context.Context, c *call, cmd command, known bool) error {
+	err := s.admissible(c, cmd, known)
+	inMulti := c.sess.tx != nil
+	switch {
+	case err != nil && inMulti:
+		c.sess.tx.aborted = true
+		return err
+	case err != nil:
+		return err
+	case inMulti && cmd.noMulti:
+		c.sess.tx.aborted = true
+		return errNotInMulti
+	case inMulti && !cmd.runsAtOnce:
+		return s.enqueue(c, cmd)
+	case cmd.filters:
+		// Shared with every other command on the filters; EXEC holds it alone.
+		s.txMu.RLock()
+		defer s.txMu.RUnlock()
+	}
+	return cmd.run(ctx, s, c)
+}
+
+// admissible is Redis's checks of a command before it runs or is queued.
+func (s *Server) admissible(c *call, cmd command, known bool) error {
 	switch {
 	case !known:
 		return unknownCommand(c.args)
@@ -154,7 +209,7 @@ func (s *Server) run(ctx context.Context, c *call, cmd command, known bool) erro
 	case cmd.filters && s.opts.Loading():
 		return errLoading
 	}
-	return cmd.run(ctx, s, c)
+	return nil
 }
 
 // unknownCommand is Redis's text: the name and the start of the arguments, each quoted and

@@ -19,6 +19,14 @@ var keyspaceCommands = map[string]command{
 	"type":   {arity: 2, filters: true, run: keyType},
 	"keys":   {arity: 2, filters: true, run: keys},
 	"scan":   {arity: -2, filters: true, run: scan},
+	// UNLINK is DEL: a delete frees the filter's memory at once either way.
+	"unlink":   {arity: -2, filters: true, run: del},
+	"dbsize":   {arity: 1, filters: true, run: dbsize},
+	"flushdb":  {arity: -1, filters: true, run: flush},
+	"flushall": {arity: -1, filters: true, run: flush},
+	"rename":   {arity: 3, run: notRenamed},
+	"renamenx": {arity: 3, run: notRenamed},
+	"copy":     {arity: -3, run: notRenamed},
 }
 
 // bloomType is RedisBloom's type name, which TYPE answers for a filter.
@@ -177,3 +185,43 @@ func writeStrings(w replier, ss []string) {
 		w.WriteBulkString(s)
 	}
 }
+
+// dbsize counts the live filters, as KEYS * would list them.
+func dbsize(_ context.Context, s *Server, c *call) error {
+	c.w.WriteInt64(int64(len(s.opts.Store.Names())))
+	return nil
+}
+
+// flush is FLUSHDB and FLUSHALL [ASYNC|SYNC]: one database, so both delete every filter, each
+// through the write service as DEL does, so that the deletes are replicated. ASYNC and SYNC are
+// accepted and alike: a filter's delete frees it at once. A delete that fails (a write below its
+// consistency) does not stop the others; the first error is answered, with how many failed.
+func flush(ctx context.Context, s *Server, c *call) error {
+	if len(c.args) > 2 {
+		return errorf("syntax error")
+	}
+	if len(c.args) == 2 && !strings.EqualFold(c.arg(1), "async") && !strings.EqualFold(c.arg(1), "sync") {
+		return errorf("syntax error")
+	}
+	var first error
+	failed := 0
+	for _, name := range s.opts.Store.Names() {
+		if err := s.opts.Writes.Delete(ctx, s.level, name); err != nil {
+			failed++
+			first = cmp.Or(first, err)
+		}
+	}
+	if first != nil {
+		return errorf("%d filters were not deleted as the write consistency asks; the first: %v", failed, first)
+	}
+	c.w.WriteString("OK")
+	return nil
+}
+
+// errNotRenamed answers RENAME, RENAMENX and COPY. A filter's name is its identity on every pod:
+// its incarnation, its home and its partitions' owners follow from it, and replication has no
+// operation that moves a filter from one name to another, so a rename could leave the old name on
+// one pod and the new on another.
+const errNotRenamed = replyError("ERR Bloomery cannot rename or copy a filter: its name is its identity on every replica. Create the new filter and add the items to it instead")
+
+func notRenamed(context.Context, *Server, *call) error { return errNotRenamed }

@@ -39,11 +39,11 @@ var runnables = map[string]runnable{
 
 // asRunnable says what cmd is in a run; false for any other command, or one of the wrong arity,
 // which Dispatch answers.
-func asRunnable(cmd redcon.Command) (runnable, bool) {
+func (s *Server) asRunnable(cmd redcon.Command) (runnable, bool) {
 	if len(cmd.Args) < 3 {
 		return runnable{}, false
 	}
-	c, known := lookup(cmd.Args[0])
+	c, known := s.command(cmd.Args[0])
 	r, ok := runnables[c.name]
 	if !known || !ok || !r.multi && len(cmd.Args) != 3 {
 		return runnable{}, false
@@ -56,7 +56,8 @@ func asRunnable(cmd redcon.Command) (runnable, bool) {
 // asked to close the connection (QUIT), after which nothing more is answered.
 func (s *Server) answer(sess *session, w replier, cmds []redcon.Command) (quit bool) {
 	for len(cmds) > 0 {
-		if n := s.batched(sess, w, cmds); n > 0 {
+		// Inside MULTI every command is queued one by one.
+		if n := s.batchedOutsideMulti(sess, w, cmds); n > 0 {
 			cmds = cmds[n:]
 			continue
 		}
@@ -69,6 +70,14 @@ func (s *Server) answer(sess *session, w replier, cmds []redcon.Command) (quit b
 		cmds = cmds[1:]
 	}
 	return false
+}
+
+// batchedOutsideMulti is batched, but for a connection inside MULTI, whose commands are queued.
+func (s *Server) batchedOutsideMulti(sess *session, w replier, cmds []redcon.Command) int {
+	if sess.tx != nil {
+		return 0
+	}
+	return s.batched(sess, w, cmds)
 }
 
 // commandContext bounds a command by requestTimeoutSeconds when the pod has peers. Alone, a
@@ -89,7 +98,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	if len(cmds) < 2 { // an unpipelined command: Dispatch looks it up
 		return 0
 	}
-	first, ok := asRunnable(cmds[0])
+	first, ok := s.asRunnable(cmds[0])
 	if !ok {
 		return 0
 	}
@@ -99,7 +108,7 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	for _, cmd := range cmds {
 		// A pipeline spells its commands alike: one spelled as the one before is that command.
 		if !bytes.Equal(cmd.Args[0], name) || len(cmd.Args) < 3 || !r.multi && len(cmd.Args) != 3 {
-			if r, ok = asRunnable(cmd); !ok {
+			if r, ok = s.asRunnable(cmd); !ok {
 				break
 			}
 			name = cmd.Args[0]
@@ -116,7 +125,9 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		return 0
 	}
 	start := time.Now()
+	s.txMu.RLock() // as each of its commands would, one by one
 	answers, err := s.runBatch(sess, first.add, string(key), itemStrings(cmds[:n], items, first.add))
+	s.txMu.RUnlock()
 	if err != nil && len(answers) < items {
 		// The engine stopped part-way (a memory limit). The commands whose items it answered all
 		// get their answers; the others are left to be answered one by one, as they would have

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,8 @@ type Server struct {
 	// without metrics.
 	perCommand []*metrics.RESPCommand
 	other      *metrics.RESPCommand
+	// disabled marks, by command index, the commands of respDisabledCommands.
+	disabled []bool
 
 	// started is when the server was made, for INFO's uptime; clients counts its open
 	// connections.
@@ -64,6 +67,10 @@ type Server struct {
 	// command.
 	budget        Budget
 	authenticated limits
+
+	// txMu is the transaction lock: EXEC holds it alone, every other command on the filters
+	// shared (multi.go).
+	txMu sync.RWMutex
 
 	// mu guards draining against the start of a command, so that Drain's wait cannot race with
 	// a command that begins as it starts.
@@ -87,6 +94,12 @@ func New(opts Options) *Server {
 		opts: opts, level: opts.Config.WriteConsistency, started: time.Now(),
 		conns: map[net.Conn]struct{}{}, maxClients: opts.Config.RESPMaxClients,
 		budget: opts.Budget, authenticated: limits{args: int(command / minArgBytes), bulk: bulk, command: command},
+	}
+	s.disabled = make([]bool, len(commandNames))
+	for _, name := range opts.Config.RESPDisabledCommands {
+		if cmd, ok := commands[strings.ToLower(name)]; ok { // run checked the names
+			s.disabled[cmd.index] = true
+		}
 	}
 	if s.budget == nil {
 		s.budget = unlimited{}

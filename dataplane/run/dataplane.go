@@ -63,6 +63,9 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 	if err != nil {
 		return nil, err
 	}
+	if err := resp.CheckDisabledCommands(cfg.RESPDisabledCommands); err != nil {
+		return nil, err
+	}
 	var certs *tlsfiles.Source
 	var peerTLS *tls.Config
 	if cfg.TLSCertFile != "" {

@@ -159,3 +159,15 @@ func TestRESPTLS(t *testing.T) {
 		t.Error("PING in plain text on the TLS port answered")
 	}
 }
+
+// A name in respDisabledCommands that is no command of the port stops the data plane at start:
+// a misspelt name would leave on what the operator meant to turn off.
+func TestRESPDisabledCommandsRefused(t *testing.T) {
+	t.Parallel()
+	cfg := config.Default()
+	cfg.InMemory, cfg.RESPPort, cfg.RESPDisabledCommands = true, 6379, []string{"FLUSHALL", "flushal"}
+	_, err := run.New(cfg, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), `respDisabledCommands: "flushal" is not a command`) {
+		t.Errorf("New = %v, want the error naming respDisabledCommands and \"flushal\"", err)
+	}
+}

@@ -80,3 +80,61 @@ func TestRespDocShowsTheRedisPyExample(t *testing.T) {
 		t.Errorf("docs/resp.md does not show %s verbatim in a python block: update the one from the other", redisPyExample)
 	}
 }
+
+// redisPyTransaction drives redis-py's default pipeline, which is a transaction (MULTI ... EXEC),
+// with its RedisBloom API: the replies in order, a run-time error in its place, and a command
+// refused at queue time discarding the whole transaction.
+const redisPyTransaction = `
+import os
+
+import redis
+
+r = redis.Redis(host="127.0.0.1", port=int(os.environ["BLOOMERY_RESP_PORT"]), decode_responses=True)
+
+p = r.pipeline()
+bf = p.bf()
+bf.create("tx", 0.01, 1000)
+bf.add("tx", "a")
+bf.madd("tx", "a", "b")
+bf.mexists("tx", "a", "c")
+bf.info("tx")
+res = p.execute()
+print("replies:", res[:4], res[4].insertedNum)
+
+p = r.pipeline()
+p.bf().create("tx", 0.01, 1000)
+p.bf().add("tx", "d")
+res = p.execute(raise_on_error=False)
+print("in place:", res[0], res[1])
+
+p = r.pipeline()
+p.bf().add("tx", "e")
+p.execute_command("BF.ADD", "tx")
+try:
+    p.execute()
+except redis.ResponseError as e:
+    print("discarded:", e)
+print("e added:", r.bf().exists("tx", "e"))
+`
+
+// redisPyTransactionOutput is what redisPyTransaction prints, as it does against Redis with
+// RedisBloom.
+const redisPyTransactionOutput = `replies: [True, 1, [0, 1], [1, 0]] 2
+in place: item exists 1
+discarded: Command # 2 (BF.ADD tx) of pipeline caused error: wrong number of arguments for 'bf.add' command
+e added: 0`
+
+// redis-py's default pipeline, a transaction, works through its bf() API against the real binary.
+func TestRedisPyTransaction(t *testing.T) {
+	python := pythonWithRedis(t)
+	_, port := startWithRESP(t, t.TempDir())
+	cmd := exec.CommandContext(t.Context(), python, "-c", redisPyTransaction)
+	cmd.Env = append(os.Environ(), "BLOOMERY_RESP_PORT="+port)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the transaction script: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != redisPyTransactionOutput {
+		t.Errorf("the transaction script printed\n%s\nwant\n%s", got, redisPyTransactionOutput)
+	}
+}
