@@ -203,13 +203,19 @@ func (p *httpPeer) Forward(ctx context.Context, method, requestURI, contentType 
 }
 
 func (p *httpPeer) Serve(ctx context.Context, level wire.Consistency, op wire.FilterOp, name string, values []string) ([]bool, error) {
+	return serveThrough(ctx, p.client, level, op, name, values)
+}
+
+// serveThrough asks the pod that c calls, as a peer, to serve values of the filter name itself
+// (Peer.Serve).
+func serveThrough(ctx context.Context, c *client.Client, level wire.Consistency, op wire.FilterOp, name string, values []string) ([]bool, error) {
 	switch op {
 	case wire.OpMultiCheck:
-		return p.client.MultiCheck(ctx, name, values)
+		return c.MultiCheck(ctx, name, values)
 	case wire.OpMultiCheckAndSet:
-		return p.client.At(level).MultiCheckAndSet(ctx, name, values)
+		return c.At(level).MultiCheckAndSet(ctx, name, values)
 	case wire.OpMultiSet:
-		return nil, p.client.At(level).MultiSet(ctx, name, values)
+		return nil, c.At(level).MultiSet(ctx, name, values)
 	}
 	return nil, fmt.Errorf("%s is not served on a peer", op)
 }

@@ -218,15 +218,7 @@ func (p *memPeer) Forward(ctx context.Context, method, requestURI, contentType s
 }
 
 func (p *memPeer) Serve(ctx context.Context, level wire.Consistency, op wire.FilterOp, name string, values []string) ([]bool, error) {
-	switch op {
-	case wire.OpMultiCheck:
-		return p.client.MultiCheck(ctx, name, values)
-	case wire.OpMultiCheckAndSet:
-		return p.client.At(level).MultiCheckAndSet(ctx, name, values)
-	case wire.OpMultiSet:
-		return nil, p.client.At(level).MultiSet(ctx, name, values)
-	}
-	return nil, fmt.Errorf("%s is not served on a peer", op)
+	return serveThrough(ctx, p.client, level, op, name, values)
 }
 
 func (p *memPeer) Close() error { return nil }
