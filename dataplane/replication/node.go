@@ -131,8 +131,15 @@ func (n *Node) Self() string {
 	return n.opts.PodName
 }
 
-// Membership answers what the pod was last told.
-func (n *Node) Membership() wire.Membership { return n.members.Get() }
+// Membership answers what the pod was last told since it started: none (epoch 0) while it counts
+// its peers from a membership it kept before a restart and awaits being told again, so that the
+// operator, which tells a pod whose epoch is behind, tells it.
+func (n *Node) Membership() wire.Membership {
+	if known, _ := n.members.Known(); !known {
+		return wire.Membership{Members: []wire.Member{}}
+	}
+	return n.members.Get()
+}
 
 // SetMembership installs a membership (see Membership.Set) and starts and stops the senders to
 // peers accordingly.

@@ -65,6 +65,10 @@ func (n *Node) Remember(file string) error {
 	return nil
 }
 
+// Kept is the membership the pod counts its peers by: what it was told, or else what it kept
+// before it restarted.
+func (n *Node) Kept() wire.Membership { return n.members.Get() }
+
 // writeFileAtomic writes v as JSON to path so that a crash leaves the old file or the new one,
 // whole: a temporary file, synced, renamed over path, and the directory synced.
 func writeFileAtomic(path string, v any) error {

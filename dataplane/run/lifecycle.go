@@ -65,7 +65,7 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 		// what it would have spared: the pod counts its peers once it is told again.
 		if err := d.node.Remember(filepath.Join(d.cfg.DataDir, "membership.json")); err != nil {
 			d.log.Warn("Could not restore the membership kept before the restart; waiting to be told", "error", err.Error())
-		} else if m := d.node.Membership(); m.Epoch > 0 {
+		} else if m := d.node.Kept(); m.Epoch > 0 {
 			d.log.Info("Restored the membership kept before the restart", "epoch", m.Epoch, "members", len(m.Members))
 		}
 	}
