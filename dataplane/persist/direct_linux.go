@@ -103,6 +103,8 @@ func (s *directSegment) allocate(end int64) error {
 	return nil
 }
 
+func (s *directSegment) recordBytes() int64 { return s.size }
+
 func (s *directSegment) abandon() int64 {
 	_ = s.direct.Close()
 	_ = unix.Munmap(s.buf)

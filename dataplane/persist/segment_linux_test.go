@@ -24,7 +24,7 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 	check := func(t *testing.T, dir string, wantDirect bool) {
 		t.Helper()
 		var logs bytes.Buffer
-		w, err := openWAL(dir, 1, SyncAlways, slog.New(slog.NewTextHandler(&logs, nil)))
+		w, err := openWAL(dir, 1, 0, SyncAlways, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestDurableMeansFdatasync(t *testing.T) {
 		want   bool
 	}{{SyncAlways, true}, {SyncEverySecond, true}, {SyncNo, false}} {
 		t.Run(string(tc.policy), func(t *testing.T) {
-			w, err := openWAL(t.TempDir(), 1, tc.policy, slog.New(slog.DiscardHandler))
+			w, err := openWAL(t.TempDir(), 1, 0, tc.policy, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}
