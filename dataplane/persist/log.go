@@ -169,6 +169,12 @@ func (w *wal) openSegmentFile(seq uint64) (segmentFile, error) {
 		if err == nil {
 			return faults(seg), nil
 		}
+		if diskFailure(err) {
+			// The disk failed the preallocation, as it would any write: direct I/O is there, and
+			// stays on for the next attempt once the disk has room again.
+			_ = f.Close()
+			return nil, errors.Join(fmt.Errorf("opening log segment %s: %w", segmentName(seq), err), os.Remove(f.Name()))
+		}
 		w.bufferedFromNowOn(err)
 		_ = w.closeAIO()
 	}
