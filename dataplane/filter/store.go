@@ -90,6 +90,9 @@ func (b *budget) reserve(what string, n, held, extra uint64) error {
 
 func (b *budget) release(n uint64) { b.used.Add(-n) }
 
+// ErrNotJournaled wraps a journal's failure to record a change: the volume is full or failing.
+var ErrNotJournaled = errors.New("the update log cannot be written")
+
 // Journal records changes so that they survive a restart. The store calls it in the order the
 // changes take effect: a filter's creation is recorded before anyone can write to the filter, so
 // a replay never applies a write to the filter that the new one replaced.

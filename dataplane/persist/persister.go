@@ -690,11 +690,11 @@ func (p *Persister) Purged(string) { p.updates.Add(1) }
 func (p *Persister) record(body []byte, updates int64) error {
 	ticket, err := p.append(body)
 	if err != nil {
-		return fmt.Errorf("persisting: %w", err)
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
 	}
 	p.updates.Add(updates)
 	if err := p.wal.commit(ticket); err != nil {
-		return fmt.Errorf("persisting: %w", err)
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
 	}
 	return nil
 }
