@@ -139,7 +139,7 @@ type RecoveryReport struct {
 	Recovered      int // records used: filters restored from the snapshot files, log records applied
 	Skipped        int // records that could not be used
 	Expired        int // filters that expired while the process was down
-	CorruptRecords int // files whose reading stopped at a torn or corrupt record, and missing log segments
+	CorruptRecords int // files whose reading stopped at a torn or corrupt record, missing log segments, and segments that lost their end
 	Duration       time.Duration
 }
 
