@@ -104,6 +104,10 @@ type Journal interface {
 	Deleted(name string, generation int64) error
 	// Added is called after keys are in the filter and before the writer is answered.
 	Added(name string, keys []string) error
+	// Writable is asked before keys are added: an error (wrapping ErrNotJournaled) refuses the
+	// write with nothing applied, since a journal known to be unable to record it would refuse
+	// it after the fact, and adds are never undone.
+	Writable() error
 	// Accessed is told, at most once a second per filter, that sliding expiry moved on.
 	Accessed(name string, at time.Time)
 	// Purged is told of a filter removed because it expired.

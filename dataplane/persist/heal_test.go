@@ -116,8 +116,16 @@ func TestLogHealsAfterAFullDisk(t *testing.T) {
 			if p.Stats().LogBroken() == nil || p.Stats().LogWriteErrors.Load() == 0 {
 				t.Fatalf("after a failed write: broken %v, %d write errors", p.Stats().LogBroken(), p.Stats().LogWriteErrors.Load())
 			}
-			if err := f.AddMany([]string{"while-broken"}); !errors.Is(err, filter.ErrNotJournaled) {
+			// Refused before it is applied: the log is known to be broken.
+			refused := keys("while-broken-", 20)
+			if err := f.AddMany(refused); !errors.Is(err, filter.ErrNotJournaled) {
 				t.Fatalf("a write while the log is broken: %v, want ErrNotJournaled", err)
+			}
+			if _, err := f.CheckAndSet(refused[0]); !errors.Is(err, filter.ErrNotJournaled) {
+				t.Fatalf("a check-and-set while the log is broken: %v, want ErrNotJournaled", err)
+			}
+			if missing := present(t, store, "f", refused); len(missing) != len(refused) {
+				t.Fatalf("%d values of writes refused while the log is broken were applied", len(refused)-len(missing))
 			}
 			// The first try to heal, after the back-off, fails too, and leaves the log broken.
 			failures := p.Stats().LogWriteErrors.Load()

@@ -699,6 +699,14 @@ func (p *Persister) record(body []byte, updates int64) error {
 	return nil
 }
 
+// Writable refuses writes while the log is broken, before the engine applies them.
+func (p *Persister) Writable() error {
+	if err := p.stats.LogBroken(); err != nil {
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
+	}
+	return nil
+}
+
 // append appends a record to the log and counts it.
 func (p *Persister) append(body []byte) (uint64, error) {
 	ticket, err := p.wal.append(body)

@@ -85,6 +85,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	dir := smallDisk(t, 8<<20)
 	dp := startDataPlane(t, dir, "--log-sync", "always")
 	createFilter(t, dp, "full")
+	createFilter(t, dp, "untouched") // empty: a value it holds was applied, not a false positive
 	var acked []string
 	write := func(prefix string, n int) error {
 		values := valuesOf(prefix, n)
@@ -110,6 +111,12 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if !strings.Contains(refused.Error(), "HTTP 507, code 12") || !strings.Contains(refused.Error(), "no space left on device") {
 		t.Errorf("a write to a full disk: %v, want 507 code 12 naming the lack of space", refused)
 	}
+	// While the log is known to be broken, a write is refused before it is applied.
+	refusedValues := valuesOf("while-broken", 100)
+	if err := dp.client.MultiSet(t.Context(), "untouched", refusedValues); err == nil || !strings.Contains(err.Error(), "HTTP 507, code 12") {
+		t.Errorf("a write while the log is broken: %v, want 507 code 12", err)
+	}
+	noneApplied(t, dp, "untouched", refusedValues)
 	status, body := dp.opsGet(t, "/readyz")
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the update log cannot be written") {
 		t.Errorf("/readyz with a full disk: %d %s", status, body)
@@ -160,6 +167,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if len(lost) > 0 {
 		t.Fatalf("after SIGKILL and a restart, %d of %d acknowledged values are missing, such as %q", len(lost), len(acked), lost[0])
 	}
+	noneApplied(t, restarted, "untouched", refusedValues)
 	if !restarted.logged(`"corruptFiles":0,`) {
 		t.Errorf("the restart found damage:\n%s", restarted.logs())
 	}
@@ -264,6 +272,20 @@ func noEmptySegments(t *testing.T, dir string) {
 		}
 		if len(data) < 8 || int64(len(data)) <= 8+1+4+int64(byteorder.LittleEndian.Uint64(data[0:8])) {
 			t.Errorf("%s holds no write (%d bytes); segments: %v", filepath.Base(path), len(data), segments)
+		}
+	}
+}
+
+// noneApplied fails when the filter holds any of values.
+func noneApplied(t *testing.T, dp *dataPlane, filter string, values []string) {
+	t.Helper()
+	present, err := dp.client.MultiCheck(t.Context(), filter, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range present {
+		if ok {
+			t.Errorf("%s holds %q, of a write that was refused", filter, values[i])
 		}
 	}
 }
