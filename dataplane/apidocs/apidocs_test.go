@@ -180,7 +180,7 @@ func TestDocumentedErrorCodesAreTheWires(t *testing.T) {
 		wire.CodeBadParameter: "400", wire.CodeFilterNotFound: "404", wire.CodeBodyTooLarge: "413",
 		wire.CodeInsufficientSpace: "507", wire.CodeNoSuchRoute: "404/405", wire.CodeInternal: "500",
 		wire.CodeUnavailable: "503", wire.CodeStaleEpoch: "409", wire.CodeReplication: "503",
-		wire.CodeUnauthorized: "401", wire.CodeFilterExists: "409",
+		wire.CodeUnauthorized: "401", wire.CodeFilterExists: "409", wire.CodeNotJournaled: "507",
 	} {
 		if status[code] != want {
 			t.Errorf("code %d: status %q, want %q", code, status[code], want)

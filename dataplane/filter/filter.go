@@ -207,6 +207,9 @@ func (f *Filter) CheckMany(keys []string) []bool {
 // CheckAndSet adds key and reports whether it may have been present before. Of two concurrent
 // calls with the same new key exactly one answers false.
 func (f *Filter) CheckAndSet(key string) (bool, error) {
+	if err := f.journalWritable(); err != nil {
+		return false, err
+	}
 	f.touch()
 	p := f.partOf(key)
 	if p == nil {
@@ -226,6 +229,9 @@ func (f *Filter) CheckAndSet(key string) (bool, error) {
 // partition, so a key repeated later in keys answers true. On error the keys before the failing
 // one are added (adds are never undone) and their answers are returned.
 func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
+	if err := f.journalWritable(); err != nil {
+		return nil, err
+	}
 	f.touch()
 	out := make([]bool, len(keys))
 	n, err := f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
@@ -298,6 +304,15 @@ func (f *Filter) byPartition(keys []string, out []bool, fn func(p *partition, ke
 func (f *Filter) journalAdded(keys []string) error {
 	if j := f.store.currentJournal(); j != nil && len(keys) > 0 {
 		return j.Added(f.name, keys)
+	}
+	return nil
+}
+
+// journalWritable refuses a write before anything is applied when the journal says it cannot
+// record it.
+func (f *Filter) journalWritable() error {
+	if j := f.store.currentJournal(); j != nil {
+		return j.Writable()
 	}
 	return nil
 }

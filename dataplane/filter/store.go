@@ -90,6 +90,9 @@ func (b *budget) reserve(what string, n, held, extra uint64) error {
 
 func (b *budget) release(n uint64) { b.used.Add(-n) }
 
+// ErrNotJournaled wraps a journal's failure to record a change: the volume is full or failing.
+var ErrNotJournaled = errors.New("the update log cannot be written")
+
 // Journal records changes so that they survive a restart. The store calls it in the order the
 // changes take effect: a filter's creation is recorded before anyone can write to the filter, so
 // a replay never applies a write to the filter that the new one replaced.
@@ -101,6 +104,10 @@ type Journal interface {
 	Deleted(name string, generation int64) error
 	// Added is called after keys are in the filter and before the writer is answered.
 	Added(name string, keys []string) error
+	// Writable is asked before keys are added: an error (wrapping ErrNotJournaled) refuses the
+	// write with nothing applied, since a journal known to be unable to record it would refuse
+	// it after the fact, and adds are never undone.
+	Writable() error
 	// Accessed is told, at most once a second per filter, that sliding expiry moved on.
 	Accessed(name string, at time.Time)
 	// Purged is told of a filter removed because it expired.

@@ -22,6 +22,7 @@ func (j *countingJournal) Created(*Filter) error       { return nil }
 func (j *countingJournal) Deleted(string, int64) error { return nil }
 func (j *countingJournal) Accessed(string, time.Time)  {}
 func (j *countingJournal) Purged(string)               {}
+func (j *countingJournal) Writable() error             { return nil }
 func (j *countingJournal) ExpiryChanged(string, int64, Expiry) error {
 	return nil
 }

@@ -46,6 +46,8 @@ func engineError(err error, creating bool) error {
 		return invalidParameter("expectedInsertions", err.Error())
 	case errors.Is(err, filter.ErrTooLarge), errors.Is(err, filter.ErrOutOfMemory):
 		return &apiError{http.StatusInsufficientStorage, wire.CodeInsufficientSpace, err.Error()}
+	case errors.Is(err, filter.ErrNotJournaled):
+		return &apiError{http.StatusInsufficientStorage, wire.CodeNotJournaled, err.Error()}
 	}
 	return err
 }

@@ -53,7 +53,7 @@ func newPersistence() *Persistence {
 		recoveryRecovered:     desc("recovery_recovered_records", "Records recovery used: filters from the snapshot files and log records applied."),
 		recoverySkipped:       desc("recovery_skipped_records", "Records recovery could not use."),
 		recoveryExpired:       desc("recovery_expired_filters", "Filters that had expired while the process was down, not recovered."),
-		recoveryCorrupt:       desc("recovery_corrupt_files", "Files whose reading stopped at a torn or corrupt record, and missing log segments."),
+		recoveryCorrupt:       desc("recovery_corrupt_files", "Files whose reading stopped at a torn or corrupt record, log segments missing, and log segments that lost records at their end."),
 		recoverySnapshotBytes: desc("recovery_snapshot_bytes", "Bytes of snapshot.db read at recovery."),
 	}
 }

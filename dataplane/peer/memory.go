@@ -253,6 +253,8 @@ func answerOf(err error) error {
 		e.Status, e.Code = http.StatusNotFound, wire.CodeFilterNotFound
 	case errors.Is(err, filter.ErrTooLarge), errors.Is(err, filter.ErrOutOfMemory):
 		e.Status, e.Code = http.StatusInsufficientStorage, wire.CodeInsufficientSpace
+	case errors.Is(err, filter.ErrNotJournaled):
+		e.Status, e.Code = http.StatusInsufficientStorage, wire.CodeNotJournaled
 	}
 	return e
 }

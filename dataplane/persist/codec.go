@@ -26,6 +26,11 @@ const (
 	// snapshot it comes right before the record of the filter it belongs to, so that a reader
 	// judges the filter's expiry by it. Files without it read as before: no override.
 	kindExpiry = 8
+	// kindSegmentStart opens every log segment: its own number and how many bytes of records
+	// the segment before it held when it was sealed. Recovery compares them with what it read,
+	// so that a sealed segment cut short or zeroed is damage, not a clean end. Segments of
+	// older versions start without it and are read as before, unchecked.
+	kindSegmentStart = 9
 )
 
 // snapshotHeader opens every snapshot: the first log segment the snapshot does not cover.
@@ -46,6 +51,10 @@ type change struct {
 	// the incarnation whose expiry changed.
 	generation int64
 	expiry     filter.Expiry // kindExpiry
+	// segment and previousBytes are kindSegmentStart's: the segment's number, and the bytes of
+	// records of the segment before it.
+	segment       uint64
+	previousBytes int64
 }
 
 // encoder appends little-endian fields to a byte slice.
@@ -160,6 +169,14 @@ func appendAdd(dst []byte, name string, keys []string) []byte {
 	for _, k := range keys {
 		e.str(k)
 	}
+	return e.buf
+}
+
+func encodeSegmentStart(segment uint64, previousBytes int64) []byte {
+	e := encoder{}
+	e.u8(kindSegmentStart)
+	e.u64(segment)
+	e.i64(previousBytes)
 	return e.buf
 }
 
@@ -419,6 +436,10 @@ func (d *decoder) keys() []string {
 func (d *decoder) change() change {
 	c := change{kind: d.u8()}
 	if d.err != nil {
+		return c
+	}
+	if c.kind == kindSegmentStart {
+		c.segment, c.previousBytes = d.u64(), d.i64()
 		return c
 	}
 	c.name = d.str()

@@ -103,6 +103,14 @@ func (s *directSegment) allocate(end int64) error {
 	return nil
 }
 
+// diskFailure tells a disk that failed a write (full, over quota, broken) from a file system or
+// kernel that refuses direct I/O: only the latter turns direct I/O off.
+func diskFailure(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, syscall.EIO)
+}
+
+func (s *directSegment) recordBytes() int64 { return s.size }
+
 func (s *directSegment) abandon() int64 {
 	_ = s.direct.Close()
 	_ = unix.Munmap(s.buf)

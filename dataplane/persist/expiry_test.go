@@ -1,8 +1,6 @@
 package persist
 
 import (
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -13,21 +11,7 @@ import (
 // A data directory written before expiry overrides existed loads as it did: the files in
 // testdata were written by that code (a snapshot, then a log of a create, adds and a delete).
 func TestDataDirectoryOfTheFormerFormatLoads(t *testing.T) {
-	src := filepath.Join("testdata", "datadir-before-expiry")
-	dir := t.TempDir()
-	entries, err := os.ReadDir(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(src, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := copyTestdata(t, "datadir-before-expiry")
 	now := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	_, store, rep := open(t, dir, func(o *Options) { o.Clock = func() time.Time { return now } })
 	if rep.Skipped != 0 || rep.CorruptRecords != 0 {

@@ -100,6 +100,9 @@ type wal struct {
 	// trim is the segment a failed write left behind, to cut at its last records before the log
 	// goes on in a new one; nil when there is none.
 	trim *segmentTrim
+	// previousBytes is what the segment before the next one holds once cut, for the next
+	// segment's start record, while the log heals.
+	previousBytes int64
 	// health hears every change of the log's health: the error that broke it, nil once healed.
 	health func(error)
 
@@ -117,7 +120,9 @@ type wal struct {
 	observe func(time.Duration)
 }
 
-func openWAL(dir string, segment uint64, policy SyncPolicy, log *slog.Logger) (*wal, error) {
+// openWAL opens segment, the next after one that holds previousBytes of records (0 when there is
+// none).
+func openWAL(dir string, segment uint64, previousBytes int64, policy SyncPolicy, log *slog.Logger) (*wal, error) {
 	w := &wal{dir: dir, policy: policy, segment: segment, kick: make(chan struct{}, 1), log: log}
 	w.cond = sync.NewCond(&w.mu)
 	if policy == SyncAlways {
@@ -127,7 +132,7 @@ func openWAL(dir string, segment uint64, policy SyncPolicy, log *slog.Logger) (*
 		}
 		w.aio = aio
 	}
-	f, err := w.createSegment(segment)
+	f, err := w.createSegment(segment, previousBytes)
 	if err != nil {
 		return nil, errors.Join(err, w.closeAIO())
 	}
@@ -138,7 +143,23 @@ func openWAL(dir string, segment uint64, policy SyncPolicy, log *slog.Logger) (*
 	return w, nil
 }
 
-func (w *wal) createSegment(seq uint64) (segmentFile, error) {
+// createSegment creates segment seq, durably opened by its start record, which says that the
+// segment before it holds previousBytes of records. A segment whose start record cannot be
+// written is removed: it holds nothing, and would otherwise be left behind by every attempt.
+func (w *wal) createSegment(seq uint64, previousBytes int64) (segmentFile, error) {
+	seg, err := w.openSegmentFile(seq)
+	if err != nil {
+		return nil, err
+	}
+	if err := seg.write(appendRecord(nil, encodeSegmentStart(seq, previousBytes)), true); err != nil {
+		seg.abandon()
+		path := filepath.Join(w.dir, segmentName(seq))
+		return nil, errors.Join(fmt.Errorf("starting log segment %s: %w", segmentName(seq), err), os.Remove(path))
+	}
+	return seg, nil
+}
+
+func (w *wal) openSegmentFile(seq uint64) (segmentFile, error) {
 	f, err := createSegmentFile(w.dir, seq)
 	if err != nil {
 		return nil, err
@@ -147,6 +168,12 @@ func (w *wal) createSegment(seq uint64) (segmentFile, error) {
 		seg, err := openDirect(f, w.aio)
 		if err == nil {
 			return faults(seg), nil
+		}
+		if diskFailure(err) {
+			// The disk failed the preallocation, as it would any write: direct I/O is there, and
+			// stays on for the next attempt once the disk has room again.
+			_ = f.Close()
+			return nil, errors.Join(fmt.Errorf("opening log segment %s: %w", segmentName(seq), err), os.Remove(f.Name()))
 		}
 		w.bufferedFromNowOn(err)
 		_ = w.closeAIO()
@@ -315,9 +342,10 @@ func (w *wal) heal(force bool) {
 			w.fail(fmt.Errorf("cutting log segment %s after a failed write: %w", segmentName(w.trim.seq), err))
 			return
 		}
+		w.previousBytes = w.trim.size
 		w.trim = nil
 	}
-	next, err := w.createSegment(w.segment + 1)
+	next, err := w.createSegment(w.segment+1, w.previousBytes)
 	if err != nil {
 		w.fail(err)
 		return
@@ -396,7 +424,7 @@ func (w *wal) rotate() (uint64, error) {
 	if w.err != nil {
 		return 0, w.err
 	}
-	next, err := w.createSegment(w.segment + 1)
+	next, err := w.createSegment(w.segment+1, w.file.recordBytes())
 	if err != nil {
 		return 0, err
 	}

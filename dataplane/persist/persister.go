@@ -139,7 +139,7 @@ type RecoveryReport struct {
 	Recovered      int // records used: filters restored from the snapshot files, log records applied
 	Skipped        int // records that could not be used
 	Expired        int // filters that expired while the process was down
-	CorruptRecords int // files whose reading stopped at a torn or corrupt record, and missing log segments
+	CorruptRecords int // files whose reading stopped at a torn or corrupt record, missing log segments, and segments that lost their end
 	Duration       time.Duration
 }
 
@@ -218,9 +218,10 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 	if err := p.checkSequence(since, first, db.header != nil, &rep); err != nil {
 		return rep, err
 	}
+	var last replayed
 	for i, seq := range since {
 		rep.LogSegments++
-		if err := p.replaySegment(store, seq, i == len(since)-1, &rep); err != nil {
+		if err := p.replaySegment(store, seq, i == len(since)-1, &last, &rep); err != nil {
 			return rep, err
 		}
 	}
@@ -230,7 +231,12 @@ func (p *Persister) Recover(store *filter.Store) (RecoveryReport, error) {
 		return rep, err
 	}
 
-	if p.wal, err = openWAL(p.opts.Dir, max(next, 1), p.opts.Sync, p.opts.Log); err != nil {
+	next = max(next, 1)
+	var previousBytes int64
+	if last.read && last.seq == next-1 {
+		previousBytes = last.end
+	}
+	if p.wal, err = openWAL(p.opts.Dir, next, previousBytes, p.opts.Sync, p.opts.Log); err != nil {
 		return rep, err
 	}
 	p.wal.observe = p.opts.SyncObserver
@@ -296,26 +302,44 @@ func openSegment(path string) (*os.File, *recordReader, error) {
 // is cut there, so that the tail is never taken for damage once a newer segment follows. In an
 // older segment it is damage, and the records after it are lost: the start refuses unless
 // AllowCorruptSnapshot.
-func (p *Persister) replaySegment(store *filter.Store, seq uint64, newest bool, rep *RecoveryReport) error {
+//
+// The segment's start record, when it has one, says how many bytes of records the segment before
+// it held when it was sealed: last, what the replay read of that one, must match, or the end of
+// last was lost (cut short, zeroed) although its reading ended cleanly. last becomes this
+// segment's reading.
+func (p *Persister) replaySegment(store *filter.Store, seq uint64, newest bool, last *replayed, rep *RecoveryReport) error {
 	path := filepath.Join(p.opts.Dir, segmentName(seq))
 	f, rr, err := openSegment(path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = f.Close() }()
+	previous := *last
+	*last = replayed{seq: seq, read: true}
 	for {
 		start := rr.offset
+		last.end = start
 		b, err := rr.next()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
+			last.damaged = true
 			return p.segmentEnds(path, start, newest, err, rep)
 		}
 		d := decoder{r: b, left: b.length}
 		c := d.change()
 		if err := b.verify(); err != nil {
+			last.damaged = true
 			return p.segmentEnds(path, start, newest, err, rep)
+		}
+		if c.kind == kindSegmentStart && d.err == nil {
+			if start == 0 {
+				if err := p.checkPrevious(previous, seq, c, rep); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		rep.LogRecords++
 		if d.err != nil || apply(store, c) != nil {
@@ -324,6 +348,40 @@ func (p *Persister) replaySegment(store *filter.Store, seq uint64, newest bool, 
 			rep.Recovered++
 		}
 	}
+}
+
+// replayed is what the replay read of a log segment.
+type replayed struct {
+	seq     uint64
+	read    bool  // a segment was replayed
+	end     int64 // the offset where its reading ended
+	damaged bool  // its reading ended at damage, already reported
+}
+
+// checkPrevious compares the start record c of segment seq with what the replay read of the
+// segment before it. A segment whose own damage was reported, or that was not replayed (the
+// snapshot covers it), is not judged again.
+func (p *Persister) checkPrevious(previous replayed, seq uint64, c change, rep *RecoveryReport) error {
+	if c.segment != seq {
+		return p.lostWrites(fmt.Errorf("log segment %s starts as segment %d",
+			filepath.Join(p.opts.Dir, segmentName(seq)), c.segment), rep)
+	}
+	if !previous.read || previous.seq+1 != seq || previous.damaged || previous.end == c.previousBytes {
+		return nil
+	}
+	return p.lostWrites(fmt.Errorf("log segment %s is damaged: its records end at offset %d, and %s says it held %d bytes of records when it was sealed",
+		filepath.Join(p.opts.Dir, segmentName(previous.seq)), previous.end, segmentName(seq), c.previousBytes), rep)
+}
+
+// lostWrites reports damage that loses acknowledged writes: it stops the start unless
+// AllowCorruptSnapshot, and is counted and logged otherwise.
+func (p *Persister) lostWrites(damage error, rep *RecoveryReport) error {
+	rep.CorruptRecords++
+	if !p.opts.AllowCorruptSnapshot {
+		return fmt.Errorf("%w; the writes it held are lost (allowRecoverFromCorruptedPersistentFile is false)", damage)
+	}
+	p.opts.Log.Warn("Log segment lost records; recovering without them", "error", damage.Error())
+	return nil
 }
 
 // expiryChangesInLog names the filters whose expiry a record of the log changes. It reads every
@@ -632,11 +690,19 @@ func (p *Persister) Purged(string) { p.updates.Add(1) }
 func (p *Persister) record(body []byte, updates int64) error {
 	ticket, err := p.append(body)
 	if err != nil {
-		return fmt.Errorf("persisting: %w", err)
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
 	}
 	p.updates.Add(updates)
 	if err := p.wal.commit(ticket); err != nil {
-		return fmt.Errorf("persisting: %w", err)
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
+	}
+	return nil
+}
+
+// Writable refuses writes while the log is broken, before the engine applies them.
+func (p *Persister) Writable() error {
+	if err := p.stats.LogBroken(); err != nil {
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
 	}
 	return nil
 }

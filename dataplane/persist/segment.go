@@ -25,6 +25,8 @@ type segmentFile interface {
 	// abandon closes the file without cutting it, after a failed write, and answers how many bytes
 	// of records it holds: what follows them may be part of the failed write, not zeros.
 	abandon() int64
+	// recordBytes answers how many bytes of records the segment holds.
+	recordBytes() int64
 }
 
 // createSegmentFile creates segment seq in dir, durably.
@@ -73,6 +75,8 @@ func (s *bufferedSegment) write(records []byte, sync bool) error {
 	s.size = end
 	return nil
 }
+
+func (s *bufferedSegment) recordBytes() int64 { return s.size }
 
 func (s *bufferedSegment) close() error {
 	return closeTrimmed(s.file, s.size)

@@ -2,6 +2,7 @@ package persist
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,7 +25,7 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 	check := func(t *testing.T, dir string, wantDirect bool) {
 		t.Helper()
 		var logs bytes.Buffer
-		w, err := openWAL(dir, 1, SyncAlways, slog.New(slog.NewTextHandler(&logs, nil)))
+		w, err := openWAL(dir, 1, 0, SyncAlways, slog.New(slog.NewTextHandler(&logs, nil)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,20 +57,7 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 		}
 	}
 	t.Run("disk", func(t *testing.T) {
-		dir := t.TempDir()
-		if !directIOWorks(dir) {
-			// A fresh machine's /tmp may be a tmpfs, and -short asks no more of the machine than
-			// Go and a C compiler.
-			if testing.Short() {
-				t.Skipf("%s does not take O_DIRECT, which -short does not ask for: set TMPDIR to a real disk to test direct writes", dir)
-			}
-			// Skipping must be asked for, and never in CI, which runs on a disk that takes it.
-			if os.Getenv("CI") != "" || os.Getenv("BLOOMERY_SKIP_DIRECT_IO_TESTS") != "1" {
-				t.Fatalf("%s does not take O_DIRECT: run the tests with TMPDIR on a disk that does, "+
-					"or set BLOOMERY_SKIP_DIRECT_IO_TESTS=1 to skip this on your machine", dir)
-			}
-			t.Skipf("%s does not take O_DIRECT", dir)
-		}
+		dir := directIODir(t)
 		check(t, dir, true)
 	})
 	t.Run("refused", func(t *testing.T) {
@@ -80,6 +68,61 @@ func TestAlwaysWritesDirectlyWhereItCan(t *testing.T) {
 		}
 		check(t, t.TempDir(), false)
 	})
+}
+
+// directIODir is a temporary directory on a file system that takes O_DIRECT.
+func directIODir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if directIOWorks(dir) {
+		return dir
+	}
+	// A fresh machine's /tmp may be a tmpfs, and -short asks no more of the machine than Go and
+	// a C compiler.
+	if testing.Short() {
+		t.Skipf("%s does not take O_DIRECT, which -short does not ask for: set TMPDIR to a real disk to test direct writes", dir)
+	}
+	// Skipping must be asked for, and never in CI, which runs on a disk that takes it.
+	if os.Getenv("CI") != "" || os.Getenv("BLOOMERY_SKIP_DIRECT_IO_TESTS") != "1" {
+		t.Fatalf("%s does not take O_DIRECT: run the tests with TMPDIR on a disk that does, "+
+			"or set BLOOMERY_SKIP_DIRECT_IO_TESTS=1 to skip this on your machine", dir)
+	}
+	t.Skipf("%s does not take O_DIRECT", dir)
+	return ""
+}
+
+// A full disk fails the preallocation of a new direct segment as it fails any write: that is no
+// sign that the file system refuses O_DIRECT. The segment is not created (no empty file left per
+// attempt), and the next segment, once there is room, is direct again.
+func TestAFullDiskDoesNotTurnDirectIOOff(t *testing.T) {
+	if _, err := newAsyncIO(); err != nil {
+		t.Skipf("no kernel AIO here: %v", err)
+	}
+	dir := directIODir(t)
+	var logs bytes.Buffer
+	w, err := openWAL(dir, 1, 0, SyncAlways, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.close() }()
+	defer func(saved func(*os.File, *asyncIO) (segmentFile, error)) { openDirect = saved }(openDirect)
+	directOpen := openDirect
+	openDirect = func(*os.File, *asyncIO) (segmentFile, error) {
+		return nil, &os.PathError{Op: "write", Path: "segment", Err: syscall.ENOSPC}
+	}
+	if _, err := w.rotate(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("rotation onto a full disk: %v, want ENOSPC", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, segmentName(2))); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the segment that could not be opened is left behind: %v", err)
+	}
+	openDirect = directOpen
+	if _, err := w.rotate(); err != nil {
+		t.Fatalf("rotation once the disk has room: %v", err)
+	}
+	if _, direct := w.file.(*directSegment); !direct || strings.Contains(logs.String(), "fdatasync") {
+		t.Errorf("after a full disk the log writes through %T; logs: %s", w.file, logs.String())
+	}
 }
 
 func directIOWorks(dir string) bool {
@@ -140,7 +183,7 @@ func TestDurableMeansFdatasync(t *testing.T) {
 		want   bool
 	}{{SyncAlways, true}, {SyncEverySecond, true}, {SyncNo, false}} {
 		t.Run(string(tc.policy), func(t *testing.T) {
-			w, err := openWAL(t.TempDir(), 1, tc.policy, slog.New(slog.DiscardHandler))
+			w, err := openWAL(t.TempDir(), 1, 0, tc.policy, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
 			}

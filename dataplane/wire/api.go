@@ -15,6 +15,7 @@ const (
 	CodeUnavailable       = 7  // HTTP 503: recovering the filters at start, shutting down, or timed out
 	CodeUnauthorized      = 10 // HTTP 401: a request to the internal port without the cluster's bearer token
 	CodeFilterExists      = 11 // HTTP 409: a create with failIfExists found the filter
+	CodeNotJournaled      = 12 // HTTP 507: the update log cannot be written (the data directory's volume is full or failing)
 )
 
 // ErrorBody is the body of every non-2xx answer.

@@ -42,6 +42,7 @@ func (j *journal) Added(name string, keys []string) error {
 	j.ops = append(j.ops, "add "+name)
 	return nil
 }
+func (j *journal) Writable() error            { return nil }
 func (j *journal) Accessed(string, time.Time) {}
 func (j *journal) Purged(string)              {}
 func (j *journal) ExpiryChanged(name string, _ int64, e filter.Expiry) error {

@@ -1,6 +1,7 @@
 package process
 
 import (
+	byteorder "encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // smallDisk mounts a tmpfs of size bytes at a new directory, as a volume that fills up. It needs
@@ -83,6 +85,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	dir := smallDisk(t, 8<<20)
 	dp := startDataPlane(t, dir, "--log-sync", "always")
 	createFilter(t, dp, "full")
+	createFilter(t, dp, "untouched") // empty: a value it holds was applied, not a false positive
 	var acked []string
 	write := func(prefix string, n int) error {
 		values := valuesOf(prefix, n)
@@ -105,9 +108,15 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if refused == nil {
 		t.Fatal("a full disk took 1,000,000 values")
 	}
-	if !strings.Contains(refused.Error(), "HTTP 500, code 6") || !strings.Contains(refused.Error(), "no space left on device") {
-		t.Errorf("a write to a full disk: %v, want 500 code 6 naming the lack of space", refused)
+	if !strings.Contains(refused.Error(), "HTTP 507, code 12") || !strings.Contains(refused.Error(), "no space left on device") {
+		t.Errorf("a write to a full disk: %v, want 507 code 12 naming the lack of space", refused)
 	}
+	// While the log is known to be broken, a write is refused before it is applied.
+	refusedValues := valuesOf("while-broken", 100)
+	if err := dp.client.MultiSet(t.Context(), "untouched", refusedValues); err == nil || !strings.Contains(err.Error(), "HTTP 507, code 12") {
+		t.Errorf("a write while the log is broken: %v, want 507 code 12", err)
+	}
+	noneApplied(t, dp, "untouched", refusedValues)
 	status, body := dp.opsGet(t, "/readyz")
 	if status != http.StatusServiceUnavailable || !strings.Contains(body, "the update log cannot be written") {
 		t.Errorf("/readyz with a full disk: %d %s", status, body)
@@ -118,6 +127,11 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if v, ok := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_write_errors_total"); !ok || v < 1 {
 		t.Errorf("bloomery_log_write_errors_total = %v (%v), want at least 1", v, ok)
 	}
+	// Tries to heal on the full disk, each of which used to leave an empty segment behind.
+	await.True(t, 30*time.Second, "two tries to heal on the full disk", func() bool {
+		v, _ := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_write_errors_total")
+		return v >= 3
+	})
 
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
@@ -135,6 +149,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if v, _ := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_healthy"); v != 1 {
 		t.Errorf("bloomery_log_healthy = %v after healing, want 1", v)
 	}
+	noEmptySegments(t, dir)
 
 	_ = dp.cmd.Process.Kill()
 	<-dp.exited
@@ -152,6 +167,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if len(lost) > 0 {
 		t.Fatalf("after SIGKILL and a restart, %d of %d acknowledged values are missing, such as %q", len(lost), len(acked), lost[0])
 	}
+	noneApplied(t, restarted, "untouched", refusedValues)
 	if !restarted.logged(`"corruptFiles":0,`) {
 		t.Errorf("the restart found damage:\n%s", restarted.logs())
 	}
@@ -238,4 +254,38 @@ func mustSize(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return fi.Size()
+}
+
+// noEmptySegments fails when a log segment before the newest holds no write: a try to heal that
+// left its new segment behind, one per try while the disk was full. Each segment's first record
+// is its start (docs/persistence.md), which a segment of writes outgrows.
+func noEmptySegments(t *testing.T, dir string) {
+	t.Helper()
+	segments, err := filepath.Glob(filepath.Join(dir, "log-*.bin"))
+	if err != nil || len(segments) == 0 {
+		t.Fatalf("segments %v: %v", segments, err)
+	}
+	for _, path := range segments[:len(segments)-1] {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) < 8 || int64(len(data)) <= 8+1+4+int64(byteorder.LittleEndian.Uint64(data[0:8])) {
+			t.Errorf("%s holds no write (%d bytes); segments: %v", filepath.Base(path), len(data), segments)
+		}
+	}
+}
+
+// noneApplied fails when the filter holds any of values.
+func noneApplied(t *testing.T, dp *dataPlane, filter string, values []string) {
+	t.Helper()
+	present, err := dp.client.MultiCheck(t.Context(), filter, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ok := range present {
+		if ok {
+			t.Errorf("%s holds %q, of a write that was refused", filter, values[i])
+		}
+	}
 }

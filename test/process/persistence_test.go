@@ -3,6 +3,7 @@ package process
 import (
 	"bufio"
 	"context"
+	byteorder "encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -416,12 +417,13 @@ func TestSecondProcessOnTheSameDirectory(t *testing.T) {
 	}
 }
 
-// A damaged record in a log segment that a newer one follows, or a missing segment, lost writes
-// that were acknowledged: with allowRecoverFromCorruptedPersistentFile: false the start fails
-// with exit status 1 naming the file and the offset; with the default it starts and counts the
-// damage in /metrics.
+// A damaged record in a log segment that a newer one follows, a missing segment, or a middle
+// segment truncated or zeroed (whose reading ends as cleanly as its end, at a record's boundary)
+// lost writes that were acknowledged: with allowRecoverFromCorruptedPersistentFile: false the
+// start fails with exit status 1 naming the file and the offset; with the default it starts,
+// counts the damage in /metrics and logs it.
 func TestDamagedLogStopsTheStart(t *testing.T) {
-	for _, damage := range []string{"corrupt byte", "missing segment"} {
+	for _, damage := range []string{"corrupt byte", "missing segment", "truncated segment", "zeroed segment"} {
 		t.Run(damage, func(t *testing.T) {
 			dir := t.TempDir()
 			for i, value := range []string{"a", "b", "c"} { // one segment each: every start opens a new one
@@ -438,29 +440,19 @@ func TestDamagedLogStopsTheStart(t *testing.T) {
 			if err != nil || len(segments) != 3 {
 				t.Fatalf("segments %v (%v), want three", segments, err)
 			}
-			target, want := segments[1], " is missing"
-			if damage == "corrupt byte" {
-				target, want = segments[0], " is damaged: "
-				data, err := os.ReadFile(target)
-				if err != nil {
-					t.Fatal(err)
-				}
-				data[20] ^= 0xff // inside the body of the first record
-				if err := os.WriteFile(target, data, 0o600); err != nil {
-					t.Fatal(err)
-				}
-			} else if err := os.Remove(target); err != nil {
-				t.Fatal(err)
-			}
+			target, want, logged := damageSegment(t, damage, segments)
 
 			strict := writeFile(t, "strict.yaml", "allowRecoverFromCorruptedPersistentFile: false\n")
-			cmd := exec.CommandContext(t.Context(), binary, "dataplane", "-p", "0", "--ops-port", "0", "--bind-address", "127.0.0.1", "--data-dir", dir, "-c", strict)
+			// A start that wrongly succeeds serves until killed: the deadline turns it into a failure.
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, binary, "dataplane", "-p", "0", "--ops-port", "0", "--bind-address", "127.0.0.1", "--data-dir", dir, "-c", strict)
 			out, err := cmd.CombinedOutput()
 			noDataRace(t, "the data plane", string(out))
 			if code := cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(out), target+want) {
 				t.Fatalf("strict start: exit %d (%v), output:\n%s\nwant exit 1 naming %s", code, err, out, target)
 			}
-			if damage == "corrupt byte" && !strings.Contains(string(out), "at offset 0") {
+			if damage != "missing segment" && !strings.Contains(string(out), "offset") {
 				t.Errorf("the error does not name the offset:\n%s", out)
 			}
 
@@ -468,6 +460,42 @@ func TestDamagedLogStopsTheStart(t *testing.T) {
 			if v, ok := metricValue(t, "http://"+dp.addr, "bloomery_recovery_corrupt_files"); v != 1 {
 				t.Errorf("tolerant start: bloomery_recovery_corrupt_files is %v (present %t), want 1", v, ok)
 			}
+			if !dp.logged(logged, filepath.Base(target)) {
+				t.Errorf("tolerant start: no %q naming %s:\n%s", logged, target, dp.logs())
+			}
 		})
 	}
+}
+
+// damageSegment damages one of the three segments as damage says; it answers the segment, what
+// the strict start's error says after its path, and what the tolerant start logs.
+func damageSegment(t *testing.T, damage string, segments []string) (target, want, logged string) {
+	t.Helper()
+	target, want, logged = segments[1], " is damaged: its records end at offset", "Log segment lost records"
+	data, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch damage {
+	case "corrupt byte":
+		target, want, logged = segments[0], " is damaged: ", "Log segment is damaged"
+		if data, err = os.ReadFile(target); err == nil {
+			data[20] ^= 0xff // inside the body of the first record
+			err = os.WriteFile(target, data, 0o600)
+		}
+	case "missing segment":
+		want, logged = " is missing", "Log segment is missing"
+		err = os.Remove(target)
+	case "truncated segment":
+		// Cut after the first record (the segment's start), at a boundary: what is left reads
+		// as a whole segment of one record.
+		err = os.Truncate(target, 8+1+4+int64(byteorder.LittleEndian.Uint64(data[0:8])))
+	case "zeroed segment":
+		// Zeros end a segment's records as its end does.
+		err = os.WriteFile(target, make([]byte, len(data)), 0o600)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return target, want, logged
 }
