@@ -341,6 +341,7 @@ func TestRESPWriteBelowItsConsistency(t *testing.T) {
 	if err := ts.Internal.Client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: "a", Members: gone}); err != nil {
 		t.Fatal(err)
 	}
+	dataplane.WaitUntilReady(t, ts) // told peers, the pod answers LOADING until it has caught up
 	for _, args := range [][]any{{"BF.ADD", "lonely", "x"}, {"BF.MADD", "lonely", "y", "z"}} {
 		err := rdb.Do(ctx, args...).Err()
 		if err == nil || !strings.HasPrefix(err.Error(), "ERR replication incomplete: ") || !strings.Contains(err.Error(), `consistency "quorum"`) {
