@@ -73,7 +73,7 @@ func TestIdleConnectionsStarveNoPort(t *testing.T) {
 		{"client", dp.addr, "GET " + wire.ReadyzPath + " HTTP/1.1\r\nHost: x\r\n\r\n", func() error {
 			ctx, cancel := bounded()
 			defer cancel()
-			newClient := client.New("http://" + dp.addr)
+			newClient := client.New("http://"+dp.addr, ownConnections())
 			present, err := newClient.Check(ctx, "f", "x")
 			if err == nil && present {
 				return errors.New("an absent value was answered present")
@@ -83,7 +83,7 @@ func TestIdleConnectionsStarveNoPort(t *testing.T) {
 		{"internal", dp.internalAddr, "GET " + wire.MembershipPath + " HTTP/1.1\r\nHost: x\r\n\r\n", func() error {
 			ctx, cancel := bounded()
 			defer cancel()
-			operator := client.New("http://"+dp.internalAddr, client.Internal(testToken))
+			operator := client.New("http://"+dp.internalAddr, client.Internal(testToken), ownConnections())
 			_, err := operator.Membership(ctx)
 			return err
 		}},
@@ -95,6 +95,15 @@ func TestIdleConnectionsStarveNoPort(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ownConnections gives a client a pool of connections of its own. The shared pool holds the
+// connection that created the filter, which the attack's last connection closes as the oldest
+// idle one: a request sent on it in the instant before the pool notices fails with EOF, as any
+// keep-alive client's may when a server closes an idle connection, and says nothing of whether
+// the port still serves a new client.
+func ownConnections() client.Option {
+	return client.WithHTTPClient(client.NewHTTPClient(client.TransportOptions{DialTimeout: 10 * time.Second}))
 }
 
 // holdConnections opens attackers connections to addr, each sending request once and reading its
