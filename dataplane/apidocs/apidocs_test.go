@@ -181,6 +181,7 @@ func TestDocumentedErrorCodesAreTheWires(t *testing.T) {
 		wire.CodeInsufficientSpace: "507", wire.CodeNoSuchRoute: "404/405", wire.CodeInternal: "500",
 		wire.CodeUnavailable: "503", wire.CodeStaleEpoch: "409", wire.CodeReplication: "503",
 		wire.CodeUnauthorized: "401", wire.CodeFilterExists: "409", wire.CodeNotJournaled: "507",
+		wire.CodeHomeUnavailable: "503", wire.CodeLeaseLapsed: "503",
 	} {
 		if status[code] != want {
 			t.Errorf("code %d: status %q, want %q", code, status[code], want)

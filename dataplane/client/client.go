@@ -521,3 +521,11 @@ func IsStaleEpoch(err error) bool { return hasCode(err, wire.CodeStaleEpoch) }
 // IsReplicationFailed reports whether a write was applied but not acknowledged by as many pods as
 // its consistency asks (code 9, HTTP 503).
 func IsReplicationFailed(err error) bool { return hasCode(err, wire.CodeReplication) }
+
+// IsHomeUnavailable reports whether a check-and-set or create was not served because its filter's
+// home did not serve it (code 13, HTTP 503): retry it later.
+func IsHomeUnavailable(err error) bool { return hasCode(err, wire.CodeHomeUnavailable) }
+
+// IsLeaseLapsed reports whether a check-and-set was not answered because its home's lease had
+// lapsed when it applied it (code 14, HTTP 503): retry it later.
+func IsLeaseLapsed(err error) bool { return hasCode(err, wire.CodeLeaseLapsed) }

@@ -35,8 +35,8 @@ func TestForward(t *testing.T) {
 		t.Errorf("Forward check = %d %s %s, %v; want 200 true", a.Status, a.ContentType, a.Body, a.Err())
 	}
 	// A pod that knows no peers refuses to serve as a filter's home.
-	if a := forward(wire.OpCheckAndSet); a.Status != http.StatusServiceUnavailable || !hasCode(a.Err(), wire.CodeUnavailable) {
-		t.Errorf("Forward check-and-set = %d %s, %v; want its 503 with code 7 as an answer", a.Status, a.Body, a.Err())
+	if a := forward(wire.OpCheckAndSet); a.Status != http.StatusServiceUnavailable || !hasCode(a.Err(), wire.CodeHomeUnavailable) {
+		t.Errorf("Forward check-and-set = %d %s, %v; want its 503 with code 13 as an answer", a.Status, a.Body, a.Err())
 	}
 }
 

@@ -207,7 +207,7 @@ func TestDocsPageShowsDefaultsErrorsAndLinks(t *testing.T) {
 	if !strings.HasPrefix(shown.Fpp, "fpp number 0.0001 ") {
 		t.Errorf("the create's fpp row reads %q, want its type and default 0.0001", shown.Fpp)
 	}
-	if shown.Codes != "1,2,3,4,5,6,7,8,9,10,11,12" {
+	if shown.Codes != "1,2,3,4,5,6,7,8,9,10,11,12,13,14" {
 		t.Errorf("the table of errors lists codes %q", shown.Codes)
 	}
 	if !strings.Contains(shown.Links, "/docs/replication.md") || !strings.Contains(shown.Links, "/README.md") {

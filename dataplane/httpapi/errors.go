@@ -57,6 +57,9 @@ func writeError(err error, creating bool) error {
 	if err == nil {
 		return nil
 	}
+	if hu, ok := errors.AsType[*writes.HomeUnavailableError](err); ok {
+		return &apiError{http.StatusServiceUnavailable, hu.Code, hu.Reason}
+	}
 	if nh, ok := errors.AsType[*writes.NotHomeError](err); ok {
 		return &apiError{http.StatusServiceUnavailable, wire.CodeUnavailable, nh.Reason}
 	}

@@ -40,14 +40,17 @@ func (s *Server) writeLevel(c echo.Context) (wire.Consistency, error) {
 }
 
 // forwardToHome sends a request that must be served by the filter's home pod (check-and-set,
-// create) there, and answers the home's answer. It reports false when this pod is the home, or
-// every pod before it in the filter's order is unreachable: the request is then served here,
-// with its body put back.
+// create) there, and answers the home's answer, or 503 code 13 when the home did not serve it.
+// It reports false when this pod is the home: the request is then served here, with its body put
+// back.
 func (s *Server) forwardToHome(c echo.Context) (bool, error) {
-	if forwarded(c) {
-		return false, writeError(s.Writes.AcceptForwarded(), false)
-	}
 	name, err := url.PathUnescape(c.Param(wire.NameParam))
+	if forwarded(c) {
+		if err != nil {
+			return false, nil //nolint:nilerr // served here, where filterName answers the error
+		}
+		return false, writeError(s.Writes.AcceptForwarded(name), false)
+	}
 	if err != nil || !s.Writes.HomeElsewhere(name) {
 		return false, nil //nolint:nilerr // served here, where filterName answers the error
 	}

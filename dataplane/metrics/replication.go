@@ -10,7 +10,7 @@ import (
 type replicationCollector struct {
 	node *replication.Node
 
-	queued, replicated, failures, dropped, batches, streamed, forwarded, failovers, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
+	queued, replicated, failures, dropped, batches, streamed, forwarded, homeUnavailable, merges, mergedBytes, passes, differences, epoch, peers *prometheus.Desc
 	// Of the placement: partitions by state, bytes pulled by moves, whether the pod caught up.
 	partitions, movedBytes, caughtUp *prometheus.Desc
 }
@@ -20,21 +20,21 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 		return prometheus.NewDesc(prometheus.BuildFQName(namespace, "replication", name), help, labels, nil)
 	}
 	return &replicationCollector{
-		node:        node,
-		queued:      desc("queued_writes", "Writes waiting to be sent to a peer: the replication lag.", "peer"),
-		replicated:  desc("writes_total", "Writes forwarded to the peers."),
-		failures:    desc("write_failures_total", "Writes answered 503 because fewer pods than their consistency level acknowledged them in time."),
-		dropped:     desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
-		batches:     desc("sent_batches_total", "Batches that carried writes to a peer, on its stream or as requests."),
-		streamed:    desc("streamed_batches_total", "Of the batches sent to peers, those that went on a stream rather than as a request."),
-		forwarded:   desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency, values routed to their partitions' owners."),
-		failovers:   desc("home_failovers_total", "Check-and-sets and creates that their filter's home pod did not serve (unreachable, or unavailable), so that the next pod in the filter's order was tried."),
-		merges:      desc("merges_total", "Dumps from peers merged in that changed something (catch-up and anti-entropy)."),
-		mergedBytes: desc("merged_bytes_total", "Bytes of the layers that merges changed."),
-		passes:      desc("anti_entropy_passes_total", "Anti-entropy passes run."),
-		differences: desc("differences_total", "Filters found missing, older, different or deleted by catch-up and anti-entropy."),
-		epoch:       desc("membership_epoch", "Epoch of the membership the operator last told this pod; 0 before the first."),
-		peers:       desc("peers", "Peers in the current membership."),
+		node:            node,
+		queued:          desc("queued_writes", "Writes waiting to be sent to a peer: the replication lag.", "peer"),
+		replicated:      desc("writes_total", "Writes forwarded to the peers."),
+		failures:        desc("write_failures_total", "Writes answered 503 because fewer pods than their consistency level acknowledged them in time."),
+		dropped:         desc("dropped_writes_total", "Writes not queued for a peer whose queue was full; anti-entropy repairs the peer."),
+		batches:         desc("sent_batches_total", "Batches that carried writes to a peer, on its stream or as requests."),
+		streamed:        desc("streamed_batches_total", "Of the batches sent to peers, those that went on a stream rather than as a request."),
+		forwarded:       desc("forwarded_requests_total", "Client requests sent to another pod: check-and-sets and creates to the filter's home, reads widened by ?consistency, values routed to their partitions' owners."),
+		homeUnavailable: desc("home_unavailable_total", "Check-and-sets and creates answered 503 code 13: their filter's home, as the membership names it, did not serve them (unreachable, not serving as home yet, or fenced by a newer epoch). No other pod serves them in its place."),
+		merges:          desc("merges_total", "Dumps from peers merged in that changed something (catch-up and anti-entropy)."),
+		mergedBytes:     desc("merged_bytes_total", "Bytes of the layers that merges changed."),
+		passes:          desc("anti_entropy_passes_total", "Anti-entropy passes run."),
+		differences:     desc("differences_total", "Filters found missing, older, different or deleted by catch-up and anti-entropy."),
+		epoch:           desc("membership_epoch", "Epoch of the membership the operator last told this pod; 0 before the first."),
+		peers:           desc("peers", "Peers in the current membership."),
 		partitions: prometheus.NewDesc(prometheus.BuildFQName(namespace, "placement", "partitions"),
 			"Partitions of all filters (pairs of filter and partition) by state: owned under the membership's placement, moving (owned anew and not pulled yet), held here.", []string{"state"}, nil),
 		movedBytes: prometheus.NewDesc(prometheus.BuildFQName(namespace, "placement", "moved_bytes_total"),
@@ -46,7 +46,7 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 
 // Describe implements prometheus.Collector.
 func (r *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.streamed, r.forwarded, r.failovers, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.partitions, r.movedBytes, r.caughtUp} {
+	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.streamed, r.forwarded, r.homeUnavailable, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.partitions, r.movedBytes, r.caughtUp} {
 		ch <- d
 	}
 }
@@ -63,7 +63,7 @@ func (r *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(r.batches, st.SentBatches.Load())
 	counter(r.streamed, st.StreamedBatches.Load())
 	counter(r.forwarded, st.ForwardedRequests.Load())
-	counter(r.failovers, st.HomeFailovers.Load())
+	counter(r.homeUnavailable, st.HomeUnavailable.Load())
 	counter(r.merges, st.Merges.Load())
 	counter(r.mergedBytes, st.MergedBytes.Load())
 	counter(r.passes, st.AntiEntropyPasses.Load())

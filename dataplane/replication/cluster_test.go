@@ -249,8 +249,8 @@ func TestMembershipNamingAnotherPodIsRefused(t *testing.T) {
 	n.Close()
 }
 
-// A home that did the write but could not replicate it answered for it: trying the next pod would
-// make a second write. A home that did not serve the request is skipped.
+// A home that did the write but could not replicate it answered for it; a home that did not serve
+// the request did not, and the caller answers code 13 for it.
 func TestForwardKeepsAHomesReplicationFailure(t *testing.T) {
 	net := peer.NewNetwork()
 	n := newNode(t, net, "self", Options{})
@@ -265,7 +265,7 @@ func TestForwardKeepsAHomesReplicationFailure(t *testing.T) {
 		t.Fatalf("a home's replication failure: %+v, %v; want its answer", a, err)
 	}
 	if _, err := n.Forward(t.Context(), answer(wire.CodeUnavailable), http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`)); err == nil {
-		t.Fatal("an unavailable home: no error, want one so that the next pod serves")
+		t.Fatal("an unavailable home: no error, want one, which the caller answers with code 13")
 	}
 }
 

@@ -141,7 +141,7 @@ func TestAJoiningPodCatchesUpBeforeItIsReady(t *testing.T) {
 }
 
 // A home cut off from the pod does not serve the requests forwarded to it: Forward fails, so that
-// the caller tries the next pod in the filter's order.
+// the caller answers that the home did not serve it (503 code 13).
 func TestForwardToAHomeCutOff(t *testing.T) {
 	net := peer.NewNetwork()
 	served := 0
@@ -155,7 +155,7 @@ func TestForwardToAHomeCutOff(t *testing.T) {
 	}
 	net.Cut("self", "home")
 	if _, err := n.Forward(t.Context(), home, http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`)); err == nil {
-		t.Fatal("a forward to a home cut off: no error, want one so that the next pod serves")
+		t.Fatal("a forward to a home cut off: no error, want one, which the caller answers with code 13")
 	}
 	if served != 1 || net.Calls("self", "home") != 2 {
 		t.Errorf("the home served %d requests of %d calls, want 1 of 2", served, net.Calls("self", "home"))

@@ -16,9 +16,9 @@ import (
 func (n *Node) HomeOrder(name string) ([]wire.Member, string) { return n.members.HomeOrder(name) }
 
 // Forward sends a client's request to peer on its behalf. It errs when the peer did not serve
-// it (unreachable, or unavailable: 503 with code 7), so that the caller tries the next pod; any
-// other answer is the peer's to give, errors included. A 503 with code 9 is such an answer: the
-// peer did the write, and doing it again elsewhere would make a second one.
+// it: unreachable, or unavailable (503 with code 7, or 13 from a pod that does not serve as the
+// filter's home). Any other answer is the peer's to give, errors included: a 503 with code 9 (the
+// peer did the write) or 14 (the home's lease had lapsed when it applied it).
 //
 // The peer may itself wait up to the replication timeout for its own peers, so the request gets
 // twice that.
@@ -31,7 +31,7 @@ func (n *Node) Forward(ctx context.Context, peer wire.Member, method, requestURI
 		return client.Answer{}, fmt.Errorf("%s: %w", peer.Name, err)
 	}
 	if a.Status == http.StatusServiceUnavailable {
-		if err := a.Err(); !client.IsReplicationFailed(err) {
+		if err := a.Err(); !client.IsReplicationFailed(err) && !client.IsLeaseLapsed(err) {
 			return client.Answer{}, fmt.Errorf("%s is unavailable: %w", peer.Name, err)
 		}
 	}

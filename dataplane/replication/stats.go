@@ -10,7 +10,7 @@ type Stats struct {
 	SentBatches         atomic.Int64 // batches that carried writes to a peer
 	StreamedBatches     atomic.Int64 // of SentBatches, those that went on a stream
 	ForwardedRequests   atomic.Int64 // requests sent on clients' behalf: to homes, quorum reads, routed values
-	HomeFailovers       atomic.Int64 // forwarded requests a home did not serve, so the next pod did
+	HomeUnavailable     atomic.Int64 // check-and-sets and creates answered 503 code 13: their home did not serve them
 	Merges              atomic.Int64 // dumps merged that changed something
 	MergedBytes         atomic.Int64 // bytes of the layers those merges changed
 	AntiEntropyPasses   atomic.Int64

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
 // replier writes replies: a redcon.Conn on a connection, a redcon.Writer in tests.
@@ -79,6 +81,10 @@ func (e replyError) Error() string { return string(e) }
 
 // errorf is an ERR reply.
 func errorf(format string, a ...any) error { return replyError("ERR " + fmt.Sprintf(format, a...)) }
+
+// tryAgain is the reply to a check-and-set or create that the filter's home did not serve (HTTP's
+// 503 codes 13 and 14): Redis Cluster's TRYAGAIN, which clients retry, since no false was answered.
+func tryAgain(reason string) string { return "TRYAGAIN " + reason }
 
 // errLoading is Redis's answer while it loads its dataset; clients know to retry it.
 const errLoading = replyError("LOADING Bloomery is loading the dataset in memory")
@@ -242,6 +248,9 @@ func truncate(s string, n int) string {
 func replyText(err error) string {
 	if re, ok := errors.AsType[replyError](err); ok {
 		return string(re)
+	}
+	if hu, ok := errors.AsType[*writes.HomeUnavailableError](err); ok {
+		return tryAgain(hu.Reason)
 	}
 	return "ERR " + err.Error()
 }

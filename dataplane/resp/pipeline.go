@@ -83,7 +83,7 @@ func (s *Server) batchedOutsideMulti(sess *session, w replier, cmds []redcon.Com
 // commandContext bounds a command by requestTimeoutSeconds when the pod has peers. Alone, a
 // command waits for nothing (no acknowledgement, no home elsewhere), and the timer the deadline
 // costs is saved: it was a quarter of the CPU time of an unpipelined BF.ADD. Every wait on peers
-// is bounded where it waits too; the deadline caps a failover that tries pod after pod.
+// is bounded where it waits too; the deadline caps them all.
 func (s *Server) commandContext() (context.Context, context.CancelFunc) {
 	if !s.opts.Writes.Replicating() {
 		return context.Background(), func() {}

@@ -182,12 +182,16 @@ func (s *Server) forwardCreate(ctx context.Context, name string, opts filter.Opt
 	})
 }
 
-// answerError is the home's error answer as an error reply; nil for a 2xx answer or none.
+// answerError is the home's error answer as an error reply (TRYAGAIN when the home did not serve
+// it); nil for a 2xx answer or none.
 func answerError(a *client.Answer) error {
 	if a == nil {
 		return nil
 	}
 	if e, ok := errors.AsType[*client.Error](a.Err()); ok {
+		if e.Code == wire.CodeHomeUnavailable || e.Code == wire.CodeLeaseLapsed {
+			return replyError(tryAgain(e.Message))
+		}
 		return errorf("%s", e.Message)
 	}
 	return nil

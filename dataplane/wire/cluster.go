@@ -12,6 +12,15 @@ const (
 	// CodeReplication (HTTP 503): the write is applied here, but fewer pods than the consistency
 	// level asks for acknowledged it in time. Nothing is rolled back; peers are repaired later.
 	CodeReplication = 9
+	// CodeHomeUnavailable (HTTP 503): a check-and-set or create whose home, as the membership
+	// names it, does not serve it: unreachable, catching up, still merging as a new home, or
+	// fenced by a newer epoch. The next pod is never tried in its place; the write may have been
+	// applied, and no false was answered for it.
+	CodeHomeUnavailable = 13
+	// CodeLeaseLapsed (HTTP 503): the home's lease was not held when it applied a check-and-set
+	// (replication.Options.HomeLease); the write may have been applied, and no false was answered
+	// for it.
+	CodeLeaseLapsed = 14
 )
 
 // MaxEpoch bounds membership epochs, far above what any cluster's changes reach: pods refuse

@@ -87,10 +87,15 @@ func (s *Service) serveTogether(ctx context.Context, level wire.Consistency, f *
 	if err == nil && len(got) != len(values) {
 		err = fmt.Errorf("%s answered %d of %d values", server, len(got), len(values))
 	}
-	if notServed(err) {
-		if op != wire.OpMultiCheck {
-			s.failedOver(ctx, f.Name(), server, err)
+	if notServed(err) && op != wire.OpMultiCheck {
+		// A write's server is its partition's home, and no other pod serves it in its place.
+		s.homeDidNotServe(ctx, f.Name(), server, err)
+		for _, i := range members {
+			errs[i] = homeUnavailable("the home of partitions of %q, %s, did not serve the values; no other pod serves them in its place: %s", f.Name(), server, err)
 		}
+		return
+	}
+	if notServed(err) {
 		var wg sync.WaitGroup
 		for _, i := range members {
 			wg.Go(func() { errs[i] = s.serveGroup(ctx, level, f, rt, op, groups[i], answers, 1, []error{err}) })
@@ -162,8 +167,8 @@ func groupByServers(f *filter.Filter, rt *replication.Route, op wire.FilterOp, v
 }
 
 // serveGroup has g's values served by its servers from the from-th on, after the failures of
-// those before, and writes their answers into answers. A write goes to the first server that
-// serves it; a check to as many servers as level counts, whose answers are ORed.
+// those before, and writes their answers into answers. A write goes to its first server, the
+// partition's home, alone; a check to as many servers as level counts, whose answers are ORed.
 func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp, g *group, answers []bool,
 	from int, failures []error) error {
 	need := need(op, level, g)
@@ -173,11 +178,12 @@ func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *fil
 			break
 		}
 		got, err := s.serveOn(ctx, level, f, rt, op, server, g.values)
+		if notServed(err) && op != wire.OpMultiCheck {
+			s.homeDidNotServe(ctx, f.Name(), server, err)
+			return homeUnavailable("the home of partitions of %q, %s, did not serve the values; no other pod serves them in its place: %s", f.Name(), server, err)
+		}
 		if notServed(err) {
 			failures = append(failures, err)
-			if op != wire.OpMultiCheck {
-				s.failedOver(ctx, f.Name(), server, err)
-			}
 			continue
 		}
 		if err != nil {
@@ -221,13 +227,24 @@ func (s *Service) setPlaced(ctx context.Context, level wire.Consistency, f *filt
 // serveHere serves values of f on this pod, which must hold their partitions: checks them, or
 // applies and journals them and replicates them to their partitions' other writers.
 func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filter.Filter, op wire.FilterOp, values []string) ([]bool, error) {
-	if err := s.AcceptForwarded(); err != nil {
-		return nil, err
+	switch {
+	case !s.node.Ready():
+		return nil, &NotHomeError{"catching up from the peers; not serving values routed here yet"}
+	case !s.node.Replicating():
+		return nil, &NotHomeError{"this pod knows no peers yet; not serving values routed here"}
 	}
 	parts := partitionsOf(f, values)
 	for _, p := range parts {
 		if !f.Holds(p) {
 			return nil, &NotHomeError{fmt.Sprintf("this pod does not hold partition %d of %q", p, f.Name())}
+		}
+	}
+	if op == wire.OpMultiCheckAndSet {
+		rt := s.node.Route(f.Name(), f.Partitions())
+		for _, p := range parts {
+			if rt.Readers(p)[0] != rt.Self() {
+				return nil, homeUnavailable("this pod is not the home of partition %d of %q under membership epoch %d", p, f.Name(), s.node.Membership().Epoch)
+			}
 		}
 	}
 	if op == wire.OpMultiCheck {

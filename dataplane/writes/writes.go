@@ -7,8 +7,11 @@ package writes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,11 +31,27 @@ var ErrCatchingUp = errors.New("catching up from the peers; retry shortly")
 // ErrReplication is replication's: a write applied here that too few pods acknowledged in time.
 var ErrReplication = replication.ErrReplication
 
-// NotHomeError refuses a request that a peer forwarded to this pod as the filter's home while this
-// pod cannot serve as one; the sender takes it as its cue to try the next pod.
+// NotHomeError refuses values routed to this pod that it does not hold (or cannot answer for
+// yet); the sender of a check or a description takes it as its cue to try the next owner.
 type NotHomeError struct{ Reason string }
 
 func (e *NotHomeError) Error() string { return e.Reason }
+
+// HomeUnavailableError refuses a check-and-set or create that its home, as the membership names
+// it, does not serve: Code is wire.CodeHomeUnavailable (unreachable, not serving as home yet,
+// fenced by a newer epoch) or wire.CodeLeaseLapsed. No other pod serves it in the home's place,
+// and no false was answered for it; the write may have been applied.
+type HomeUnavailableError struct {
+	Code   int
+	Reason string
+}
+
+func (e *HomeUnavailableError) Error() string { return e.Reason }
+
+// homeUnavailable is a HomeUnavailableError of code 13.
+func homeUnavailable(format string, args ...any) error {
+	return &HomeUnavailableError{Code: wire.CodeHomeUnavailable, Reason: fmt.Sprintf(format, args...)}
+}
 
 // Service runs the writes of one data plane.
 type Service struct {
@@ -203,15 +222,19 @@ type Request struct {
 	Body                     []byte
 }
 
-// AcceptForwarded checks that this pod can serve, as a filter's home, a request a peer forwarded.
-// A pod still catching up would answer false for values its peers hold; a pod that knows no peers
-// (its membership is behind the sender's) would acknowledge a write that no other pod holds.
-func (s *Service) AcceptForwarded() error {
+// AcceptForwarded checks that this pod can serve, as the home of the filter name, a check-and-set
+// or create a peer forwarded. A pod still catching up would answer false for values its peers
+// hold; a pod that knows no peers (its membership is behind the sender's) would acknowledge a
+// write that no other pod holds; a pod that the membership it holds does not name as the home
+// (the sender's is behind, or ahead) is not the one that decides.
+func (s *Service) AcceptForwarded(name string) error {
 	switch {
 	case !s.node.Ready():
-		return &NotHomeError{"catching up from the peers; not serving as a filter's home yet"}
+		return homeUnavailable("catching up from the peers; not serving as a filter's home yet")
 	case !s.node.Replicating():
-		return &NotHomeError{"this pod knows no peers yet; not serving as a filter's home"}
+		return homeUnavailable("this pod knows no peers yet; not serving as a filter's home")
+	case s.HomeElsewhere(name):
+		return homeUnavailable("this pod is not the home of %q under membership epoch %d", name, s.node.Membership().Epoch)
 	}
 	return nil
 }
@@ -228,30 +251,32 @@ func (s *Service) HomeElsewhere(name string) bool {
 	return len(order) > 0 && order[0].Name != self
 }
 
-// ForwardToHome sends req to the filter's home, or to the next pod in the filter's order while
-// the ones before are unreachable, and returns the answer to give. It returns nil when every pod
-// before this one failed: the request is then served here.
+// ForwardToHome sends req to the filter's home and returns the answer to give; nil when this pod
+// is the home, which then serves it. A home that does not serve it (unreachable, or refusing as
+// a home) is answered for with 503 code 13, and no other pod is tried: the home is decided by
+// the membership alone, since a pod that stood in on its own could not know which values the
+// home had already answered false for.
 func (s *Service) ForwardToHome(ctx context.Context, name string, req Request) *client.Answer {
 	order, self := s.node.HomeOrder(name)
-	for _, m := range order {
-		if m.Name == self {
-			break
-		}
-		a, err := s.node.Forward(ctx, m, req.Method, req.URI, req.ContentType, req.Body)
-		if err != nil {
-			s.failedOver(ctx, name, m.Name, err)
-			continue
-		}
-		return &a
+	if len(order) == 0 || order[0].Name == self {
+		return nil
 	}
-	return nil
+	home := order[0]
+	a, err := s.node.Forward(ctx, home, req.Method, req.URI, req.ContentType, req.Body)
+	if err != nil {
+		s.homeDidNotServe(ctx, name, home.Name, err)
+		body, _ := json.Marshal(wire.ErrorBody{Code: wire.CodeHomeUnavailable, //nolint:errchkjson // a string and an int
+			Error: fmt.Sprintf("the home of %q, %s, did not serve the request; no other pod serves it in its place: %s", name, home.Name, err)})
+		return &client.Answer{Status: http.StatusServiceUnavailable, ContentType: "application/json", Body: body}
+	}
+	return &a
 }
 
-// failedOver counts a request that its filter's home did not serve, and warns about that home.
-func (s *Service) failedOver(ctx context.Context, filter, home string, err error) {
-	s.node.Stats().HomeFailovers.Add(1)
-	s.log.Log(ctx, s.spacedLevel("failover from "+home),
-		"Filter's home pod did not serve a forwarded request; trying the next (warned at most every 10 s per home; bloomery_replication_home_failovers_total counts them all)",
+// homeDidNotServe counts a request that its home did not serve, and warns about that home.
+func (s *Service) homeDidNotServe(ctx context.Context, filter, home string, err error) {
+	s.node.Stats().HomeUnavailable.Add(1)
+	s.log.Log(ctx, s.spacedLevel("home unavailable: "+home),
+		"Filter's home pod did not serve a request; answered 503 code 13 (warned at most every 10 s per home; bloomery_replication_home_unavailable_total counts them all)",
 		"filter", filter, "home", home, "error", err.Error())
 }
 

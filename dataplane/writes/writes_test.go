@@ -251,9 +251,8 @@ func TestUnacknowledgedWrite(t *testing.T) {
 	if _, _, err := p.writes.Create(t.Context(), wire.ConsistencyOne, "g", small, false); !errors.Is(err, writes.ErrCatchingUp) {
 		t.Errorf("a create before catching up from the first peers: %v, want ErrCatchingUp", err)
 	}
-	var notHome *writes.NotHomeError
-	if err := p.writes.AcceptForwarded(); !errors.As(err, &notHome) {
-		t.Errorf("a forwarded request before catching up: %v, want NotHomeError", err)
+	if err := p.writes.AcceptForwarded("g"); !isHomeUnavailable(err) {
+		t.Errorf("a forwarded request before catching up: %v, want a HomeUnavailableError of code 13", err)
 	}
 }
 
@@ -291,4 +290,10 @@ func TestChangeOfExpiryIsAWrite(t *testing.T) {
 	if want := []string{"create f", "expiry at f", "delete f"}; !slices.Equal(p.journal.ops, want) {
 		t.Errorf("journaled %v, want %v", p.journal.ops, want)
 	}
+}
+
+// isHomeUnavailable reports whether err refuses a check-and-set or create with code 13.
+func isHomeUnavailable(err error) bool {
+	hu, ok := errors.AsType[*writes.HomeUnavailableError](err)
+	return ok && hu.Code == wire.CodeHomeUnavailable
 }

@@ -74,11 +74,12 @@ func TestStalledDumpIsGivenUp(t *testing.T) {
 	if err := a.With(wire.ConsistencyAll).MultiSet(t.Context(), "big", big); err != nil {
 		t.Fatal(err)
 	}
-	// Small filters that only b holds: written while b is cut off from the others.
+	// Small filters that only b holds: written while b is cut off from the others, and homed at b,
+	// which alone creates them.
 	c.Partition(b)
 	var small []string
 	for i := range 4 {
-		name := fmt.Sprintf("only-b-%d", i)
+		name := c.NameHomedAt(fmt.Sprintf("only-b%d", i), b)
 		small = append(small, name)
 		if _, _, err := b.With(wire.ConsistencyOne).Create(t.Context(), name, client.CreateOptions{}); err != nil {
 			t.Fatal(err)

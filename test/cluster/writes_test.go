@@ -31,19 +31,19 @@ func create(t *testing.T, p *cluster.Pod, name string, opts client.CreateOptions
 }
 
 const (
-	writesTotal    = "bloomery_replication_writes_total"
-	failuresTotal  = "bloomery_replication_write_failures_total"
-	droppedTotal   = "bloomery_replication_dropped_writes_total"
-	batchesTotal   = "bloomery_replication_sent_batches_total"
-	forwardedTotal = "bloomery_replication_forwarded_requests_total"
-	failoversTotal = "bloomery_replication_home_failovers_total"
-	mergesTotal    = "bloomery_replication_merges_total"
-	mergedBytes    = "bloomery_replication_merged_bytes_total"
-	passesTotal    = "bloomery_replication_anti_entropy_passes_total"
-	differences    = "bloomery_replication_differences_total"
-	queuedWrites   = "bloomery_replication_queued_writes"
-	epochGauge     = "bloomery_replication_membership_epoch"
-	peersGauge     = "bloomery_replication_peers"
+	writesTotal      = "bloomery_replication_writes_total"
+	failuresTotal    = "bloomery_replication_write_failures_total"
+	droppedTotal     = "bloomery_replication_dropped_writes_total"
+	batchesTotal     = "bloomery_replication_sent_batches_total"
+	forwardedTotal   = "bloomery_replication_forwarded_requests_total"
+	unavailableTotal = "bloomery_replication_home_unavailable_total"
+	mergesTotal      = "bloomery_replication_merges_total"
+	mergedBytes      = "bloomery_replication_merged_bytes_total"
+	passesTotal      = "bloomery_replication_anti_entropy_passes_total"
+	differences      = "bloomery_replication_differences_total"
+	queuedWrites     = "bloomery_replication_queued_writes"
+	epochGauge       = "bloomery_replication_membership_epoch"
+	peersGauge       = "bloomery_replication_peers"
 )
 
 // Every write reaches every pod through the proxies: at consistency=all each pod holds it when it

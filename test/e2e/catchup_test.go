@@ -76,9 +76,9 @@ func TestDeletedPodCatchesUpFromItsPeers(t *testing.T) {
 }
 
 // TestKilledPodCatchesUpFromItsPeers kills the data-plane process of the home pod of the filter
-// (the pod that decides its check-and-sets) with SIGKILL while an application streams
-// check-and-sets through the two other pods, which fail over to the next pod in the filter's
-// order. The agent restarts the process in place; it recovers from its volume and catches up from
+// (the pod that decides its check-and-sets) with SIGKILL while an application streams sets
+// through the two other pods (check-and-sets would be answered 503 code 13 while the home is
+// down: no other pod serves them in its place). The agent restarts the process in place; it recovers from its volume and catches up from
 // its peers before its /readyz answers 200, and the BloomCluster and the BloomFilter go not Ready,
 // then Ready again. Under EverySecond it may have lost the last second of its own log, but every
 // write was acknowledged by a quorum, so the survivors hold every acknowledged value and give it
@@ -104,7 +104,7 @@ func TestKilledPodCatchesUpFromItsPeers(t *testing.T) {
 	clusterReady := n.watch("bloomcluster/example", readyStatus)
 	filterConditions := n.watch("bloomfilter/users", conditionStatuses)
 
-	w := startWriter(t, "users", "while-killed", fixedTargets(others...))
+	w := startSetWriter(t, "users", "while-killed", fixedTargets(others...))
 	w.waitAcked(t, 50)
 	killed := time.Now()
 	killContainer(t, n, home.pod)

@@ -34,6 +34,9 @@ type writer struct {
 	filter, prefix string
 	targets        func() []podAPI
 	retry          bool
+	// op is what the writer sends: check-and-set, or set for one that must be acknowledged while
+	// the filter's home is down (a check-and-set is then answered 503 code 13).
+	op string
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -58,10 +61,22 @@ func startWriter(t *testing.T, filter, prefix string, targets func() []podAPI) *
 	return startWriterRetrying(t, filter, prefix, targets, false)
 }
 
+// startSetWriter starts a writer of sets rather than check-and-sets, which any pod serves.
+func startSetWriter(t *testing.T, filter, prefix string, targets func() []podAPI) *writer {
+	t.Helper()
+	return startWriterOp(t, filter, prefix, targets, false, "set")
+}
+
 // startWriterRetrying starts a writer that retries failed requests when retry is set.
 func startWriterRetrying(t *testing.T, filter, prefix string, targets func() []podAPI, retry bool) *writer {
 	t.Helper()
-	w := &writer{filter: filter, prefix: prefix, targets: targets, retry: retry,
+	return startWriterOp(t, filter, prefix, targets, retry, "check-and-set")
+}
+
+// startWriterOp starts a writer that sends op (the path's last segment).
+func startWriterOp(t *testing.T, filter, prefix string, targets func() []podAPI, retry bool, op string) *writer {
+	t.Helper()
+	w := &writer{filter: filter, prefix: prefix, targets: targets, retry: retry, op: op,
 		stop: make(chan struct{}), done: make(chan struct{}), perPod: map[string]int{}}
 	go w.run()
 	t.Cleanup(func() {
@@ -91,7 +106,7 @@ func (w *writer) run() {
 		if w.retry {
 			attempts = clientAttempts
 		}
-		status, body, retried, err := retrying(p, attempts, http.MethodPost, "/v1/bloomfilter/"+w.filter+"/check-and-set", map[string]any{"value": value})
+		status, body, retried, err := retrying(p, attempts, http.MethodPost, "/v1/bloomfilter/"+w.filter+"/"+w.op, map[string]any{"value": value})
 		now := time.Now()
 		w.mu.Lock()
 		w.retried = append(w.retried, retried...)
