@@ -52,6 +52,12 @@ type Options struct {
 	Token string
 	// TLS verifies https peers and presents this pod's certificate to them; nil for http.
 	TLS *tls.Config
+	// HomeLease reports whether this pod holds its lease as a home now, on a monotonic clock: a
+	// home consults it at the moment it applies a check-and-set, after the filter answered and
+	// before the answer is replicated or given, and answers 503 code 14 rather than that answer
+	// when it is not held. It must be cheap and must not block. Nil means always held: a data
+	// plane run without Kubernetes, whose homes are moved by pushed memberships alone.
+	HomeLease func() bool
 }
 
 // Node is this pod's part of the cluster.
@@ -234,6 +240,9 @@ func (n *Node) Close() { n.cancel() }
 // Ready reports whether the pod may take traffic as far as the cluster is concerned: it holds
 // what its peers held when it learned of them.
 func (n *Node) Ready() bool { return n.caughtUp.Load() }
+
+// LeaseHeld reports whether this pod holds its lease as a home now (Options.HomeLease).
+func (n *Node) LeaseHeld() bool { return n.opts.HomeLease == nil || n.opts.HomeLease() }
 
 // WriteConsistency is the default level of writes.
 func (n *Node) WriteConsistency() wire.Consistency { return n.opts.WriteConsistency }

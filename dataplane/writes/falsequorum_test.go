@@ -17,6 +17,12 @@ import (
 // in memory, all holding the filter f.
 func memPods(t *testing.T) (*dppeer.Network, map[string]*writes.Service, *filter.Filter) {
 	t.Helper()
+	return memPodsWith(t, nil)
+}
+
+// memPodsWith is memPods with each node's options changed by configure, when not nil.
+func memPodsWith(t *testing.T, configure func(name string, o *replication.Options)) (*dppeer.Network, map[string]*writes.Service, *filter.Filter) {
+	t.Helper()
 	net := dppeer.NewNetwork()
 	names := []string{"a", "b", "c"}
 	members := make([]wire.Member, len(names))
@@ -27,7 +33,11 @@ func memPods(t *testing.T) (*dppeer.Network, map[string]*writes.Service, *filter
 	var fa *filter.Filter
 	for _, name := range names {
 		store := filter.NewStore(filter.Limits{}, nil)
-		node := replication.NewNode(replication.Options{Store: store, PodName: name, Timeout: time.Second, Transport: net.From(name)})
+		opts := replication.Options{Store: store, PodName: name, Timeout: time.Second, Transport: net.From(name)}
+		if configure != nil {
+			configure(name, &opts)
+		}
+		node := replication.NewNode(opts)
 		t.Cleanup(node.Close)
 		net.Join(name, dppeer.NewServer(dppeer.ServerOptions{Host: node, Store: store, MaxRequestBytes: 1 << 20}), nil)
 		if err := node.SetMembership(wire.Membership{Epoch: 1, Self: name, Members: members}); err != nil {

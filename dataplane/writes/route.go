@@ -252,6 +252,9 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 	}
 	present, err := f.CheckAndSetMany(values)
 	if op == wire.OpMultiCheckAndSet {
+		if herr := s.mayAnswerAsHome(f); herr != nil {
+			return nil, herr
+		}
 		level = CheckAndSetLevel(level, present...)
 	}
 	if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)], parts); err == nil {

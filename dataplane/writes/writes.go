@@ -137,10 +137,26 @@ func (s *Service) ChangeExpiry(ctx context.Context, level wire.Consistency, f *f
 // answered only once a quorum of the pods holds the key, whatever level asks (CheckAndSetLevel).
 func (s *Service) CheckAndSet(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) (bool, error) {
 	present, err := f.CheckAndSet(key)
+	if err == nil {
+		err = s.mayAnswerAsHome(f)
+	}
 	if err != nil || !s.node.Replicating() { // alone, the one-key slice is not worth making
 		return present, err
 	}
 	return present, s.replicateAdd(ctx, CheckAndSetLevel(level, present), f, []string{key})
+}
+
+// mayAnswerAsHome checks, right after f answered a check-and-set here, that this pod may give
+// that answer as the filter's home: it holds its lease at this moment (Options.HomeLease), not
+// merely when the request arrived, so that a request that waited in a socket through a pause is
+// refused once the lease has lapsed. The values stay applied here (adds are monotone) and are not
+// replicated: anti-entropy brings them to the peers.
+func (s *Service) mayAnswerAsHome(f *filter.Filter) error {
+	if !s.node.LeaseHeld() {
+		return &HomeUnavailableError{Code: wire.CodeLeaseLapsed,
+			Reason: fmt.Sprintf("this pod's lease as the home of %q was not held when it applied the check-and-set; no answer is given for it", f.Name())}
+	}
+	return nil
 }
 
 // Set adds key to f.
@@ -156,6 +172,9 @@ func (s *Service) Set(ctx context.Context, level wire.Consistency, f *filter.Fil
 // so that the peers hold what this pod holds.
 func (s *Service) CheckAndSetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) ([]bool, error) {
 	present, err := f.CheckAndSetMany(keys)
+	if herr := s.mayAnswerAsHome(f); herr != nil {
+		return nil, herr
+	}
 	if rerr := s.replicateAdd(ctx, CheckAndSetLevel(level, present...), f, keys[:len(present)]); err == nil {
 		err = rerr
 	}
