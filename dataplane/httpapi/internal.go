@@ -45,7 +45,7 @@ func (s *Server) putMembership(c echo.Context) error {
 
 // applyOps applies a batch of a peer's writes.
 func (s *Server) applyOps(c echo.Context) error {
-	var applied []bool
+	var applied []peer.Outcome
 	if c.Request().Header.Get(echo.HeaderContentType) == wire.OpsContentType {
 		// What peers send; JSON is accepted too, for people and tools.
 		raw, err := s.readLimited(c, s.peers.BatchLimit())
@@ -55,7 +55,7 @@ func (s *Server) applyOps(c echo.Context) error {
 		if applied, err = s.peers.ApplyBatch(raw); err != nil {
 			return badRequest(err.Error())
 		}
-		return c.JSON(http.StatusOK, wire.ApplyResponse{Applied: applied})
+		return c.JSON(http.StatusOK, peer.ApplyResponse(applied))
 	}
 	var req wire.ApplyRequest[peer.Op]
 	if err := s.decodeJSON(c, s.Config.MaxHTTPRequestLength, &req); err != nil {
@@ -67,7 +67,7 @@ func (s *Server) applyOps(c echo.Context) error {
 	if err != nil {
 		return badRequest(err.Error())
 	}
-	return c.JSON(http.StatusOK, wire.ApplyResponse{Applied: applied})
+	return c.JSON(http.StatusOK, peer.ApplyResponse(applied))
 }
 
 // applyStream takes a peer's batches on the request's connection from now on. The request ends

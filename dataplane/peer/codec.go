@@ -17,23 +17,27 @@ import (
 //
 //	magic        4 bytes, "BOP1" (the format's version is its last byte)
 //	count        uvarint: the number of ops
-//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add, 4 expire), name (uvarint
-//	             length and bytes), generation (int64, little endian), then for a create the
-//	             options (filter.Options.AppendBinary, as in snapshots), for an add the keys
-//	             (uvarint count, then each key as uvarint length and bytes), and for an expire the
-//	             override: mode (1 byte: 1 a deadline, 2 never), deadline (int64 Unix ns, 0 for
-//	             never), stamp (int64) and origin (uvarint length and bytes)
+//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add, 4 expire, 5 a home's add),
+//	             name (uvarint length and bytes), generation (int64, little endian), then for a
+//	             create the options (filter.Options.AppendBinary, as in snapshots), for an add the
+//	             keys (uvarint count, then each key as uvarint length and bytes), for a home's add
+//	             the home's epoch (uvarint) and name (uvarint length and bytes) then the keys as
+//	             an add's, and for an expire the override: mode (1 byte: 1 a deadline, 2 never),
+//	             deadline (int64 Unix ns, 0 for never), stamp (int64) and origin (uvarint length
+//	             and bytes)
 //
-// A pod of a version without kind 4 refuses a batch that holds one as malformed; anti-entropy
-// brings it the change once it is upgraded.
+// A pod of a version without kind 4 or 5 refuses a batch that holds one as malformed;
+// anti-entropy brings it the change once it is upgraded. Kind 3 and kind 5 differ only in the
+// home's epoch and name: an add without them (Op.HomeEpoch 0) is encoded as kind 3, as before.
 
 var opsMagic = [4]byte{'B', 'O', 'P', '1'}
 
 const (
-	wireCreate = 1
-	wireDelete = 2
-	wireAdd    = 3
-	wireExpire = 4
+	wireCreate  = 1
+	wireDelete  = 2
+	wireAdd     = 3
+	wireExpire  = 4
+	wireHomeAdd = 5
 )
 
 // ErrMalformedOps refuses a batch that does not decode.
@@ -52,7 +56,11 @@ func AppendOps(dst []byte, ops []Op) []byte {
 		case OpExpire:
 			dst = append(dst, wireExpire)
 		default:
-			dst = append(dst, wireAdd)
+			if op.HomeEpoch != 0 {
+				dst = append(dst, wireHomeAdd)
+			} else {
+				dst = append(dst, wireAdd)
+			}
 		}
 		dst = appendString(dst, op.Name)
 		dst = binary.LittleEndian.AppendUint64(dst, uint64(op.Generation))
@@ -64,6 +72,10 @@ func AppendOps(dst []byte, ops []Op) []byte {
 			}
 			dst, _ = o.AppendBinary(dst)
 		case OpAdd:
+			if op.HomeEpoch != 0 {
+				dst = binary.AppendUvarint(dst, op.HomeEpoch)
+				dst = appendString(dst, op.Home)
+			}
 			dst = binary.AppendUvarint(dst, uint64(op.KeyCount()))
 			for k := range op.EachKey {
 				dst = appendString(dst, k)
@@ -92,7 +104,8 @@ func encodedSizeHint(ops []Op) int {
 	size := len(opsMagic) + binary.MaxVarintLen64
 	for _, op := range ops {
 		// The kind, the name, the generation, and room for a create's options or an expiry.
-		size += 1 + binary.MaxVarintLen64 + len(op.Name) + 8 + binary.MaxVarintLen64 + filter.OptionsBinarySize + 8
+		size += 1 + binary.MaxVarintLen64 + len(op.Name) + 8 + binary.MaxVarintLen64 + filter.OptionsBinarySize + 8 +
+			2*binary.MaxVarintLen64 + len(op.Home)
 		for k := range op.EachKey {
 			size += uvarintSize(len(k)) + len(k)
 		}
@@ -264,6 +277,14 @@ func (d *opsDecoder) op(i uint64) Op {
 		op.Kind = OpDelete
 	case wireAdd:
 		op.Kind = OpAdd
+		op.packed = d.keys(i)
+	case wireHomeAdd:
+		op.Kind = OpAdd
+		op.HomeEpoch = d.uvarint("home epoch")
+		op.Home = d.string("home")
+		if d.err == nil && op.HomeEpoch == 0 {
+			d.fail("op %d: a home's add at epoch 0", i)
+		}
 		op.packed = d.keys(i)
 	case wireExpire:
 		op.Kind = OpExpire

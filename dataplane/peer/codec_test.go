@@ -20,6 +20,7 @@ func sampleOps() []Op {
 		{Kind: OpCreate, Name: "f", Generation: 1_700_000_000_000_000_000, Options: &opts},
 		{Kind: OpAdd, Name: "f", Generation: 1_700_000_000_000_000_000, Keys: []string{"a", "", "日本", "\x00<>&\"\\"}},
 		{Kind: OpDelete, Name: "g.h-i_j", Generation: 42},
+		{Kind: OpAdd, Name: "f", Generation: 1_700_000_000_000_000_000, Keys: []string{"x"}, HomeEpoch: 1 << 40, Home: "pod-a"},
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000,
 			Expiry: &filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(0, 1_800_000_000_000_000_000), Stamp: 1_700_000_000_000_000_001, Origin: "pod-b"}},
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: 7, Origin: ""}},
@@ -43,18 +44,29 @@ func TestOpsRoundTrip(t *testing.T) {
 func TestDecodeOpsRefusesMalformedBatches(t *testing.T) {
 	good := AppendOps(nil, sampleOps())
 	for name, b := range map[string][]byte{
-		"empty":          nil,
-		"wrong magic":    append([]byte("BOP2"), good[4:]...),
-		"truncated":      good[:len(good)-3],
-		"trailing bytes": append(append([]byte(nil), good...), 0),
-		"huge count":     append([]byte("BOP1"), 0xff, 0xff, 0xff, 0xff, 0x0f),
-		"too many ops":   append(binary.AppendUvarint([]byte("BOP1"), maxBatchOps+1), make([]byte, 10*(maxBatchOps+1))...),
-		"huge key count": append([]byte("BOP1"), 1, 3, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0),
-		"unknown kind":   append([]byte("BOP1"), 1, 9, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1),
+		"empty":                 nil,
+		"wrong magic":           append([]byte("BOP2"), good[4:]...),
+		"truncated":             good[:len(good)-3],
+		"trailing bytes":        append(append([]byte(nil), good...), 0),
+		"huge count":            append([]byte("BOP1"), 0xff, 0xff, 0xff, 0xff, 0x0f),
+		"too many ops":          append(binary.AppendUvarint([]byte("BOP1"), maxBatchOps+1), make([]byte, 10*(maxBatchOps+1))...),
+		"huge key count":        append([]byte("BOP1"), 1, 3, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0),
+		"unknown kind":          append([]byte("BOP1"), 1, 9, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1),
+		"home's add at epoch 0": append([]byte("BOP1"), 1, 5, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 'a', 0),
 	} {
 		if _, err := DecodeOps(b); !errors.Is(err, ErrMalformedOps) {
 			t.Errorf("%s: %v, want ErrMalformedOps", name, err)
 		}
+	}
+}
+
+// An add that no home served is encoded as before the home's add (kind 5) existed, so that a pod
+// of an earlier version reads it; only a check-and-set's add takes kind 5.
+func TestOnlyAHomesAddTakesTheNewKind(t *testing.T) {
+	plain := AppendOps(nil, []Op{{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{"k"}}})
+	home := AppendOps(nil, []Op{{Kind: OpAdd, Name: "f", Generation: 1, Keys: []string{"k"}, HomeEpoch: 3, Home: "a"}})
+	if plain[5] != wireAdd || home[5] != wireHomeAdd {
+		t.Errorf("kinds %d and %d, want %d for an add and %d for a home's add", plain[5], home[5], wireAdd, wireHomeAdd)
 	}
 }
 

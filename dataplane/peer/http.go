@@ -75,7 +75,7 @@ type httpPeer struct {
 }
 
 // Apply sends ops on the stream to the peer, or as a request when the peer takes none.
-func (p *httpPeer) Apply(ctx context.Context, ops []Op) ([]bool, error) {
+func (p *httpPeer) Apply(ctx context.Context, ops []Op) ([]Outcome, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	applied, again, err := p.applyOnce(ctx, ops)
@@ -90,7 +90,7 @@ func (p *httpPeer) Apply(ctx context.Context, ops []Op) ([]bool, error) {
 
 // applyOnce is Apply without trying again; again reports a failure on a stream that waited since
 // its last batch.
-func (p *httpPeer) applyOnce(ctx context.Context, ops []Op) (applied []bool, again bool, err error) {
+func (p *httpPeer) applyOnce(ctx context.Context, ops []Op) (applied []Outcome, again bool, err error) {
 	stream, err := p.openStream(ctx)
 	if err != nil {
 		return nil, false, err
@@ -100,7 +100,7 @@ func (p *httpPeer) applyOnce(ctx context.Context, ops []Op) (applied []bool, aga
 		// came (when the peer answers before reading it all).
 		var out wire.ApplyResponse
 		err := p.client.Call(ctx, http.MethodPost, wire.ApplyPath, wire.OpsContentType, AppendOps(make([]byte, 0, encodedSizeHint(ops)), ops), &out)
-		return out.Applied, false, err
+		return OutcomesOf(out), false, err
 	}
 	p.frame = AppendOps(append(p.frame[:0], make([]byte, FrameHeaderSize)...), ops)
 	defer p.trimFrame()

@@ -57,7 +57,7 @@ func TestHTTPPeerCalls(t *testing.T) {
 		{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
 		{Kind: peer.OpAdd, Name: "g", Generation: gen, Keys: []string{"x"}}, // no such filter
 	})
-	if err != nil || !slices.Equal(applied, []bool{true, true, false}) {
+	if err != nil || !slices.Equal(applied, []peer.Outcome{peer.Holds, peer.Holds, peer.Lacks}) {
 		t.Fatalf("Apply = %v, %v; want [true true false]", applied, err)
 	}
 	if streamed.Load() != 1 {

@@ -29,17 +29,17 @@ type opsPeer struct {
 	streamed atomic.Int32 // batches that came on streams
 }
 
-func newOpsPeer(t testing.TB, streams bool, opts StreamOptions, apply func(ops []Op) ([]bool, error)) *opsPeer {
+func newOpsPeer(t testing.TB, streams bool, opts StreamOptions, apply func(ops []Op) ([]Outcome, error)) *opsPeer {
 	t.Helper()
 	p := &opsPeer{}
-	decoded := func(raw []byte) ([]bool, error) {
+	decoded := func(raw []byte) ([]Outcome, error) {
 		ops, err := DecodeOps(raw)
 		if err != nil {
 			return nil, err
 		}
 		return apply(ops)
 	}
-	p.streams = NewStreamServer(func(raw []byte) ([]bool, error) {
+	p.streams = NewStreamServer(func(raw []byte) ([]Outcome, error) {
 		p.streamed.Add(1)
 		return decoded(raw)
 	}, opts)
@@ -59,7 +59,7 @@ func newOpsPeer(t testing.TB, streams bool, opts StreamOptions, apply func(ops [
 				_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: err.Error(), Code: wire.CodeBadParameter})
 				return
 			}
-			_ = json.NewEncoder(w).Encode(wire.ApplyResponse{Applied: applied})
+			_ = json.NewEncoder(w).Encode(ApplyResponse(applied))
 		default:
 			http.NotFound(w, r)
 		}
@@ -73,10 +73,10 @@ func newOpsPeer(t testing.TB, streams bool, opts StreamOptions, apply func(ops [
 }
 
 // allApplied applies every op.
-func allApplied(ops []Op) ([]bool, error) {
-	applied := make([]bool, len(ops))
+func allApplied(ops []Op) ([]Outcome, error) {
+	applied := make([]Outcome, len(ops))
 	for i := range applied {
-		applied[i] = true
+		applied[i] = Holds
 	}
 	return applied, nil
 }
@@ -114,7 +114,7 @@ func add(key string) Op {
 func TestWritesTravelOnOneStream(t *testing.T) {
 	var mu sync.Mutex
 	var keys []string
-	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]Outcome, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, op := range ops {
@@ -193,7 +193,7 @@ func TestAStreamClosedWhileIdleIsOpenedAgain(t *testing.T) {
 // A batch the peer refuses fails its writes with the peer's reason, and the stream carries the
 // next.
 func TestARefusedBatchFailsItsWritesAndKeepsTheStream(t *testing.T) {
-	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]Outcome, error) {
 		if ops[0].AllKeys()[0] == "bad" {
 			return nil, errors.New("ops[0]: not this one")
 		}
@@ -216,7 +216,7 @@ func TestARefusedBatchFailsItsWritesAndKeepsTheStream(t *testing.T) {
 // the next batch goes on a new stream.
 func TestABatchNotAnsweredInTimeFailsAndTheNextGetsANewStream(t *testing.T) {
 	release := make(chan struct{})
-	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]bool, error) {
+	peer := newOpsPeer(t, true, StreamOptions{MaxBatchBytes: 1 << 20}, func(ops []Op) ([]Outcome, error) {
 		if ops[0].AllKeys()[0] == "slow" {
 			<-release
 		}

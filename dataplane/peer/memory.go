@@ -35,6 +35,8 @@ type link struct{ from, to string }
 type fault struct {
 	cut, loseAnswers bool
 	delay            time.Duration
+	// held, when not nil, holds calls until it is closed (Hold).
+	held chan struct{}
 }
 
 // pod is what a member of the network serves: its Server, and the handler of the requests
@@ -75,6 +77,25 @@ func (n *Network) Cut(a, b string) {
 // Delay makes every call from one pod to another wait d first.
 func (n *Network) Delay(from, to string, d time.Duration) {
 	n.change(from, to, func(f *fault) { f.delay = d })
+}
+
+// Hold makes every call from one pod to another wait until release is called (or the caller's
+// context ends), as requests wait in the socket of a process that is paused: the moment a held
+// call arrives is the test's to choose. Heal does not release the calls held already.
+func (n *Network) Hold(from, to string) (release func()) {
+	ch := make(chan struct{})
+	n.change(from, to, func(f *fault) { f.held = ch })
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			n.change(from, to, func(f *fault) {
+				if f.held == ch {
+					f.held = nil
+				}
+			})
+			close(ch)
+		})
+	}
 }
 
 // LoseAnswers makes every call from one pod to another take effect and then fail.
@@ -121,6 +142,13 @@ func (n *Network) reach(ctx context.Context, l link) (*pod, bool, error) {
 			return nil, false, ctx.Err()
 		}
 	}
+	if f.held != nil {
+		select {
+		case <-f.held:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
 	if f.cut || p == nil {
 		return nil, false, fmt.Errorf("dial %s: connection refused (in-memory network)", l.to)
 	}
@@ -162,8 +190,8 @@ func call[T any](ctx context.Context, p *memPeer, do func(*pod) (T, error)) (T, 
 	return out, err
 }
 
-func (p *memPeer) Apply(ctx context.Context, ops []Op) ([]bool, error) {
-	return call(ctx, p, func(t *pod) ([]bool, error) {
+func (p *memPeer) Apply(ctx context.Context, ops []Op) ([]Outcome, error) {
+	return call(ctx, p, func(t *pod) ([]Outcome, error) {
 		applied, err := t.server.ApplyBatch(AppendOps(nil, ops))
 		if err != nil {
 			return nil, answerOf(err)

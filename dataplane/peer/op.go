@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // Op kinds.
@@ -26,6 +27,11 @@ type Op struct {
 	Options    *filter.Options `json:"options,omitempty"` // create
 	Keys       []string        `json:"keys,omitempty"`    // add
 	Expiry     *filter.Expiry  `json:"expiry,omitempty"`  // expire
+	// HomeEpoch, on an add, says that Home served it as a check-and-set, as the home of its
+	// keys' partitions under the membership of that epoch: a pod that holds a higher epoch under
+	// which Home is not their home refuses it (Fenced). Zero for any other write.
+	HomeEpoch uint64 `json:"homeEpoch,omitempty"`
+	Home      string `json:"home,omitempty"`
 	// packed is an add's keys as a binary batch carries them (each a uvarint length, then its
 	// bytes), which DecodeOps keeps in one string rather than as Keys: a string header for each
 	// of millions of empty keys would take sixteen times the batch. Keys reads either form.
@@ -36,6 +42,51 @@ type Op struct {
 type packedKeys struct {
 	b string
 	n int // how many
+}
+
+// Outcome is what a peer answers for one write of a batch.
+type Outcome byte
+
+const (
+	// Lacks says that the peer lacks the incarnation the write was for (it missed the create);
+	// anti-entropy repairs it.
+	Lacks Outcome = 0
+	// Holds says that the peer holds the write's effect (durably, as far as its log's sync
+	// policy goes).
+	Holds Outcome = 1
+	// Fenced says that the peer refused a check-and-set's add (Op.HomeEpoch) from a pod that is
+	// not the home of its keys under the epoch the peer holds, the add's or a later one.
+	Fenced Outcome = 2
+)
+
+// ApplyResponse is the JSON answer of a batch: Fenced lists the writes refused (wire.ApplyResponse
+// carries them apart from Applied, so that a pod of an earlier version reads them as lacking).
+func ApplyResponse(outcomes []Outcome) wire.ApplyResponse {
+	r := wire.ApplyResponse{Applied: make([]bool, len(outcomes))}
+	for i, o := range outcomes {
+		r.Applied[i] = o == Holds
+		if o == Fenced {
+			if r.Fenced == nil {
+				r.Fenced = make([]bool, len(outcomes))
+			}
+			r.Fenced[i] = true
+		}
+	}
+	return r
+}
+
+// OutcomesOf reads a batch's JSON answer back.
+func OutcomesOf(r wire.ApplyResponse) []Outcome {
+	out := make([]Outcome, len(r.Applied))
+	for i, held := range r.Applied {
+		switch {
+		case held:
+			out[i] = Holds
+		case i < len(r.Fenced) && r.Fenced[i]:
+			out[i] = Fenced
+		}
+	}
+	return out
 }
 
 // KeyCount is the number of an add's keys.

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,10 @@ func encodedSize(op Op) int64 {
 // bounded by maxBatchBytes: a batch may exceed the bound by one op, which encodes a client's
 // request of at most maxBatchBytes in at most six times its size.
 func ApplyBodyLimit(maxBatchBytes int64) int64 { return 8 * maxBatchBytes }
+
+// ErrFenced is a peer's refusal of a check-and-set's add (Op.HomeEpoch): the peer was told a newer
+// membership, under which the sender is no longer the home of the values.
+var ErrFenced = errors.New("refused a home's write")
 
 // pending is a write waiting for one peer; its outcome goes to ack.
 type pending struct {
@@ -224,15 +229,18 @@ func (s *Sender) send(ctx context.Context, batch []pending) {
 		switch {
 		case err != nil:
 			p.ack.send(err)
-		case !applied[i]:
-			p.ack.send(fmt.Errorf("%s lacks filter %q (generation %d); anti-entropy will repair it", s.name, p.op.Name, p.op.Generation))
-		default:
+		case applied[i] == Holds:
 			p.ack.send(nil)
+		case applied[i] == Fenced:
+			p.ack.send(fmt.Errorf("%s %w: it holds a membership of epoch %d or later, under which %s is not the home of these values",
+				s.name, ErrFenced, p.op.HomeEpoch, p.op.Home))
+		default:
+			p.ack.send(fmt.Errorf("%s lacks filter %q (generation %d); anti-entropy will repair it", s.name, p.op.Name, p.op.Generation))
 		}
 	}
 }
 
-func (s *Sender) post(ctx context.Context, ops []Op) ([]bool, error) {
+func (s *Sender) post(ctx context.Context, ops []Op) ([]Outcome, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	applied, err := s.link.Apply(ctx, ops)

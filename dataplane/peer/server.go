@@ -22,7 +22,7 @@ import (
 // (replication.Node).
 type Host interface {
 	// Apply applies a batch of a peer's writes and answers per write whether the pod holds it.
-	Apply(ops []Op) ([]bool, error)
+	Apply(ops []Op) ([]Outcome, error)
 	// CheckRoom answers whether the pod can hold a filter of opts (the engine's error if not).
 	CheckRoom(name string, opts filter.Options) error
 	Inventory() wire.Inventory
@@ -99,7 +99,7 @@ func NewServer(o ServerOptions) *Server {
 func (s *Server) BatchLimit() int64 { return ApplyBodyLimit(s.opts.MaxRequestBytes) }
 
 // ApplyBatch applies a batch in the binary form of wire.OpsContentType; an error refuses it.
-func (s *Server) ApplyBatch(raw []byte) ([]bool, error) {
+func (s *Server) ApplyBatch(raw []byte) ([]Outcome, error) {
 	ops, err := DecodeOps(raw)
 	if err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func (c *Stream) Used() bool { return c.used }
 // Apply sends a batch and answers per op whether the receiver holds it. framed is the batch
 // behind FrameHeaderSize bytes, which Apply fills in; it may be reused once Apply returned. ctx bounds
 // the whole exchange: when it ends first, the stream is closed.
-func (c *Stream) Apply(ctx context.Context, framed []byte) ([]bool, error) {
+func (c *Stream) Apply(ctx context.Context, framed []byte) ([]Outcome, error) {
 	if len(framed) < FrameHeaderSize {
 		return nil, fmt.Errorf("a frame of %d bytes has no room for its header", len(framed))
 	}
@@ -50,7 +50,7 @@ func (c *Stream) Apply(ctx context.Context, framed []byte) ([]bool, error) {
 	return applied, err
 }
 
-func (c *Stream) exchange(framed []byte) ([]bool, error) {
+func (c *Stream) exchange(framed []byte) ([]Outcome, error) {
 	if _, err := c.rwc.Write(framed); err != nil {
 		return nil, err
 	}
@@ -64,9 +64,9 @@ func (c *Stream) exchange(framed []byte) ([]bool, error) {
 	}
 	switch answer[0] {
 	case statusApplied:
-		applied := make([]bool, len(answer)-1)
+		applied := make([]Outcome, len(answer)-1)
 		for i, b := range answer[1:] {
-			applied[i] = b == 1
+			applied[i] = Outcome(b)
 		}
 		return applied, nil
 	case statusRefused:

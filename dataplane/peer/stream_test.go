@@ -62,22 +62,27 @@ func dial(t *testing.T, addr string) *Stream {
 // framed is batch behind room for its header.
 func framed(batch string) []byte { return append(make([]byte, FrameHeaderSize), batch...) }
 
-// echoLengths answers one op per byte of the batch, applied when the byte is 'y'; a batch that
-// starts with "bad" is refused.
-func echoLengths(batch []byte) ([]bool, error) {
+// echoLengths answers one op per byte of the batch, held when the byte is 'y', fenced when it is
+// 'f', else lacking; a batch that starts with "bad" is refused.
+func echoLengths(batch []byte) ([]Outcome, error) {
 	if bytes.HasPrefix(batch, []byte("bad")) {
 		return nil, errors.New("malformed batch of writes: " + string(batch))
 	}
-	applied := make([]bool, len(batch))
+	applied := make([]Outcome, len(batch))
 	for i, b := range batch {
-		applied[i] = b == 'y'
+		switch b {
+		case 'y':
+			applied[i] = Holds
+		case 'f':
+			applied[i] = Fenced
+		}
 	}
 	return applied, nil
 }
 
 // counting is echoLengths, counting the batches it applies in n.
 func counting(n *atomic.Int32) BatchFunc {
-	return func(b []byte) ([]bool, error) {
+	return func(b []byte) ([]Outcome, error) {
 		n.Add(1)
 		return echoLengths(b)
 	}
@@ -88,14 +93,14 @@ func counting(n *atomic.Int32) BatchFunc {
 func TestBatchesAreAnsweredInOrderAndARefusalKeepsTheStream(t *testing.T) {
 	var mu sync.Mutex
 	var got []string
-	s, addr := receiver(t, func(b []byte) ([]bool, error) {
+	s, addr := receiver(t, func(b []byte) ([]Outcome, error) {
 		mu.Lock()
 		got = append(got, string(b))
 		mu.Unlock()
 		return echoLengths(b)
 	}, StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})
 	c := dial(t, addr)
-	for _, tc := range []struct{ batch, want string }{{"yny", "true false true"}, {"", ""}, {"bad one", "refused"}, {"yy", "true true"}} {
+	for _, tc := range []struct{ batch, want string }{{"yny", "true false true"}, {"", ""}, {"bad one", "refused"}, {"yfy", "true fenced true"}} {
 		applied, err := c.Apply(t.Context(), framed(tc.batch))
 		switch {
 		case tc.want == "refused":
@@ -112,7 +117,7 @@ func TestBatchesAreAnsweredInOrderAndARefusalKeepsTheStream(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if strings.Join(got, "|") != "yny||bad one|yy" {
+	if strings.Join(got, "|") != "yny||bad one|yfy" {
 		t.Errorf("the receiver applied %q, want every batch in order", got)
 	}
 	if n := s.Streams(); n != 1 {
@@ -121,13 +126,10 @@ func TestBatchesAreAnsweredInOrderAndARefusalKeepsTheStream(t *testing.T) {
 }
 
 // words spells answers out.
-func words(applied []bool) string {
+func words(applied []Outcome) string {
 	w := make([]string, len(applied))
 	for i, a := range applied {
-		w[i] = "false"
-		if a {
-			w[i] = "true"
-		}
+		w[i] = map[Outcome]string{Lacks: "false", Holds: "true", Fenced: "fenced"}[a]
 	}
 	return strings.Join(w, " ")
 }
@@ -172,7 +174,7 @@ func TestAFrameCutShortIsNotApplied(t *testing.T) {
 // it ends that stream, and refuses new streams.
 func TestCloseAnswersTheBatchBeingAppliedAndEndsTheStreams(t *testing.T) {
 	started, release := make(chan struct{}), make(chan struct{})
-	s, addr := receiver(t, func(b []byte) ([]bool, error) {
+	s, addr := receiver(t, func(b []byte) ([]Outcome, error) {
 		if string(b) == "slow" {
 			close(started)
 			<-release
@@ -224,7 +226,7 @@ func TestCloseAnswersTheBatchBeingAppliedAndEndsTheStreams(t *testing.T) {
 func TestAnExchangeThatOutlivesItsContextClosesTheStream(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
-	_, addr := receiver(t, func(b []byte) ([]bool, error) {
+	_, addr := receiver(t, func(b []byte) ([]Outcome, error) {
 		<-release
 		return echoLengths(b)
 	}, StreamOptions{MaxBatchBytes: 1 << 10, Timeout: 5 * time.Second})

@@ -24,7 +24,7 @@ func FuzzStreamServer(f *testing.F) {
 	const limit = 64
 	f.Fuzz(func(t *testing.T, in []byte) {
 		var applied [][]byte
-		s := NewStreamServer(func(b []byte) ([]bool, error) {
+		s := NewStreamServer(func(b []byte) ([]Outcome, error) {
 			applied = append(applied, slices.Clone(b))
 			return echoLengths(b)
 		}, StreamOptions{MaxBatchBytes: limit})

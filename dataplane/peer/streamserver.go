@@ -17,7 +17,7 @@ import (
 
 // BatchFunc applies a batch (binary, as wire.OpsContentType) and answers per op whether the pod
 // holds it; an error refuses the whole batch.
-type BatchFunc func(batch []byte) ([]bool, error)
+type BatchFunc func(batch []byte) ([]Outcome, error)
 
 // StreamServer is the receiving end of streams: it serves each on a goroutine of its own until the
 // sender closes it, and closes them all at shutdown.
@@ -187,7 +187,7 @@ func (s *StreamServer) write(conn net.Conn, w *bufio.Writer, answer []byte) erro
 const maxReason = 4 << 10
 
 // appendAnswer appends the frame answering a batch: applied, or refused for err.
-func appendAnswer(dst []byte, applied []bool, err error) []byte {
+func appendAnswer(dst []byte, applied []Outcome, err error) []byte {
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0)
 	if err != nil {
@@ -197,11 +197,7 @@ func appendAnswer(dst []byte, applied []bool, err error) []byte {
 	} else {
 		dst = append(dst, statusApplied)
 		for _, a := range applied {
-			b := byte(0)
-			if a {
-				b = 1
-			}
-			dst = append(dst, b)
+			dst = append(dst, byte(a))
 		}
 	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-FrameHeaderSize))

@@ -19,9 +19,9 @@ type Transport interface {
 // HTTP status and the API's code, whatever the transport; other errors mean no answer came.
 type Peer interface {
 	// Apply sends a batch of writes, applied in order, and answers per write whether the peer
-	// holds it (false: it lacks the filter's incarnation). Calls must not overlap: a peer's
-	// sender makes them one at a time.
-	Apply(ctx context.Context, ops []Op) ([]bool, error)
+	// holds it (Holds), lacks the filter's incarnation (Lacks) or refused it (Fenced). Calls must
+	// not overlap: a peer's sender makes them one at a time.
+	Apply(ctx context.Context, ops []Op) ([]Outcome, error)
 	// CheckRoom asks whether the peer can hold the filters of a batch of creates; the error is
 	// its refusal when it cannot (507).
 	CheckRoom(ctx context.Context, creates []Op) error

@@ -13,37 +13,49 @@ import (
 var ErrBadOp = errors.New("invalid replicated write")
 
 // Apply applies a batch of a peer's writes, in order, and says per write whether this pod now
-// holds its effect (durably, as far as its log's sync policy goes). Consecutive adds to the same
+// holds its effect (durably, as far as its log's sync policy goes), lacks its filter, or refused
+// it: a home's add that a newer membership fences (home.go). Consecutive adds to the same
 // incarnation are applied as one, so that a batch costs one log commit per filter rather than
 // one per write.
-func (n *Node) Apply(ops []peer.Op) ([]bool, error) {
+func (n *Node) Apply(ops []peer.Op) ([]peer.Outcome, error) {
 	for i, op := range ops {
 		if err := checkOp(op); err != nil {
 			return nil, fmt.Errorf("ops[%d]: %w", i, err)
 		}
 	}
-	applied := make([]bool, len(ops))
+	n.fence.RLock()
+	defer n.fence.RUnlock()
+	applied := make([]peer.Outcome, len(ops))
+	for i, op := range ops {
+		if n.fences(op) {
+			applied[i] = peer.Fenced
+		}
+	}
 	for i := 0; i < len(ops); {
 		op := ops[i]
+		if applied[i] == peer.Fenced {
+			i++
+			continue
+		}
 		switch op.Kind {
 		case peer.OpCreate:
 			_, err := n.opts.Store.CreateReplica(op.Name, *op.Options, time.Unix(0, op.Generation), n.Holds(op.Name, *op.Options))
-			applied[i] = n.logFailure(op, err)
+			applied[i] = outcome(n.logFailure(op, err))
 			i++
 		case peer.OpDelete:
 			_, err := n.opts.Store.DeleteReplica(op.Name, op.Generation)
-			applied[i] = n.logFailure(op, err)
+			applied[i] = outcome(n.logFailure(op, err))
 			i++
 		case peer.OpExpire:
 			held, err := n.opts.Store.ExpireReplica(op.Name, op.Generation, *op.Expiry)
-			applied[i] = n.logFailure(op, err) && held
+			applied[i] = outcome(n.logFailure(op, err) && held)
 			i++
 		case peer.OpAdd:
 			j := i + 1
-			for j < len(ops) && ops[j].Kind == peer.OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation {
+			for j < len(ops) && ops[j].Kind == peer.OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation && applied[j] != peer.Fenced {
 				j++
 			}
-			ok := n.applyAdds(ops[i:j])
+			ok := outcome(n.applyAdds(ops[i:j]))
 			for k := i; k < j; k++ {
 				applied[k] = ok
 			}
@@ -51,6 +63,14 @@ func (n *Node) Apply(ops []peer.Op) ([]bool, error) {
 		}
 	}
 	return applied, nil
+}
+
+// outcome is Holds when the pod holds a write, else Lacks.
+func outcome(held bool) peer.Outcome {
+	if held {
+		return peer.Holds
+	}
+	return peer.Lacks
 }
 
 // applyAdds adds the keys of a run of adds to the same incarnation.

@@ -24,7 +24,7 @@ func TestApplyPackedKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if applied, err := n.Apply(ops); err != nil || !applied[1] || !applied[2] {
+	if applied, err := n.Apply(ops); err != nil || applied[1] != peer.Holds || applied[2] != peer.Holds {
 		t.Fatalf("applied %v, %v", applied, err)
 	}
 	f, _ := n.opts.Store.Lookup("f")

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -116,7 +117,7 @@ func TestGenerationsAheadOfTheClockAreRefused(t *testing.T) {
 		t.Errorf("tombstones after refused deletes: %v", store.Tombstones())
 	}
 	within := time.Now().Add(time.Minute).UnixNano()
-	if applied, err := n.Apply([]peer.Op{{Kind: peer.OpDelete, Name: "f", Generation: within}}); err != nil || !applied[0] {
+	if applied, err := n.Apply([]peer.Op{{Kind: peer.OpDelete, Name: "f", Generation: within}}); err != nil || applied[0] != peer.Holds {
 		t.Errorf("a delete a minute ahead (clocks drift): %v, %v", applied, err)
 	}
 }
@@ -173,7 +174,7 @@ func TestApplyFollowsGenerations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []bool{false, true, true, true, true, true, true}; fmt.Sprint(applied) != fmt.Sprint(want) {
+	if want := []peer.Outcome{peer.Lacks, peer.Holds, peer.Holds, peer.Holds, peer.Holds, peer.Holds, peer.Holds}; !slices.Equal(applied, want) {
 		t.Fatalf("applied = %v, want %v", applied, want)
 	}
 	f, err := store.Get("f")
@@ -219,7 +220,7 @@ func TestApplyExpiryTakesTheNewest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []bool{false, true, true, true, false}; fmt.Sprint(applied) != fmt.Sprint(want) {
+	if want := []peer.Outcome{peer.Lacks, peer.Holds, peer.Holds, peer.Holds, peer.Lacks}; !slices.Equal(applied, want) {
 		t.Errorf("applied = %v, want %v", applied, want)
 	}
 	if f, _ := store.Get("f"); f == nil || !f.ExpiryOverride().Equal(*newer) {
@@ -275,11 +276,11 @@ func TestBatchesStayWithinTheirBudget(t *testing.T) {
 	var mu sync.Mutex
 	var sizes []int
 	net := peer.NewNetwork()
-	b := joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]bool, error) {
+	b := joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]peer.Outcome, error) {
 		mu.Lock()
 		sizes = append(sizes, len(peer.AppendOps(nil, ops))) // the encoding is the batch's, byte for byte
 		mu.Unlock()
-		return make([]bool, len(ops)), nil
+		return make([]peer.Outcome, len(ops)), nil
 	}}, nil)
 	n := nodeIn(t, net, "self", Options{MaxBatchBytes: budget}, 1, b)
 	// Every byte of these keys encodes as six.

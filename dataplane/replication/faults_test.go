@@ -50,7 +50,7 @@ func write(t *testing.T, n *Node, level wire.Consistency, op peer.Op) {
 
 func writeErr(t *testing.T, n *Node, level wire.Consistency, op peer.Op) error {
 	t.Helper()
-	if applied, err := n.Apply([]peer.Op{op}); err != nil || !applied[0] {
+	if applied, err := n.Apply([]peer.Op{op}); err != nil || applied[0] != peer.Holds {
 		t.Fatalf("applying %+v on %s: %v, %v", op, n.Self(), applied, err)
 	}
 	return n.Replicate(t.Context(), op, level)

@@ -19,13 +19,13 @@ func member(name string) wire.Member { return wire.Member{Name: name, URL: "http
 // fakePeer is a peer that a test scripts: batches of writes go to apply (nil: every write
 // applied) and its inventory is inventory's (nil: empty).
 type fakePeer struct {
-	apply     func(ops []peer.Op) ([]bool, error)
+	apply     func(ops []peer.Op) ([]peer.Outcome, error)
 	inventory func() wire.Inventory
 }
 
-func (f *fakePeer) Apply(ops []peer.Op) ([]bool, error) {
+func (f *fakePeer) Apply(ops []peer.Op) ([]peer.Outcome, error) {
 	if f.apply == nil {
-		return make([]bool, len(ops)), nil
+		return make([]peer.Outcome, len(ops)), nil
 	}
 	return f.apply(ops)
 }
@@ -54,10 +54,10 @@ func joinFake(net *peer.Network, name string, f *fakePeer, handle http.HandlerFu
 }
 
 // allApplied applies every op.
-func allApplied(ops []peer.Op) ([]bool, error) {
-	applied := make([]bool, len(ops))
+func allApplied(ops []peer.Op) ([]peer.Outcome, error) {
+	applied := make([]peer.Outcome, len(ops))
 	for i := range applied {
-		applied[i] = true
+		applied[i] = peer.Holds
 	}
 	return applied, nil
 }

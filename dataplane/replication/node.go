@@ -84,6 +84,14 @@ type Node struct {
 	// none. Set before the pod serves, read after.
 	membershipFile string
 
+	// fence orders the check-and-sets a home applies (read) and the writes of homes it applies
+	// (read) against a change of membership (write): once a new epoch is installed, no
+	// check-and-set or home's add that was checked against the previous one is still being applied
+	// (home.go).
+	fence sync.RWMutex
+	// standIn is the state of this pod as a new home under the membership's epoch (standin.go).
+	standIn standIn
+
 	placed placedState
 	// checks sends the checks routed to each peer together while one request of them is under way.
 	checks *checkBatcher
@@ -164,7 +172,13 @@ func (n *Node) SetMembership(m wire.Membership) error {
 	if first {
 		n.caughtUp.Store(false)
 	}
-	if err := n.members.Set(m); err != nil {
+	n.fence.Lock()
+	err := n.members.Set(m)
+	if err == nil {
+		n.planStandIn(before, m, first)
+	}
+	n.fence.Unlock()
+	if err != nil {
 		if first {
 			n.caughtUp.Store(wasCaughtUp)
 		}
@@ -270,14 +284,26 @@ func (n *Node) replicateVia(ctx context.Context, op peer.Op, senders []*peer.Sen
 	if n.awaitTallies(ctx, acks, t, func(int) []int { return only }) < 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
-		ErrReplication, level, need, mine+len(senders), t[0].acked, strings.Join(t[0].failures, "; "))
+	return t[0].shortfall("the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
+		level, need, mine+len(senders), t[0].acked, strings.Join(t[0].failures, "; "))
 }
 
 // tally counts the acknowledgements of a write from the pods it needs them from.
 type tally struct {
 	need, mine, sent, acked, failed int
-	failures                        []string
+	// fenced counts the failures that are refusals of a home's add (peer.ErrFenced).
+	fenced   int
+	failures []string
+}
+
+// shortfall is the error of a write that fell short of its level: ErrReplication, and also
+// peer.ErrFenced when peers refused it as a home's add from a pod a newer membership demoted.
+func (t *tally) shortfall(format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if t.fenced > 0 {
+		return fmt.Errorf("%w: %d pods %w: %s", ErrReplication, t.fenced, peer.ErrFenced, msg)
+	}
+	return fmt.Errorf("%w: %s", ErrReplication, msg)
 }
 
 // possible reports whether the acknowledgements still to come can reach need.
@@ -289,6 +315,9 @@ func (t *tally) count(err error) {
 		return
 	}
 	t.failed++
+	if errors.Is(err, peer.ErrFenced) {
+		t.fenced++
+	}
 	t.failures = append(t.failures, err.Error())
 }
 

@@ -2,7 +2,6 @@ package replication
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 
@@ -21,10 +20,11 @@ type PlacedKeys struct {
 // AddPlaced is Replicate for keys added to a filter whose partitions are placed on some pods
 // (generation names its incarnation): each peer gets one write of all the keys it is a writer
 // of, all peers at once, and level counts each set's writers. A create, when given, goes to
-// those peers ahead of the keys, and its outcome is not waited for. It waits until every set has
+// those peers ahead of the keys, and its outcome is not waited for. homeEpoch, when not 0, is the
+// epoch under which this pod served the keys as their home (ServeAsHome): the peers fence them. It waits until every set has
 // its acknowledgements, at most the replication timeout, and errs for the first set that falls
 // short.
-func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name string, generation int64, sets []PlacedKeys, create *peer.Op) error {
+func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name string, generation int64, sets []PlacedKeys, create *peer.Op, homeEpoch uint64) error {
 	self := n.members.Self()
 	tallies := make([]tally, len(sets))
 	for i, set := range sets {
@@ -62,7 +62,11 @@ func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name strin
 			s.Enqueue(*create, peer.AckTo{Ch: ignored, Peer: i})
 		}
 		n.stats.ReplicatedOps.Add(1)
-		s.Enqueue(peer.Op{Kind: peer.OpAdd, Name: name, Generation: generation, Keys: keys[i]}, peer.AckTo{Ch: acks, Peer: i})
+		op := peer.Op{Kind: peer.OpAdd, Name: name, Generation: generation, Keys: keys[i]}
+		if homeEpoch != 0 {
+			op.HomeEpoch, op.Home = homeEpoch, self
+		}
+		s.Enqueue(op, peer.AckTo{Ch: acks, Peer: i})
 	}
 
 	short := n.awaitTallies(ctx, acks, tallies, func(target int) []int { return setsOf[target] })
@@ -70,6 +74,6 @@ func (n *Node) AddPlaced(ctx context.Context, level wire.Consistency, name strin
 		return nil
 	}
 	t := tallies[short]
-	return fmt.Errorf("%w: consistency %q needs %d of the %d pods that hold the keys' partitions (%s) and %d acknowledged (%s)",
-		ErrReplication, level, t.need, len(sets[short].Writers), strings.Join(sets[short].Writers, ", "), t.acked, strings.Join(t.failures, "; "))
+	return t.shortfall("consistency %q needs %d of the %d pods that hold the keys' partitions (%s) and %d acknowledged (%s)",
+		level, t.need, len(sets[short].Writers), strings.Join(sets[short].Writers, ", "), t.acked, strings.Join(t.failures, "; "))
 }

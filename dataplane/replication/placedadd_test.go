@@ -17,7 +17,7 @@ func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
 	var mu sync.Mutex
 	var got []peer.Op
 	net := peer.NewNetwork()
-	b := joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]bool, error) {
+	b := joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]peer.Outcome, error) {
 		mu.Lock()
 		got = append(got, ops...)
 		mu.Unlock()
@@ -29,7 +29,7 @@ func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
 		{Writers: []string{"b", "c"}, Keys: []string{"k3"}},
 		{Writers: []string{"a", "c"}, Keys: []string{"k4"}, Applied: true},
 	}
-	if err := n.AddPlaced(t.Context(), wire.ConsistencyOne, "f", 1, sets, nil); err != nil {
+	if err := n.AddPlaced(t.Context(), wire.ConsistencyOne, "f", 1, sets, nil, 0); err != nil {
 		t.Fatalf("consistency one: %v; every set has a writer that holds its keys", err)
 	}
 	mu.Lock()
@@ -39,11 +39,11 @@ func TestAddPlacedSendsEachPeerOneWriteAndCountsEachSet(t *testing.T) {
 	got = nil
 	mu.Unlock()
 
-	err := n.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1, sets[:1], nil)
+	err := n.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1, sets[:1], nil, 0)
 	if err != nil {
 		t.Fatalf("quorum of a and b: %v", err)
 	}
-	err = n.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1, sets, nil)
+	err = n.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1, sets, nil, 0)
 	if !errors.Is(err, ErrReplication) || !strings.Contains(err.Error(), "(b, c)") && !strings.Contains(err.Error(), "(a, c)") {
 		t.Fatalf("quorum with c down: %v, want a replication error naming a set with c", err)
 	}

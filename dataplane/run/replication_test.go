@@ -334,7 +334,7 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 		peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"a", "b"}},
 		peer.Op{Kind: peer.OpAdd, Name: "g", Generation: gen, Keys: []string{"a"}},
 	))
-	if err != nil || len(applied) != 3 || !applied[0] || !applied[1] || applied[2] {
+	if err != nil || len(applied) != 3 || applied[0] != peer.Holds || applied[1] != peer.Holds || applied[2] != peer.Lacks {
 		t.Fatalf("a create, an add and an add to a filter the pod lacks: %v, %v; want true, true, false", applied, err)
 	}
 	broken := framed(peer.Op{Kind: peer.OpAdd, Name: "f", Generation: gen, Keys: []string{"c"}})

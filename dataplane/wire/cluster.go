@@ -139,6 +139,9 @@ type ApplyRequest[Op any] struct {
 // lacks the incarnation the op was for (it missed the create): anti-entropy repairs it.
 type ApplyResponse struct {
 	Applied []bool `json:"applied"`
+	// Fenced, when present, says per op whether the receiver refused it: a check-and-set's add
+	// from a pod that is not the home of its keys under the newer epoch the receiver holds.
+	Fenced []bool `json:"fenced,omitempty"`
 }
 
 // Inventory is the answer of GET InventoryPath: what a pod holds, for catch-up and anti-entropy

@@ -3,6 +3,7 @@ package writes_test
 import (
 	"errors"
 	"log/slog"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 )
 
 // memPods are write services of three pods, a, b and c, that reach each other through a network
-// in memory, all holding the filter f.
+// in memory, all holding a filter whose home is a (the one answered, a's).
 func memPods(t *testing.T) (*dppeer.Network, map[string]*writes.Service, *filter.Filter) {
 	t.Helper()
 	return memPodsWith(t, nil)
@@ -29,26 +30,37 @@ func memPodsWith(t *testing.T, configure func(name string, o *replication.Option
 	for i, n := range names {
 		members[i] = wire.Member{Name: n, URL: "http://" + n + ":8090"}
 	}
+	home := replication.NewMembership()
+	if err := home.Set(wire.Membership{Epoch: 1, Self: "a", Members: members}); err != nil {
+		t.Fatal(err)
+	}
+	name := "f"
+	for i := 0; ; i++ {
+		if order, _ := home.HomeOrder(name); order[0].Name == "a" {
+			break
+		}
+		name = "f" + strconv.Itoa(i)
+	}
 	services := map[string]*writes.Service{}
 	var fa *filter.Filter
-	for _, name := range names {
+	for _, pod := range names {
 		store := filter.NewStore(filter.Limits{}, nil)
-		opts := replication.Options{Store: store, PodName: name, Timeout: time.Second, Transport: net.From(name)}
+		opts := replication.Options{Store: store, PodName: pod, Timeout: time.Second, Transport: net.From(pod)}
 		if configure != nil {
-			configure(name, &opts)
+			configure(pod, &opts)
 		}
 		node := replication.NewNode(opts)
 		t.Cleanup(node.Close)
-		net.Join(name, dppeer.NewServer(dppeer.ServerOptions{Host: node, Store: store, MaxRequestBytes: 1 << 20}), nil)
-		if err := node.SetMembership(wire.Membership{Epoch: 1, Self: name, Members: members}); err != nil {
+		net.Join(pod, dppeer.NewServer(dppeer.ServerOptions{Host: node, Store: store, MaxRequestBytes: 1 << 20}), nil)
+		if err := node.SetMembership(wire.Membership{Epoch: 1, Self: pod, Members: members}); err != nil {
 			t.Fatal(err)
 		}
-		services[name] = writes.New(store, node, slog.New(slog.DiscardHandler))
-		f, _, err := store.Create("f", filter.Options{Capacity: 1000, FPP: 0.01}, false)
+		services[pod] = writes.New(store, node, slog.New(slog.DiscardHandler))
+		f, _, err := store.Create(name, filter.Options{Capacity: 1000, FPP: 0.01}, false)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if name == "a" {
+		if pod == "a" {
 			fa = f
 		}
 	}

@@ -221,7 +221,7 @@ func (s *Service) setPlaced(ctx context.Context, level wire.Consistency, f *filt
 			return err
 		}
 	}
-	return s.replicatePlaced(ctx, level, f, values, parts)
+	return s.replicatePlaced(ctx, level, f, values, parts, 0)
 }
 
 // serveHere serves values of f on this pod, which must hold their partitions: checks them, or
@@ -239,25 +239,23 @@ func (s *Service) serveHere(ctx context.Context, level wire.Consistency, f *filt
 			return nil, &NotHomeError{fmt.Sprintf("this pod does not hold partition %d of %q", p, f.Name())}
 		}
 	}
-	if op == wire.OpMultiCheckAndSet {
-		rt := s.node.Route(f.Name(), f.Partitions())
-		for _, p := range parts {
-			if rt.Readers(p)[0] != rt.Self() {
-				return nil, homeUnavailable("this pod is not the home of partition %d of %q under membership epoch %d", p, f.Name(), s.node.Membership().Epoch)
-			}
-		}
-	}
-	if op == wire.OpMultiCheck {
+	switch op {
+	case wire.OpMultiCheck:
 		return f.CheckMany(values), nil
-	}
-	present, err := f.CheckAndSetMany(values)
-	if op == wire.OpMultiCheckAndSet {
-		if herr := s.mayAnswerAsHome(f); herr != nil {
-			return nil, herr
+	case wire.OpMultiSet:
+		present, err := f.CheckAndSetMany(values)
+		if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)], parts, 0); err == nil {
+			err = rerr
 		}
-		level = CheckAndSetLevel(level, present...)
+		return present, err
 	}
-	if rerr := s.replicatePlaced(ctx, level, f, values[:len(present)], parts); err == nil {
+	var present []bool
+	var err error
+	epoch, herr := s.node.ServeAsHome(f, values, func() { present, err = f.CheckAndSetMany(values) })
+	if herr != nil {
+		return nil, asHomeError(herr)
+	}
+	if rerr := s.replicatePlaced(ctx, CheckAndSetLevel(level, present...), f, values[:len(present)], parts, epoch); err == nil {
 		err = rerr
 	}
 	return present, err
@@ -278,7 +276,8 @@ func partitionsOf(f *filter.Filter, values []string) []int {
 
 // replicatePlaced sends keys added to f to their partitions' other writers, in parallel, and
 // waits for each partition's acknowledgements at level. parts[i] is keys[i]'s partition.
-func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string, parts []int) error {
+// homeEpoch, when not 0, is the epoch under which this pod served them as their home.
+func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string, parts []int, homeEpoch uint64) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -314,7 +313,10 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 		o := f.Options()
 		create = &peer.Op{Kind: peer.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o}
 	}
-	err := s.node.AddPlaced(ctx, level, f.Name(), f.Generation(), sets, create)
+	err := s.node.AddPlaced(ctx, level, f.Name(), f.Generation(), sets, create, homeEpoch)
+	if errors.Is(err, peer.ErrFenced) {
+		return fenced(err)
+	}
 	if errors.Is(err, replication.ErrReplication) {
 		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
 			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",

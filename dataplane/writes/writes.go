@@ -133,30 +133,32 @@ func (s *Service) ChangeExpiry(ctx context.Context, level wire.Consistency, f *f
 	return true, s.replicate(ctx, level, peer.Op{Kind: peer.OpExpire, Name: f.Name(), Generation: f.Generation(), Expiry: &e})
 }
 
-// CheckAndSet adds key to f and reports whether it may have been present before. A false is
-// answered only once a quorum of the pods holds the key, whatever level asks (CheckAndSetLevel).
+// CheckAndSet adds key to f and reports whether it may have been present before. It is applied
+// as the key's home (replication.Node.ServeAsHome), and a false is answered only once a quorum of
+// the pods holds the key, whatever level asks (CheckAndSetLevel).
 func (s *Service) CheckAndSet(ctx context.Context, level wire.Consistency, f *filter.Filter, key string) (bool, error) {
-	present, err := f.CheckAndSet(key)
-	if err == nil {
-		err = s.mayAnswerAsHome(f)
-	}
-	if err != nil || !s.node.Replicating() { // alone, the one-key slice is not worth making
+	var present bool
+	var err error
+	epoch, herr := s.node.ServeAsHome(f, []string{key}, func() { present, err = f.CheckAndSet(key) })
+	switch {
+	case herr != nil:
+		return false, asHomeError(herr)
+	case err != nil || !s.node.Replicating(): // alone, the one-key slice is not worth making
 		return present, err
 	}
-	return present, s.replicateAdd(ctx, CheckAndSetLevel(level, present), f, []string{key})
+	return present, s.replicateAdd(ctx, CheckAndSetLevel(level, present), f, []string{key}, epoch)
 }
 
-// mayAnswerAsHome checks, right after f answered a check-and-set here, that this pod may give
-// that answer as the filter's home: it holds its lease at this moment (Options.HomeLease), not
-// merely when the request arrived, so that a request that waited in a socket through a pause is
-// refused once the lease has lapsed. The values stay applied here (adds are monotone) and are not
+// asHomeError is the answer to a check-and-set that this pod did not serve as the home
+// (replication.ErrNotHome: code 13) or whose answer it must not give (ErrLeaseLapsed: code 14).
+// The values a lapsed home applied stay applied here (adds are monotone) and are not
 // replicated: anti-entropy brings them to the peers.
-func (s *Service) mayAnswerAsHome(f *filter.Filter) error {
-	if !s.node.LeaseHeld() {
-		return &HomeUnavailableError{Code: wire.CodeLeaseLapsed,
-			Reason: fmt.Sprintf("this pod's lease as the home of %q was not held when it applied the check-and-set; no answer is given for it", f.Name())}
+func asHomeError(err error) error {
+	code := wire.CodeHomeUnavailable
+	if errors.Is(err, replication.ErrLeaseLapsed) {
+		code = wire.CodeLeaseLapsed
 	}
-	return nil
+	return &HomeUnavailableError{Code: code, Reason: err.Error()}
 }
 
 // Set adds key to f.
@@ -164,18 +166,20 @@ func (s *Service) Set(ctx context.Context, level wire.Consistency, f *filter.Fil
 	if _, err := f.CheckAndSet(key); err != nil || !s.node.Replicating() {
 		return err
 	}
-	return s.replicateAdd(ctx, level, f, []string{key})
+	return s.replicateAdd(ctx, level, f, []string{key}, 0)
 }
 
 // CheckAndSetMany is CheckAndSet for every key, in order. When the engine fails part-way (a
 // memory limit reached), the keys it added before are replicated before the error is returned,
 // so that the peers hold what this pod holds.
 func (s *Service) CheckAndSetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) ([]bool, error) {
-	present, err := f.CheckAndSetMany(keys)
-	if herr := s.mayAnswerAsHome(f); herr != nil {
-		return nil, herr
+	var present []bool
+	var err error
+	epoch, herr := s.node.ServeAsHome(f, keys, func() { present, err = f.CheckAndSetMany(keys) })
+	if herr != nil {
+		return nil, asHomeError(herr)
 	}
-	if rerr := s.replicateAdd(ctx, CheckAndSetLevel(level, present...), f, keys[:len(present)]); err == nil {
+	if rerr := s.replicateAdd(ctx, CheckAndSetLevel(level, present...), f, keys[:len(present)], epoch); err == nil {
 		err = rerr
 	}
 	return present, err
@@ -184,7 +188,7 @@ func (s *Service) CheckAndSetMany(ctx context.Context, level wire.Consistency, f
 // SetMany adds every key to f, as CheckAndSetMany does.
 func (s *Service) SetMany(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
 	present, err := f.CheckAndSetMany(keys)
-	if rerr := s.replicateAdd(ctx, level, f, keys[:len(present)]); err == nil {
+	if rerr := s.replicateAdd(ctx, level, f, keys[:len(present)], 0); err == nil {
 		err = rerr
 	}
 	return err
@@ -202,12 +206,17 @@ func CheckAndSetLevel(level wire.Consistency, present ...bool) wire.Consistency 
 	return level
 }
 
-// replicateAdd replicates keys added to f, when there are any.
-func (s *Service) replicateAdd(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string) error {
+// replicateAdd replicates keys added to f, when there are any. homeEpoch, when not 0, is the epoch
+// under which this pod served them as their home (a check-and-set): the peers fence them.
+func (s *Service) replicateAdd(ctx context.Context, level wire.Consistency, f *filter.Filter, keys []string, homeEpoch uint64) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	return s.replicate(ctx, level, peer.Op{Kind: peer.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys})
+	op := peer.Op{Kind: peer.OpAdd, Name: f.Name(), Generation: f.Generation(), Keys: keys}
+	if homeEpoch != 0 {
+		op.HomeEpoch, op.Home = homeEpoch, s.node.Self()
+	}
+	return s.replicate(ctx, level, op)
 }
 
 // replicate sends a write applied here to the peers and waits for the level's acknowledgements;
@@ -217,6 +226,9 @@ func (s *Service) replicate(ctx context.Context, level wire.Consistency, op peer
 		return nil
 	}
 	err := s.node.Replicate(ctx, op, level)
+	if errors.Is(err, peer.ErrFenced) {
+		return fenced(err)
+	}
 	if errors.Is(err, replication.ErrReplication) {
 		// Each such write is answered 503 and counted (bloomery_replication_write_failures_total);
 		// while a peer is down that is every write, so the warning is spaced out.
@@ -225,6 +237,13 @@ func (s *Service) replicate(ctx context.Context, level wire.Consistency, op peer
 			"filter", op.Name, "op", op.Kind, "error", err.Error())
 	}
 	return err
+}
+
+// fenced is the answer to a check-and-set that fell short of its level because peers refused it:
+// they hold a newer membership, under which this pod is not the home of its values. No false is
+// answered for it.
+func fenced(err error) error {
+	return homeUnavailable("a newer membership moved the home of these values elsewhere: %s", err)
 }
 
 // Replicating reports whether this pod has peers, to which its writes go.

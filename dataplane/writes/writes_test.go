@@ -111,7 +111,8 @@ func peer(t *testing.T) (url string, c *client.Client) {
 // joinPeer makes p one of two pods with a peer at url, and waits until p caught up from it.
 func (p *pod) joinPeer(t *testing.T, url string) {
 	t.Helper()
-	m := wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://127.0.0.1:1"}, {Name: "b", URL: url}}}
+	// The pod is b, the home of the filter f these tests write to.
+	m := wire.Membership{Epoch: 1, Self: "b", Members: []wire.Member{{Name: "b", URL: "http://127.0.0.1:1"}, {Name: "a", URL: url}}}
 	if err := p.node.SetMembership(m); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func TestUnacknowledgedWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A peer nobody listens on: membership installed without catching up from it.
-	m := wire.Membership{Epoch: 1, Self: "a", Members: []wire.Member{{Name: "a", URL: "http://127.0.0.1:1"}, {Name: "b", URL: "http://127.0.0.1:1"}}}
+	m := wire.Membership{Epoch: 1, Self: "b", Members: []wire.Member{{Name: "b", URL: "http://127.0.0.1:1"}, {Name: "a", URL: "http://127.0.0.1:1"}}}
 	if err := p.node.SetMembership(m); err != nil {
 		t.Fatal(err)
 	}

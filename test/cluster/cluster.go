@@ -301,6 +301,18 @@ func (c *Cluster) WaitReady(pods ...*Pod) {
 	}
 }
 
+// AwaitHomes waits until none of pods is a new home still merging from a quorum of owners before
+// serving the check-and-sets it gained (bloomery_replication_standing_in is 0): after a Push, the
+// check-and-sets of the homes it moved answer 503 code 13 until then.
+func (c *Cluster) AwaitHomes(pods ...*Pod) {
+	c.t.Helper()
+	for _, p := range pods {
+		await.True(c.t, WaitTimeout, p.Name+" to serve as a home", func() bool {
+			return p.Metric(c.t, "bloomery_replication_standing_in") == 0
+		})
+	}
+}
+
 // stop closes the proxies, then stops the pods, and shows their logs when the test failed.
 func (c *Cluster) stop() {
 	c.mu.Lock()

@@ -84,10 +84,22 @@ func TestTheMembershipAloneMovesTheHome(t *testing.T) {
 	if got := c.HomeOrder(name)[0]; got != next {
 		t.Fatalf("the home after %s left is %s, want %s, the next in the order", home.Name, got.Name, next.Name)
 	}
+	c.AwaitHomes(next)
 	before = counters(t, writesTotal, next, last)
 	casThrough(last.Client, "v2", false)
 	wantServedBy(t, "home moved", next, before)
 	casThrough(last.Client, "v2", true)
+	// The new home merged from a quorum before it served: it holds what the old home answered
+	// false for.
+	casThrough(last.Client, "v1", true)
+
+	// The old home, told nothing, still serves its own clients' check-and-sets as the home; the
+	// pods that took the new epoch refuse its writes, so it answers no false.
+	_, err = home.Client.CheckAndSet(t.Context(), name, "v3")
+	if msg := cluster.WantError(t, err, 503, wire.CodeHomeUnavailable); !strings.Contains(msg, "a newer membership moved the home") {
+		t.Errorf("a check-and-set through the old home: %q, want it fenced", msg)
+	}
+	casThrough(last.Client, "v3", false)
 }
 
 // A pod that has been told its membership and is still catching up refuses, as a filter's home,
@@ -129,6 +141,7 @@ func TestHomeCatchingUpDoesNotServe(t *testing.T) {
 
 	c.SetFault(cluster.Pass(), joiner) // cuts the stalled call: the catch-up goes on
 	c.WaitReady(joiner)
+	c.AwaitHomes(joiner) // it stands in for every value it is the home of: it joined
 	create(t, from, name, client.CreateOptions{})
 	before = counters(t, writesTotal, order...)
 	if present, err := from.Client.CheckAndSet(t.Context(), name, "v1"); err != nil || present {
