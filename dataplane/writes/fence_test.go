@@ -24,6 +24,8 @@ type fenceCluster struct {
 	net   *dppeer.Network
 	pods  map[string]*fencePod
 	epoch uint64
+	// placement is that of the memberships told (zero: every pod holds everything).
+	placement wire.Placement
 }
 
 type fencePod struct {
@@ -36,7 +38,13 @@ type fencePod struct {
 // minute: a call the test holds (Network.Hold) arrives when the test releases it.
 func newFenceCluster(t *testing.T, names ...string) *fenceCluster {
 	t.Helper()
-	c := &fenceCluster{t: t, net: dppeer.NewNetwork(), pods: map[string]*fencePod{}}
+	return newPlacedFenceCluster(t, wire.Placement{}, names...)
+}
+
+// newPlacedFenceCluster is newFenceCluster under a placement.
+func newPlacedFenceCluster(t *testing.T, placement wire.Placement, names ...string) *fenceCluster {
+	t.Helper()
+	c := &fenceCluster{t: t, net: dppeer.NewNetwork(), pods: map[string]*fencePod{}, placement: placement}
 	created := time.Now().Add(-time.Minute)
 	for _, name := range names {
 		store := filter.NewStore(filter.Limits{}, nil)
@@ -76,7 +84,7 @@ func (c *fenceCluster) tell(members []string, to ...string) {
 		ms = append(ms, wire.Member{Name: name, URL: "http://" + name + ":8090"})
 	}
 	for _, name := range to {
-		if err := c.pods[name].node.SetMembership(wire.Membership{Epoch: c.epoch, Self: name, Members: ms}); err != nil {
+		if err := c.pods[name].node.SetMembership(wire.Membership{Epoch: c.epoch, Self: name, Members: ms, Placement: c.placement}); err != nil {
 			c.t.Fatal(err)
 		}
 	}
@@ -274,5 +282,50 @@ func TestAHomeThatStaysHomeServesOn(t *testing.T) {
 	}
 	if present, err := c.cas(home, "v", wire.ConsistencyQuorum); present || err != nil {
 		t.Errorf("a check-and-set at the home that stayed = %v, %v; want false at once", present, err)
+	}
+}
+
+// Under a placement, a partition's home is the first of its owners, and fencing works per
+// partition: a home that a new placement demoted is refused by the owners that took it, and the
+// new home of the partition merges it from a quorum of its owners, old and new, before it serves.
+func TestAPlacedPartitionsDemotedHomeAnswersNoFalse(t *testing.T) {
+	c := newPlacedFenceCluster(t, wire.Placement{Owners: []string{"a", "b", "c"}, ReplicationFactor: 3}, "a", "b", "c", "d")
+	routedCAS := func(pod, value string) (bool, error) {
+		p := c.pods[pod]
+		got, err := p.writes.Routed(t.Context(), wire.ConsistencyQuorum, p.f, wire.OpMultiCheckAndSet, []string{value}, false)
+		if err != nil {
+			return false, err
+		}
+		return got[0], nil
+	}
+	home := c.pods["d"].node.Route("f", c.pods["d"].f.Partitions()).Readers(0)[0]
+	if present, err := routedCAS(home, "v1"); present || err != nil {
+		t.Fatalf("a check-and-set of a new value at the partition's home %s = %v, %v; want false", home, present, err)
+	}
+
+	var others []string
+	for _, name := range []string{"a", "b", "c", "d"} {
+		if name != home {
+			c.net.Cut(home, name)
+			others = append(others, name)
+		}
+	}
+	c.epoch++
+	c.placement = wire.Placement{Owners: others, ReplicationFactor: 3}
+	c.tell([]string{"a", "b", "c", "d"}, others...) // the old home is not told
+	newHome := c.pods[others[0]].node.Route("f", c.pods[others[0]].f.Partitions()).Readers(0)[0]
+	if newHome == home {
+		t.Fatalf("the new placement leaves %s the home", home)
+	}
+	c.awaitServing(newHome)
+	c.net.Heal()
+	if present, err := routedCAS(home, "v2"); !homeUnavailable(err) {
+		t.Errorf("a check-and-set at the demoted home of the partition = %v, %v; want code 13", present, err)
+	}
+	if present, err := routedCAS(newHome, "v1"); !present || err != nil {
+		t.Errorf("the new home's check-and-set of what the old one answered false for = %v, %v; want true", present, err)
+	}
+	if present, err := routedCAS(newHome, "v2"); present || err != nil {
+		t.Errorf("the new home's check-and-set of the value the old one was refused = %v, %v; want false", present, err)
 	}
 }
