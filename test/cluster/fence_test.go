@@ -12,12 +12,13 @@ import (
 	"github.com/bloomery/bloomery/test/cluster"
 )
 
-// casEverywhere makes, for each value, two concurrent check-and-sets through each pod, and records
-// them in h under phase.
+// casEverywhere makes, for each value in turn, two concurrent check-and-sets through each pod, and
+// records them in h under phase. The values go one after the other: the promise is per value, and
+// a burst of every value at once would only measure the machine against the replication timeout.
 func casEverywhere(t *testing.T, h *cluster.History, phase, filter string, values []string, pods ...*cluster.Pod) {
 	t.Helper()
-	var wg sync.WaitGroup
 	for _, v := range values {
+		var wg sync.WaitGroup
 		for _, p := range pods {
 			for range 2 {
 				wg.Go(func() {
@@ -26,8 +27,8 @@ func casEverywhere(t *testing.T, h *cluster.History, phase, filter string, value
 				})
 			}
 		}
+		wg.Wait()
 	}
-	wg.Wait()
 }
 
 func valuesOf(prefix string, n int) []string {
@@ -69,11 +70,8 @@ func TestExactlyOneFalseThroughAMoveOfTheHome(t *testing.T) {
 	for _, line := range h.SecondFalses() {
 		t.Error(line)
 	}
-	falses := h.Falses()
-	for _, v := range slices.Concat(healthy, moved, healed) {
-		if falses[v] != 1 {
-			t.Errorf("%s answered false %d times, want once: a home served it", v, falses[v])
-		}
+	for _, line := range h.MissingFalses(slices.Concat(healthy, cut, moved, healed)) {
+		t.Error(line)
 	}
 	for _, op := range h.Ops() {
 		if op.Phase == "cut off" && op.Err == nil && !op.Present {

@@ -82,6 +82,28 @@ func (h *History) SecondFalses() []string {
 	return out
 }
 
+// MissingFalses lists the values of values that no check-and-set answered false although none
+// ended without an answer that says whether it applied the value (an error, which may have): the
+// first check-and-set of a new value that a home applies answers false, or fails.
+func (h *History) MissingFalses(values []string) []string {
+	falses, indeterminate := map[string]int{}, map[string]bool{}
+	for _, op := range h.Ops() {
+		switch {
+		case op.Err != nil:
+			indeterminate[op.Value] = true
+		case !op.Present:
+			falses[op.Value]++
+		}
+	}
+	var out []string
+	for _, v := range values {
+		if falses[v] == 0 && !indeterminate[v] {
+			out = append(out, v+" was answered true by every check-and-set, none of which could have added it")
+		}
+	}
+	return out
+}
+
 // Counts counts the outcomes per phase, as "phase: outcome" keys.
 func (h *History) Counts() map[string]int {
 	counts := map[string]int{}
