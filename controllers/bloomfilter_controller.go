@@ -269,6 +269,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
 		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, shape)
+		r.watch.createdOnPod(pod, name)
 	}
 	switch {
 	case err != nil && !ready:
@@ -302,7 +303,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 // filterStatus is the pod's status of the filter: from the pod's poll while it is fresh, else
 // from the pod.
 func (r *BloomFilterReconciler) filterStatus(ctx context.Context, pod *corev1.Pod, addr Pod, name string) (wire.FilterStatus, error) {
-	if statuses, fresh := r.watch.statuses(pod, addr); fresh {
+	if statuses, fresh := r.watch.statuses(pod, addr, name); fresh {
 		if f, ok := statuses[name]; ok {
 			return f, nil
 		}
@@ -504,7 +505,10 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return requests
 	}
-	r.watch = newStatusWatch(r.dataPlane, 3*r.resync())
+	// A poll brings the counts once per wait: half the counts' refresh period, so that a pass
+	// that may write them has them at most that old, within what a pod may be asked to wait.
+	wait := min(max(r.countsRefresh()/2, time.Second), wire.MaxStatusesWait*time.Second)
+	r.watch = newStatusWatch(r.dataPlane, wait, 3*r.resync())
 	if err := mgr.Add(r.watch); err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,9 +25,6 @@ import (
 // passes again, as before, until its poll answers.
 
 const (
-	// statusesWait is how long a pod holds a poll without a change: one request per pod and
-	// wait, which also brings its counts.
-	statusesWait = 30 * time.Second
 	// statusesRetry and statusesRetryMax bound the back-off between failed polls of a pod.
 	statusesRetry    = time.Second
 	statusesRetryMax = 30 * time.Second
@@ -35,6 +33,9 @@ const (
 // statusWatch long-polls the statuses of every pod that a pass of a filter asked it about.
 type statusWatch struct {
 	dataPlane func() DataPlane
+	// wait is how long a pod holds a poll without a change: one request per pod and wait, which
+	// also brings its counts.
+	wait time.Duration
 	// idle is how long a pod's poll goes on after the last pass that read it: a pod that no
 	// filter's pass reads any more (its cluster has no filters, or it is gone) stops being polled.
 	idle time.Duration
@@ -64,10 +65,14 @@ type podPoll struct {
 	// requeued holds each filter's status as it was when the watch last requeued its BloomFilter:
 	// the counts' moves are measured from it.
 	requeued map[string]wire.FilterStatus
+	// readDirect names the filters whose status passes took from the pod itself (while the poll
+	// was not fresh, or from a create): the next answer requeues them, since the pod may have
+	// changed them since without changing its version as the poll last saw it.
+	readDirect map[string]struct{}
 }
 
-func newStatusWatch(dataPlane func() DataPlane, idle time.Duration) *statusWatch {
-	return &statusWatch{dataPlane: dataPlane, idle: idle, requeue: make(chan event.GenericEvent, 1024), pods: map[podKey]*podPoll{}}
+func newStatusWatch(dataPlane func() DataPlane, wait, idle time.Duration) *statusWatch {
+	return &statusWatch{dataPlane: dataPlane, wait: wait, idle: idle, requeue: make(chan event.GenericEvent, 1024), pods: map[podKey]*podPoll{}}
 }
 
 // Start runs the polls until ctx ends (manager.Runnable): those of the pods that passes asked for
@@ -84,8 +89,10 @@ func (w *statusWatch) Start(ctx context.Context) error {
 }
 
 // statuses answers what pod, called at addr, holds, when its poll is fresh; it starts polling the
-// pod if no one does.
-func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod) (map[string]wire.FilterStatus, bool) {
+// pod if no one does. name is the filter the caller reads, from the pod itself when the poll is
+// not fresh: the poll's next fresh answer requeues it, since it may differ from what the pod
+// answered the caller.
+func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod, name string) (map[string]wire.FilterStatus, bool) {
 	if w == nil {
 		return nil, false
 	}
@@ -94,7 +101,7 @@ func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod) (map[string]wire.Filte
 	defer w.mu.Unlock()
 	p, ok := w.pods[key]
 	if !ok {
-		p = &podPoll{addr: addr}
+		p = &podPoll{addr: addr, readDirect: map[string]struct{}{}}
 		w.pods[key] = p
 		if w.ctx != nil {
 			go w.poll(w.ctx, key)
@@ -106,7 +113,23 @@ func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod) (map[string]wire.Filte
 		p.fresh = false
 	}
 	p.addr = addr // the TLS configuration of the latest pass
+	if !p.fresh {
+		p.readDirect[name] = struct{}{}
+	}
 	return p.statuses, p.fresh
+}
+
+// createdOnPod tells the watch that a pass created the filter name on pod: what the pass reports
+// of it came from the pod, not from the poll, and the poll's next answer requeues it.
+func (w *statusWatch) createdOnPod(pod *corev1.Pod, name string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.pods[podKey{pod.Namespace, pod.Name, pod.UID}]; ok {
+		p.readDirect[name] = struct{}{}
+	}
 }
 
 // poll long-polls one pod until no pass has read it for idle, or ctx ends.
@@ -124,7 +147,7 @@ func (w *statusWatch) poll(ctx context.Context, key podKey) {
 		addr, version := p.addr, p.version
 		w.mu.Unlock()
 
-		got, err := w.dataPlane().FilterStatuses(ctx, addr, version, statusesWait)
+		got, err := w.dataPlane().FilterStatuses(ctx, addr, version, w.wait)
 		if err != nil {
 			if w.failed(key, addr) {
 				logger.Info("Polling the pod's filter statuses failed; filters' passes call it until a poll answers", "error", err.Error())
@@ -175,6 +198,12 @@ func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
 		return
 	}
 	changed := changedFilters(p.requeued, statuses, p.fresh)
+	for name := range p.readDirect {
+		if !slices.Contains(changed, name) {
+			changed = append(changed, name)
+		}
+	}
+	clear(p.readDirect)
 	if p.requeued == nil {
 		p.requeued = map[string]wire.FilterStatus{}
 	}

@@ -101,7 +101,7 @@ func TestPassesReadThePodsPolls(t *testing.T) {
 	if n := dp.perFilter.Load() - calls; n != 0 {
 		t.Errorf("%d calls about one filter in 3 quiet seconds, want none", n)
 	}
-	// A quiet pod holds its poll for statusesWait: at most the one under way ends in these seconds.
+	// A quiet pod holds its poll for 30 s (half the counts' refresh): at most the one under way ends in these seconds.
 	if n := dp.polls.Load() - polls; n > 2 {
 		t.Errorf("%d polls of 2 quiet pods in 3 s, want at most one each", n)
 	}

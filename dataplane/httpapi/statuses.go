@@ -44,7 +44,9 @@ func (s *Server) filterStatuses(c echo.Context) error {
 	defer tick.Stop()
 	for {
 		answer := s.statuses()
-		if answer.Version != held || wait == 0 {
+		// A pod shutting down answers at once: a poll held to its end would hold the graceful
+		// shutdown, which waits for the requests under way.
+		if answer.Version != held || wait == 0 || s.currentPhase() == Draining {
 			return c.JSON(http.StatusOK, answer)
 		}
 		select {
@@ -70,7 +72,7 @@ func statusesWait(raw string) (time.Duration, error) {
 }
 
 // statuses lists the live filters' statuses, sorted by name, and their version: a hash of what
-// the operator reports of each besides its counts.
+// the operator reports of each besides its counts, and of the tombstones.
 func (s *Server) statuses() wire.FilterStatuses {
 	now := s.Store.Now()
 	type entry struct {
@@ -93,6 +95,14 @@ func (s *Server) statuses() wire.FilterStatuses {
 		// The generation tells a filter recreated under its name from the one before.
 		_, _ = fmt.Fprintf(h, "%s\x00%d\x00%d\x00%g\x00%t\x00%d\x00%d\x00%d\x00%d\x00", f.Name, e.generation, f.ExpectedInsertions, f.FPP,
 			f.Scalable, f.Growth, f.Partitions, f.PartitionsHeld, f.PartitionsOwned)
+	}
+	// And the tombstones: a filter created and deleted between two looks leaves one, so the
+	// version moves although the filters are as they were, and the operator, which may have
+	// seen the filter in between, hears of it.
+	tombstones := s.Store.Tombstones()
+	slices.SortFunc(tombstones, func(a, b filter.Tombstone) int { return strings.Compare(a.Name, b.Name) })
+	for _, t := range tombstones {
+		_, _ = fmt.Fprintf(h, "-%s\x00%d\x00", t.Name, t.Generation)
 	}
 	out.Version = strconv.FormatUint(h.Sum64(), 36)
 	return out

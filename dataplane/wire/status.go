@@ -63,8 +63,8 @@ const FilterStatusesPath = InternalBasePath + "/statuses"
 const MaxStatusesWait = 60
 
 // FilterStatuses is the answer of FilterStatusesPath: the pod's filters sorted by name, and a
-// version that changes when a filter appears, goes, or changes its shape or its partitions here;
-// counts (items, size, fill) change without changing it.
+// version that changes when a filter appears, goes, or changes its shape or its partitions here,
+// even if it changed back since; counts (items, size, fill) change without changing it.
 type FilterStatuses struct {
 	Version string         `json:"version"`
 	Filters []FilterStatus `json:"filters"`
