@@ -17,8 +17,9 @@ import (
 	"time"
 )
 
-// operatorResync is the operator's --resync: shorter than the default 30 s, so that what only a
-// periodic pass notices (an expired filter, the items count) shows within seconds.
+// operatorResync is the operator's --resync and --filter-resync: shorter than the defaults (30 s
+// and 10 min), so that what only a periodic pass notices shows within seconds, and so that a pass
+// that called the pods would show in their calls (TestQuietMinuteCallsDoNotGrowWithFilters).
 const operatorResync = "5s"
 
 // buildTimeout bounds the build of the binary: seconds with a warm build cache, minutes cold.
@@ -82,6 +83,7 @@ func (hs *harness) startOperator(run operatorRun) (*runningOperator, error) {
 		"--leader-election-namespace", run.namespace,
 		"--operator-namespace", run.namespace,
 		"--resync", operatorResync,
+		"--filter-resync", operatorResync,
 		"--zap-devel=false",
 	}
 	if run.watchNamespace != "" {
