@@ -101,6 +101,11 @@ func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod, name string) (map[stri
 	defer w.mu.Unlock()
 	p, ok := w.pods[key]
 	if !ok {
+		for other := range w.pods {
+			if other.namespace == key.namespace && other.name == key.name {
+				delete(w.pods, other) // the pod it replaced: its poll ends
+			}
+		}
 		p = &podPoll{addr: addr, readDirect: map[string]struct{}{}}
 		w.pods[key] = p
 		if w.ctx != nil {
@@ -138,8 +143,8 @@ func (w *statusWatch) poll(ctx context.Context, key podKey) {
 	retry := statusesRetry
 	for ctx.Err() == nil {
 		w.mu.Lock()
-		p := w.pods[key]
-		if time.Since(p.lastRead) > w.idle {
+		p, ok := w.pods[key]
+		if !ok || time.Since(p.lastRead) > w.idle {
 			delete(w.pods, key)
 			w.mu.Unlock()
 			return
@@ -169,7 +174,11 @@ func (w *statusWatch) poll(ctx context.Context, key podKey) {
 // were fresh.
 func (w *statusWatch) failed(key podKey, addr Pod) bool {
 	w.mu.Lock()
-	p := w.pods[key]
+	p, ok := w.pods[key]
+	if !ok {
+		w.mu.Unlock()
+		return false
+	}
 	wasFresh := p.fresh && sameTarget(p.addr, addr)
 	if wasFresh {
 		p.fresh = false
@@ -192,8 +201,8 @@ func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
 		statuses[f.Name] = f
 	}
 	w.mu.Lock()
-	p := w.pods[key]
-	if !sameTarget(p.addr, addr) {
+	p, ok := w.pods[key]
+	if !ok || !sameTarget(p.addr, addr) {
 		w.mu.Unlock()
 		return
 	}
