@@ -50,6 +50,7 @@ func TestOperatorScale(t *testing.T) {
 }
 
 func measureOperatorScale(t *testing.T, filters int) {
+	t.Helper()
 	n := newNamespace(t)
 	n.applySamples()
 	operator := h.clusterWideOperator()
