@@ -130,7 +130,7 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if countsChanged && perr == nil {
 		r.countsWritten.Store(bf.UID, time.Now())
 	}
-	return statusPatched(ctx, "BloomFilter", result, err, perr)
+	return statusPatched(ctx, "BloomFilter", &bf, result, err, perr)
 }
 
 // reconcile runs the steps of one pass; the caller writes the status they computed.
