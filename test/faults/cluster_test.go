@@ -47,19 +47,20 @@ type pod struct {
 
 // cluster is the pods of one test and the membership they were told.
 type cluster struct {
-	t     *testing.T
-	net   *network
-	pods  []*pod
-	epoch uint64
+	t                 *testing.T
+	net               *network
+	pods              []*pod
+	epoch             uint64
+	config, tokenFile string // every pod's
 }
 
 // newCluster starts n pods on a network of their own, tells them their membership, creates the
 // filter name on them and waits until every pod serves.
 func newCluster(t *testing.T, subnet, n int, name string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, net: newNetwork(t, subnet)}
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	tokenFile := filepath.Join(t.TempDir(), "token")
+	c := &cluster{t: t, net: newNetwork(t, subnet), config: config, tokenFile: tokenFile}
 	for path, text := range map[string]string{config: podConfig, tokenFile: token} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -159,19 +160,32 @@ func (p *pod) logs() string {
 func (c *cluster) tell() {
 	c.t.Helper()
 	c.epoch++
-	m := wire.Membership{Epoch: c.epoch}
 	for _, p := range c.pods {
-		m.Members = append(m.Members, wire.Member{Name: p.name, URL: "http://" + c.net.podAddr(p.i) + ":8090"})
+		c.tellOne(p)
 	}
-	for _, p := range c.pods {
-		m.Self = p.name
-		ctx, cancel := context.WithTimeout(c.t.Context(), 10*time.Second)
-		err := p.inner.SetMembership(ctx, m)
-		cancel()
-		if err != nil {
-			c.t.Fatalf("telling %s its membership: %v", p.name, err)
-		}
+}
+
+// tellOne pushes the current membership to p, as the operator does to a pod that restarted.
+func (c *cluster) tellOne(p *pod) {
+	c.t.Helper()
+	m := wire.Membership{Epoch: c.epoch, Self: p.name}
+	for _, member := range c.pods {
+		m.Members = append(m.Members, wire.Member{Name: member.name, URL: "http://" + c.net.podAddr(member.i) + ":8090"})
 	}
+	ctx, cancel := context.WithTimeout(c.t.Context(), 10*time.Second)
+	defer cancel()
+	if err := p.inner.SetMembership(ctx, m); err != nil {
+		c.t.Fatalf("telling %s its membership: %v", p.name, err)
+	}
+}
+
+// restart kills p with SIGKILL, starts it again on its data directory, and tells it its
+// membership once it listens.
+func (c *cluster) restart(p *pod) {
+	c.t.Helper()
+	p.kill()
+	p.start(c.t, c.config, c.tokenFile)
+	c.tellOne(p)
 }
 
 // home is the pod that serves the filter's check-and-sets: the one that forwards none of them.

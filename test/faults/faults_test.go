@@ -106,6 +106,20 @@ func TestOtherPodIsolated(t *testing.T) {
 	}.run(t)
 }
 
+// The filter's home killed with SIGKILL and started again four times while clients write.
+func TestHomeKilledAndRestarted(t *testing.T) {
+	t.Parallel()
+	scenario{name: "home killed and restarted four times", subnet: 4,
+		inject: func(c *cluster, home *pod) {
+			for range 4 {
+				c.restart(home)
+				time.Sleep(2 * time.Second)
+			}
+		},
+		heal: func(*cluster, *pod) {},
+	}.run(t)
+}
+
 func tail(s string, lines int) string {
 	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(all[max(0, len(all)-lines):], "\n")
