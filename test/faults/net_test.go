@@ -11,7 +11,7 @@ import (
 
 // A network of its own per test: a namespace holding a bridge, one namespace per pod joined to the
 // bridge by a veth pair, and a veth from the test's own namespace to the bridge, through which the
-// test's clients reach the pods. Addresses are in 10.77.<subnet>.0/24, which exists only inside
+// test's clients reach the pods. Addresses are in 10.78.<subnet>.0/24, which exists only inside
 // these namespaces and on the test's end of its veth.
 type network struct {
 	t      *testing.T
@@ -45,7 +45,7 @@ func newNetwork(t *testing.T, subnet int) *network {
 }
 
 // addr is the address of host number i of the network.
-func (n *network) addr(i int) string { return fmt.Sprintf("10.77.%d.%d", n.subnet, i) }
+func (n *network) addr(i int) string { return fmt.Sprintf("10.78.%d.%d", n.subnet, i) }
 
 // podNS is the namespace of pod i.
 func (n *network) podNS(i int) string { return fmt.Sprintf("%s-p%d", n.id, i) }
