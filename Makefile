@@ -69,6 +69,7 @@ servicemonitor-crd: controller-gen ## Regenerate the ServiceMonitor and Promethe
 #   test-envtest  every package with a file named *_envtest_test.go, whose tests start an API
 #                 server (the Kubernetes test binaries): the controllers
 #   test-process  test/process: the bloomery binary as a process (kill -9, TLS, a full disk)
+#   test-faults   test/faults: pods in network namespaces under partitions, pauses and kills (root)
 #   test-chart    the chart: helm lint, helm-unittest, and charts/ (helm, kustomize, promtool, an
 #                 API server)
 #   test-e2e      test/e2e (build tag e2e): a control plane, the operator and pods as processes
@@ -81,9 +82,10 @@ servicemonitor-crd: controller-gen ## Regenerate the ServiceMonitor and Promethe
 # The lists are recursive (=), so that find and go list run only for the targets that use them.
 MODULE := github.com/bloomery/bloomery
 PROCESS_PKGS := $(MODULE)/test/process
+FAULTS_PKGS := $(MODULE)/test/faults
 CHART_PKGS := $(MODULE)/charts
 ENVTEST_PKGS = $(filter-out $(PROCESS_PKGS) $(CHART_PKGS),$(addprefix $(MODULE)/,$(patsubst %/,%,$(sort $(dir $(shell find * -name '*_envtest_test.go'))))))
-UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(CHART_PKGS),$(shell $(GO) list ./...))
+UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(FAULTS_PKGS) $(CHART_PKGS),$(shell $(GO) list ./...))
 
 .PHONY: check
 check: fmt-check vet lint ## Check before a commit: format, go vet, golangci-lint, go test -short ./... (needs only Go and gcc).
@@ -94,7 +96,7 @@ fmt-check: golangci-lint ## Fail, showing the diff, when a file is not formatted
 	$(GOLANGCI_LINT) fmt --diff
 
 .PHONY: test
-test: test-deps vet test-unit test-envtest test-process test-chart test-e2e ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
+test: test-deps vet test-unit test-envtest test-process test-faults test-chart test-e2e ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
 .PHONY: test-deps
@@ -119,6 +121,12 @@ test-envtest: ## Run the packages with *_envtest_test.go files (controllers) aga
 test-process: test-deps ## Run test/process: the binary, built with the race detector, as a process.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(PROCESS_PKGS)
+
+# Network namespaces, veth pairs and iptables rules inside them need root; the scenarios run at
+# once, each on a network of its own.
+.PHONY: test-faults
+test-faults: ## Run test/faults: three pods in network namespaces under partitions, pauses and kills, histories checked (root).
+	$(GO) test -count=1 -timeout 15m $(FAULTS_PKGS)
 
 .PHONY: test-chart
 test-chart: helm-lint helm-test helm kustomize prometheus-tools ## Lint the chart, run its helm-unittest suites and the tests of charts/.
@@ -190,6 +198,14 @@ BENCH ?= Baseline|CheckAndSetMany1000|CheckMany1000|CheckAndSet$$|Check$$
 .PHONY: bench-engine
 bench-engine: ## Engine benchmarks COUNT times (default 10) for benchstat; BENCH selects them.
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./dataplane/filter
+
+# The operator at scale on the end-to-end control plane, built without the race detector:
+# make bench-operator FILTERS=1000 for one size.
+FILTERS ?= 1000,10000
+.PHONY: bench-operator
+bench-operator: ## BloomFilters (FILTERS, default 1000,10000) on 3 pods: time to Ready and gone, a quiet minute's costs.
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	E2E_BENCH_OPERATOR="$(FILTERS)" KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -count=1 -v -timeout 120m -run '^TestOperatorScale$$' ./test/e2e/
 
 .PHONY: bench-memory
 bench-memory: ## RSS of a data plane holding one filter of 1e6, 1e7 and 1e8 keys at fpp 0.001.

@@ -150,7 +150,7 @@ func (r *BloomClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		log.FromContext(ctx).V(1).Info("Namespace is being deleted; BloomCluster left to the namespace controller")
 		return ctrl.Result{}, nil
 	}
-	return statusPatched(ctx, "BloomCluster", result, err, r.patchStatus(ctx, original, &cluster))
+	return statusPatched(ctx, "BloomCluster", &cluster, result, err, r.patchStatus(ctx, original, &cluster))
 }
 
 // errNamespaceTerminating stops a pass whose namespace is being deleted.

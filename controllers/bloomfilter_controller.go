@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/recorder"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -36,8 +37,9 @@ import (
 const filterFinalizer = "bloomery.io/filter-cleanup"
 
 // BloomFilterReconciler makes a filter exist on every pod of its cluster and reports what the
-// pods hold. Status is recomputed from the pods on every pass, and passes repeat every Resync,
-// because a pod that lost a filter sends no event.
+// pods hold. Status is recomputed on every pass from what the pods report: their polls
+// (statuswatch.go) requeue a filter whose status changed on a pod, and passes repeat every Resync
+// as a safety net.
 type BloomFilterReconciler struct {
 	Client client.Client
 	// APIReader reads past Client's cache, which holds no Secret but the operator's own tokens:
@@ -47,7 +49,8 @@ type BloomFilterReconciler struct {
 	DataPlane DataPlane
 	// Recorder records the filters' events; nil records none.
 	Recorder recorder.EventRecorder
-	// Resync is the period of the passes that keep status true between events; 0 means 30 s.
+	// Resync is the period of the passes that keep status true between events, a safety net
+	// behind the pods' polls; 0 means 10 min.
 	Resync time.Duration
 	// PodParallelism bounds the concurrent calls of one pass to the pods; 0 means 8.
 	PodParallelism int
@@ -64,6 +67,9 @@ type BloomFilterReconciler struct {
 	countsWritten sync.Map
 	// tlsSecrets holds the clusters' spec.tls Secrets, read past the cache, for a few seconds.
 	tlsSecrets tlsSecrets
+	// watch polls the pods for their filters' statuses (statuswatch.go); nil, as in a reconciler
+	// built without SetupWithManager, has every pass call the pods.
+	watch *statusWatch
 }
 
 func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
@@ -77,7 +83,9 @@ func (r *BloomFilterReconciler) apiReader() client.Reader {
 
 func (r *BloomFilterReconciler) events() recorder.EventRecorder { return orNoop(r.Recorder) }
 
-func (r *BloomFilterReconciler) resync() time.Duration { return positiveOr(r.Resync, defaultResync) }
+func (r *BloomFilterReconciler) resync() time.Duration {
+	return positiveOr(r.Resync, defaultFilterResync)
+}
 
 func (r *BloomFilterReconciler) deleteGiveUp() time.Duration {
 	return positiveOr(r.DeleteGiveUp, defaultDeleteGiveUp)
@@ -122,7 +130,7 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if countsChanged && perr == nil {
 		r.countsWritten.Store(bf.UID, time.Now())
 	}
-	return statusPatched(ctx, "BloomFilter", result, err, perr)
+	return statusPatched(ctx, "BloomFilter", &bf, result, err, perr)
 }
 
 // reconcile runs the steps of one pass; the caller writes the status they computed.
@@ -256,11 +264,12 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		return o
 	}
 	ready := podReady(pod)
-	f, err := r.dataPlane().FilterStatus(ctx, addr, name)
+	f, err := r.filterStatus(ctx, pod, addr, name)
 	if errors.Is(err, ErrFilterNotFound) && ready {
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
 		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, shape)
+		r.watch.createdOnPod(pod, name)
 	}
 	switch {
 	case err != nil && !ready:
@@ -289,6 +298,18 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		o.waiting, o.status.Message = true, "holds the filter, but the pod is not Ready (starting, catching up from its peers, or shutting down)"
 	}
 	return o
+}
+
+// filterStatus is the pod's status of the filter: from the pod's poll while it is fresh, else
+// from the pod.
+func (r *BloomFilterReconciler) filterStatus(ctx context.Context, pod *corev1.Pod, addr Pod, name string) (wire.FilterStatus, error) {
+	if statuses, fresh := r.watch.statuses(pod, addr, name); fresh {
+		if f, ok := statuses[name]; ok {
+			return f, nil
+		}
+		return wire.FilterStatus{}, ErrFilterNotFound
+	}
+	return r.dataPlane().FilterStatus(ctx, addr, name)
 }
 
 // report writes the pass's observations into status and conditions, and records events for
@@ -484,8 +505,16 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return requests
 	}
+	// A poll brings the counts once per wait: half the counts' refresh period, so that a pass
+	// that may write them has them at most that old, within what a pod may be asked to wait.
+	wait := min(max(r.countsRefresh()/2, time.Second), wire.MaxStatusesWait*time.Second)
+	r.watch = newStatusWatch(r.dataPlane, wait, 3*r.resync())
+	if err := mgr.Add(r.watch); err != nil {
+		return err
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(userIntentChanged)).
+		WatchesRawSource(source.Channel(r.watch.requeue, &handler.EnqueueRequestForObject{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)
 			if !ok {

@@ -376,10 +376,22 @@ func (d heldDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) (
 	if err != nil {
 		return f, err
 	}
+	return placedOn(pod, f), nil
+}
+
+func (d heldDataPlane) FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error) {
+	st, err := d.DataPlane.FilterStatuses(ctx, pod, version, wait)
+	for i := range st.Filters {
+		st.Filters[i] = placedOn(pod, st.Filters[i])
+	}
+	return st, err
+}
+
+func placedOn(pod Pod, f wire.FilterStatus) wire.FilterStatus {
 	held := map[string]int{"c-0": 1, "c-1": 3, "c-2": 2}[pod.Name]
 	f.PartitionsHeld, f.Items, f.SizeBytes = held, 1000*uint64(held), 4096*uint64(held)
 	f.PartitionsOwned = map[string]int{"c-0": 2, "c-1": 3, "c-2": 3}[pod.Name]
-	return f, nil
+	return f
 }
 
 // With partitions placed on some pods only, each pod's status says how many it holds, and the

@@ -163,8 +163,8 @@ func TestBloomFilterReconcilerZeroSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if result.RequeueAfter != defaultResync {
-		t.Errorf("requeued after %v, want %v", result.RequeueAfter, defaultResync)
+	if result.RequeueAfter != defaultFilterResync {
+		t.Errorf("requeued after %v, want %v", result.RequeueAfter, defaultFilterResync)
 	}
 	var bf bloomeryv1alpha1.BloomFilter
 	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
@@ -457,8 +457,8 @@ func TestBloomFilterWithoutToken(t *testing.T) {
 			dp := startRecordingDataPlane(t)
 			k := fakeFilterWorld(t, dp, tt.funcs, tt.extra...)
 			result, err := (&BloomFilterReconciler{Client: k}).Reconcile(t.Context(), filterRequest)
-			if err != nil || result.RequeueAfter != defaultResync {
-				t.Errorf("pass: %v, requeued after %v; want no error and a retry after %v", err, result.RequeueAfter, defaultResync)
+			if err != nil || result.RequeueAfter != defaultFilterResync {
+				t.Errorf("pass: %v, requeued after %v; want no error and a retry after %v", err, result.RequeueAfter, defaultFilterResync)
 			}
 			var bf bloomeryv1alpha1.BloomFilter
 			if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {

@@ -98,8 +98,11 @@ type DataPlane interface {
 	// of what the pod holds afterwards and whether it created it.
 	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.FilterStatus, bool, error)
 	// FilterStatus returns the status of the pod's filter, or ErrFilterNotFound. It must stay
-	// cheap for a filter of any size: it is read from every pod for every filter at every resync.
+	// cheap for a filter of any size: a pass reads it from every pod whose poll is not answering.
 	FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error)
+	// FilterStatuses returns the statuses of every filter of the pod; with wait above zero it is
+	// a long poll that answers once the pod's version differs from version, or after wait.
+	FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error)
 	// DeleteFilter removes the filter from the pod; absent is success.
 	DeleteFilter(ctx context.Context, pod Pod, name string) error
 	// GetMembership returns the membership the pod holds: epoch 0 and no members if it was
@@ -196,6 +199,13 @@ func (d *HTTPDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) 
 		return st, ErrFilterNotFound
 	}
 	return st, err
+}
+
+// FilterStatuses implements DataPlane: the call is bounded by the wait and Timeout.
+func (d *HTTPDataPlane) FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+d.Timeout)
+	defer cancel()
+	return d.client(pod).FilterStatuses(ctx, version, wait)
 }
 
 // DeleteFilter implements DataPlane.

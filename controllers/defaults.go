@@ -15,6 +15,9 @@ const (
 	// defaultResync is the period of passes without events: a pod that lost a filter or forgot its
 	// membership, and a drifted ServiceMonitor (not watched: its kind may not exist), send none.
 	defaultResync = 30 * time.Second
+	// defaultFilterResync is the period of a BloomFilter's passes without events: a safety net,
+	// since the pods' polls (statuswatch.go) requeue a filter whose status changed on a pod.
+	defaultFilterResync = 10 * time.Minute
 	// defaultDeleteGiveUp is how long a BloomFilter's deletion retries pods that do not answer.
 	defaultDeleteGiveUp = 2 * time.Minute
 	// defaultPodParallelism bounds the concurrent calls to the pods of one pass.

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -18,7 +19,8 @@ import (
 )
 
 // passCounter is the real data plane, counting the status reads of each filter: one per pod
-// and pass, so that a test counts a filter's passes.
+// and pass, so that a test counts a filter's passes. The pods' polls fail on it, so that every
+// pass reads the pods and no poll requeues a filter.
 type passCounter struct {
 	DataPlane
 	mu    sync.Mutex
@@ -34,6 +36,10 @@ func (d *passCounter) FilterStatus(ctx context.Context, pod Pod, name string) (w
 	d.reads[name]++
 	d.mu.Unlock()
 	return d.DataPlane.FilterStatus(ctx, pod, name)
+}
+
+func (d *passCounter) FilterStatuses(context.Context, Pod, string, time.Duration) (wire.FilterStatuses, error) {
+	return wire.FilterStatuses{}, errors.New("no polls: every pass reads the pods")
 }
 
 func (d *passCounter) passes(name string) int {

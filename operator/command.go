@@ -44,6 +44,7 @@ type operatorFlags struct {
 	filterReconciles int
 	dataPlaneImage   string
 	resync           time.Duration
+	filterResync     time.Duration
 	podTimeout       time.Duration
 	operatorNS       string
 	operatorPods     string
@@ -60,8 +61,8 @@ func NewCommand(version string) *cobra.Command {
 		Args:         cli.NoArgs,
 		SilenceUsage: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if f.maxReconciles < 1 || f.filterReconciles < 1 || f.resync <= 0 || f.podTimeout <= 0 {
-				return cli.NewUsageError(cmd, errors.New("--max-concurrent-reconciles, --max-concurrent-filter-reconciles, --resync and --pod-timeout must be positive"))
+			if f.maxReconciles < 1 || f.filterReconciles < 1 || f.resync <= 0 || f.filterResync <= 0 || f.podTimeout <= 0 {
+				return cli.NewUsageError(cmd, errors.New("--max-concurrent-reconciles, --max-concurrent-filter-reconciles, --resync, --filter-resync and --pod-timeout must be positive"))
 			}
 			operatorPods, err := labels.ConvertSelectorToLabelsMap(f.operatorPods)
 			if err != nil {
@@ -89,7 +90,9 @@ func NewCommand(version string) *cobra.Command {
 	fs.IntVar(&f.filterReconciles, "max-concurrent-filter-reconciles", 32, "BloomFilters reconciled at once")
 	fs.StringVar(&f.dataPlaneImage, "dataplane-image", dataPlaneImage(version),
 		"image of BloomClusters that name none (default: env DATAPLANE_IMAGE, or the operator's version)")
-	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the passes that keep status true between events")
+	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the BloomClusters' passes that keep status true between events")
+	fs.DurationVar(&f.filterResync, "filter-resync", 10*time.Minute,
+		"period of the BloomFilters' passes between events, a safety net: the pods' polls report what changes")
 	fs.DurationVar(&f.podTimeout, "pod-timeout", controllers.DefaultPodTimeout, "timeout of each call to a data-plane pod")
 	fs.StringVar(&f.operatorNS, "operator-namespace", os.Getenv("POD_NAMESPACE"),
 		"the operator's own namespace, which the data plane's NetworkPolicies admit to the internal port (default: env POD_NAMESPACE)")
@@ -170,7 +173,7 @@ func runOperator(cmd *cobra.Command, f operatorFlags, operatorPods map[string]st
 		Client:                  mgr.GetClient(),
 		DataPlane:               dataPlane,
 		Recorder:                mgr.GetEventRecorder("bloomfilter"),
-		Resync:                  f.resync,
+		Resync:                  f.filterResync,
 		MaxConcurrentReconciles: f.filterReconciles,
 		DeleteGiveUp:            2 * time.Minute,
 	}).SetupWithManager(mgr); err != nil {

@@ -34,6 +34,7 @@ var internalCalls = []internalCall{
 	{http.MethodPost, wire.InternalPath(wire.FilterOpPath("f", wire.OpMultiCheck)), `{"values":["v"]}`, http.StatusOK},
 	{http.MethodGet, wire.InternalPath(wire.FilterOpPath("f", wire.OpDump)), "", http.StatusOK},
 	{http.MethodGet, wire.FilterStatusPath("f"), "", http.StatusOK},
+	{http.MethodGet, wire.FilterStatusesPath, "", http.StatusOK},
 	{http.MethodGet, wire.InventoryPath, "", http.StatusOK},
 	{http.MethodPost, wire.ApplyPath, `{"ops":[]}`, http.StatusOK},
 	{http.MethodGet, wire.ApplyStreamPath, "", http.StatusBadRequest}, // a stream needs an upgrade

@@ -167,6 +167,7 @@ func (s *Server) routes() {
 	s.internal.GET(wire.PlacementStatusPath, s.placementStatus)
 	s.internal.POST(wire.RoomPath, ready(s.checkRoom))
 	s.internal.GET(wire.FilterStatusPath(":"+wire.NameParam), ready(s.filterStatus))
+	s.internal.GET(wire.FilterStatusesPath, ready(s.filterStatuses))
 
 	s.routePaths = make(map[string]bool)
 	for _, e := range []*echo.Echo{s.client, s.internal, s.ops} {
@@ -195,7 +196,9 @@ func (s *Server) newRouter(newID func() string) *echo.Echo {
 func (s *Server) answerInTime(next echo.HandlerFunc) echo.HandlerFunc {
 	budget := s.Config.RequestTimeout - s.Config.RequestTimeout/10
 	return func(c echo.Context) error {
-		if !s.Node.Replicating() {
+		if !s.Node.Replicating() || c.Path() == wire.FilterStatusesPath {
+			// The long poll of the statuses waits for a change, not for peers, and sets its own
+			// deadlines.
 			return next(c)
 		}
 		req := c.Request()

@@ -5,18 +5,24 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // filterStatus answers what the operator reports of a filter, from counters read in time
-// proportional to the layers. The operator asks every pod for every filter at every resync;
-// counting the bits instead, as getFilter does, would read each filter's whole bit array that
-// often while its writers wait.
+// proportional to the layers: counting the bits instead, as getFilter does, would read the whole
+// bit array while its writers wait, and the operator reads the statuses of every filter of a pod
+// at once (filterStatuses).
 func (s *Server) filterStatus(c echo.Context) error {
 	f, err := s.lookup(c)
 	if err != nil {
 		return err
 	}
+	return c.JSON(http.StatusOK, s.statusOf(f))
+}
+
+// statusOf is what the operator reports of f on this pod.
+func (s *Server) statusOf(f *filter.Filter) wire.FilterStatus {
 	o, u := f.Options(), f.Usage()
 	out := wire.FilterStatus{
 		Name:               f.Name(),
@@ -49,5 +55,5 @@ func (s *Server) filterStatus(c echo.Context) error {
 			out.LastSnapshot = at.UTC().Format(wire.TimeFormat)
 		}
 	}
-	return c.JSON(http.StatusOK, out)
+	return out
 }

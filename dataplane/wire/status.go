@@ -52,3 +52,20 @@ func (f Filter) Status() FilterStatus {
 		LastSnapshot:       f.LastSnapshot,
 	}
 }
+
+// FilterStatusesPath answers the status of every live filter of the pod (GET, answering
+// FilterStatuses). The operator long-polls it, one request per pod rather than one per filter:
+// with ?version=V&wait=S (seconds) the pod answers as soon as its filters differ from version V,
+// or after S seconds at the latest (MaxStatusesWait), with the counts of that moment.
+const FilterStatusesPath = InternalBasePath + "/statuses"
+
+// MaxStatusesWait bounds the wait a FilterStatusesPath request may ask for.
+const MaxStatusesWait = 60
+
+// FilterStatuses is the answer of FilterStatusesPath: the pod's filters sorted by name, and a
+// version that changes when a filter appears, goes, or changes its shape or its partitions here,
+// even if it changed back since; counts (items, size, fill) change without changing it.
+type FilterStatuses struct {
+	Version string         `json:"version"`
+	Filters []FilterStatus `json:"filters"`
+}

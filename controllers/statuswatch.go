@@ -1,0 +1,273 @@
+package controllers
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// Pods tell, the operator listens: the statuses of a pod's filters come from one long poll per pod
+// (wire.FilterStatusesPath), not from a call per filter and pass. A pod answers the poll when a
+// filter appears, goes or changes its shape or partitions there, and otherwise once per wait with
+// its counts; the watch requeues the BloomFilters whose status on that pod changed, and the passes
+// read the pod's statuses from it instead of calling the pod. So the calls to a pod follow what
+// changes on it and the wait, not the number of filters. A pod whose poll fails is called by the
+// passes again, as before, until its poll answers.
+
+const (
+	// statusesRetry and statusesRetryMax bound the back-off between failed polls of a pod.
+	statusesRetry    = time.Second
+	statusesRetryMax = 30 * time.Second
+)
+
+// statusWatch long-polls the statuses of every pod that a pass of a filter asked it about.
+type statusWatch struct {
+	dataPlane func() DataPlane
+	// wait is how long a pod holds a poll without a change: one request per pod and wait, which
+	// also brings its counts.
+	wait time.Duration
+	// idle is how long a pod's poll goes on after the last pass that read it: a pod that no
+	// filter's pass reads any more (its cluster has no filters, or it is gone) stops being polled.
+	idle time.Duration
+	// requeue receives the BloomFilters to pass again, the source of the filter controller.
+	requeue chan event.GenericEvent
+
+	mu   sync.Mutex
+	ctx  context.Context // the manager's, once started; nil before
+	pods map[podKey]*podPoll
+}
+
+// podKey names a pod: a pod recreated under its name is another pod.
+type podKey struct {
+	namespace, name string
+	uid             types.UID
+}
+
+// podPoll is the poll of one pod, guarded by statusWatch.mu.
+type podPoll struct {
+	addr     Pod       // how to call it, as the last pass that read it found it
+	lastRead time.Time // when a pass last read it
+	// fresh is set while the last poll answered: statuses is then what the pod holds, at most a
+	// second behind a change (the pod's own polling of its filters) plus the time to answer.
+	fresh    bool
+	version  string
+	statuses map[string]wire.FilterStatus // replaced, never changed: readers keep it as it was
+	// requeued holds each filter's status as it was when the watch last requeued its BloomFilter:
+	// the counts' moves are measured from it.
+	requeued map[string]wire.FilterStatus
+	// readDirect names the filters whose status passes took from the pod itself (while the poll
+	// was not fresh, or from a create): the next answer requeues them, since the pod may have
+	// changed them since without changing its version as the poll last saw it.
+	readDirect map[string]struct{}
+}
+
+func newStatusWatch(dataPlane func() DataPlane, wait, idle time.Duration) *statusWatch {
+	return &statusWatch{dataPlane: dataPlane, wait: wait, idle: idle, requeue: make(chan event.GenericEvent, 1024), pods: map[podKey]*podPoll{}}
+}
+
+// Start runs the polls until ctx ends (manager.Runnable): those of the pods that passes asked for
+// before, and from then on each as soon as a pass asks for its pod.
+func (w *statusWatch) Start(ctx context.Context) error {
+	w.mu.Lock()
+	w.ctx = ctx
+	for key := range w.pods {
+		go w.poll(ctx, key)
+	}
+	w.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+// statuses answers what pod, called at addr, holds, when its poll is fresh; it starts polling the
+// pod if no one does. name is the filter the caller reads, from the pod itself when the poll is
+// not fresh: the poll's next fresh answer requeues it, since it may differ from what the pod
+// answered the caller.
+func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod, name string) (map[string]wire.FilterStatus, bool) {
+	if w == nil {
+		return nil, false
+	}
+	key := podKey{pod.Namespace, pod.Name, pod.UID}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p, ok := w.pods[key]
+	if !ok {
+		for other := range w.pods {
+			if other.namespace == key.namespace && other.name == key.name {
+				delete(w.pods, other) // the pod it replaced: its poll ends
+			}
+		}
+		p = &podPoll{addr: addr, readDirect: map[string]struct{}{}}
+		w.pods[key] = p
+		if w.ctx != nil {
+			go w.poll(w.ctx, key)
+		}
+	}
+	p.lastRead = time.Now()
+	if !sameTarget(p.addr, addr) {
+		// Another address or token: what the poll holds may be of the pod as it was.
+		p.fresh = false
+	}
+	p.addr = addr // the TLS configuration of the latest pass
+	if !p.fresh {
+		p.readDirect[name] = struct{}{}
+	}
+	return p.statuses, p.fresh
+}
+
+// createdOnPod tells the watch that a pass created the filter name on pod: what the pass reports
+// of it came from the pod, not from the poll, and the poll's next answer requeues it.
+func (w *statusWatch) createdOnPod(pod *corev1.Pod, name string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.pods[podKey{pod.Namespace, pod.Name, pod.UID}]; ok {
+		p.readDirect[name] = struct{}{}
+	}
+}
+
+// poll long-polls one pod until no pass has read it for idle, or ctx ends.
+func (w *statusWatch) poll(ctx context.Context, key podKey) {
+	logger := log.FromContext(ctx).WithValues("namespace", key.namespace, "pod", key.name)
+	retry := statusesRetry
+	for ctx.Err() == nil {
+		w.mu.Lock()
+		p, ok := w.pods[key]
+		if !ok || time.Since(p.lastRead) > w.idle {
+			delete(w.pods, key)
+			w.mu.Unlock()
+			return
+		}
+		addr, version := p.addr, p.version
+		w.mu.Unlock()
+
+		got, err := w.dataPlane().FilterStatuses(ctx, addr, version, w.wait)
+		if err != nil {
+			if w.failed(key, addr) {
+				logger.Info("Polling the pod's filter statuses failed; filters' passes call it until a poll answers", "error", err.Error())
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(retry):
+			}
+			retry = min(2*retry, statusesRetryMax)
+			continue
+		}
+		retry = statusesRetry
+		w.answered(key, addr, got)
+	}
+}
+
+// failed marks the pod's statuses stale and, when they were fresh, requeues the filters they
+// held, so that their passes call the pod and report what it answers. It reports whether they
+// were fresh.
+func (w *statusWatch) failed(key podKey, addr Pod) bool {
+	w.mu.Lock()
+	p, ok := w.pods[key]
+	if !ok {
+		w.mu.Unlock()
+		return false
+	}
+	wasFresh := p.fresh && sameTarget(p.addr, addr)
+	if wasFresh {
+		p.fresh = false
+	}
+	held := p.statuses
+	w.mu.Unlock()
+	if wasFresh {
+		for name := range held {
+			w.requeueFilter(key.namespace, name)
+		}
+	}
+	return wasFresh
+}
+
+// answered takes a poll's answer, unless the pod's address changed meanwhile, and requeues the
+// filters whose status on the pod changed.
+func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
+	statuses := make(map[string]wire.FilterStatus, len(got.Filters))
+	for _, f := range got.Filters {
+		statuses[f.Name] = f
+	}
+	w.mu.Lock()
+	p, ok := w.pods[key]
+	if !ok || !sameTarget(p.addr, addr) {
+		w.mu.Unlock()
+		return
+	}
+	changed := changedFilters(p.requeued, statuses, p.fresh)
+	for name := range p.readDirect {
+		if !slices.Contains(changed, name) {
+			changed = append(changed, name)
+		}
+	}
+	clear(p.readDirect)
+	if p.requeued == nil {
+		p.requeued = map[string]wire.FilterStatus{}
+	}
+	for _, name := range changed {
+		if st, ok := statuses[name]; ok {
+			p.requeued[name] = st
+		} else {
+			delete(p.requeued, name)
+		}
+	}
+	p.statuses, p.version, p.fresh = statuses, got.Version, true
+	w.mu.Unlock()
+	for _, name := range changed {
+		w.requeueFilter(key.namespace, name)
+	}
+}
+
+// sameTarget reports whether a and b call the same pod with the same token.
+func sameTarget(a, b Pod) bool { return a.baseURL() == b.baseURL() && a.Token == b.Token }
+
+// changedFilters names the filters whose status differs from the one last requeued for: present
+// or not, another shape or partitions, or counts moved by more than countsHysteresis (the
+// filters' passes write no smaller move). A first answer after a failure requeues every filter the
+// pod holds, since the passes meanwhile reported what the pod answered them.
+func changedFilters(requeued, now map[string]wire.FilterStatus, wasFresh bool) []string {
+	var out []string
+	for name, st := range now {
+		before, ok := requeued[name]
+		if !ok || !wasFresh || statusMoved(before, st) {
+			out = append(out, name)
+		}
+	}
+	for name := range requeued {
+		if _, ok := now[name]; !ok {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// statusMoved reports whether a pass would write a change from before to now.
+func statusMoved(before, now wire.FilterStatus) bool {
+	counts := func(s wire.FilterStatus) wire.FilterStatus {
+		s.Items, s.SizeBytes, s.Layers, s.EstimatedFillRatio, s.EstimatedFPP, s.LastSnapshot = 0, 0, 0, 0, 0, ""
+		return s
+	}
+	return counts(before) != counts(now) ||
+		moved(float64(before.Items), float64(now.Items)) || moved(float64(before.SizeBytes), float64(now.SizeBytes)) ||
+		moved(before.EstimatedFillRatio, now.EstimatedFillRatio)
+}
+
+func (w *statusWatch) requeueFilter(namespace, name string) {
+	bf := &bloomeryv1alpha1.BloomFilter{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+	select {
+	case w.requeue <- event.GenericEvent{Object: bf}:
+	case <-w.ctx.Done():
+	}
+}

@@ -1,0 +1,48 @@
+package controllers
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// What a pod's poll requeues: the filters whose status a pass would write anew.
+func TestChangedFilters(t *testing.T) {
+	base := wire.FilterStatus{Name: "f", ExpectedInsertions: 1000, FPP: 0.01, Partitions: 1, PartitionsHeld: 1, PartitionsOwned: 1,
+		Items: 1000, SizeBytes: 1 << 20, EstimatedFillRatio: 0.5}
+	with := func(change func(*wire.FilterStatus)) wire.FilterStatus {
+		s := base
+		change(&s)
+		return s
+	}
+	for _, tt := range []struct {
+		name     string
+		now      wire.FilterStatus
+		wasFresh bool
+		want     bool
+	}{
+		{"the same", base, true, false},
+		{"items up by 1%", with(func(s *wire.FilterStatus) { s.Items = 1010 }), true, false},
+		{"items up by 2%", with(func(s *wire.FilterStatus) { s.Items = 1020 }), true, true},
+		{"items to zero", with(func(s *wire.FilterStatus) { s.Items = 0 }), true, true},
+		{"a new layer of the same size", with(func(s *wire.FilterStatus) { s.Layers = 2 }), true, false},
+		{"fill ratio up by a tenth", with(func(s *wire.FilterStatus) { s.EstimatedFillRatio = 0.55 }), true, true},
+		{"another snapshot", with(func(s *wire.FilterStatus) { s.LastSnapshot = "2026-12-03T00:00:00Z" }), true, false},
+		{"another shape", with(func(s *wire.FilterStatus) { s.FPP = 0.001 }), true, true},
+		{"a partition pulled", with(func(s *wire.FilterStatus) { s.PartitionsHeld = 0 }), true, true},
+		{"the same, after a failed poll", base, false, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := changedFilters(map[string]wire.FilterStatus{"f": base}, map[string]wire.FilterStatus{"f": tt.now}, tt.wasFresh)
+			if want := tt.want; slices.Contains(got, "f") != want {
+				t.Errorf("changed %v, want f changed: %v", got, want)
+			}
+		})
+	}
+	got := changedFilters(map[string]wire.FilterStatus{"gone": base}, map[string]wire.FilterStatus{"new": base}, true)
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"gone", "new"}) {
+		t.Errorf("a filter gone and one new: %v changed", got)
+	}
+}

@@ -1,0 +1,168 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
+	"github.com/bloomery/bloomery/internal/await"
+)
+
+// benchOperatorEnv holds the numbers of filters of the operator's scale benchmark, comma-separated
+// (make bench-operator sets it). Set, the operator runs with its default resyncs, as installed;
+// unset, TestOperatorScale is skipped.
+const benchOperatorEnv = "E2E_BENCH_OPERATOR"
+
+// scaleTimeout bounds each phase of the benchmark: far past its targets, so that a slow run still
+// reports its numbers.
+const scaleTimeout = 15 * time.Minute
+
+// deleteTimeout bounds the deletion of all filters, polled: a hundredth of it is the most the
+// poll pauses, and so how late the benchmark may see them gone.
+const deleteTimeout = 5 * time.Minute
+
+// TestOperatorScale is the operator's scale benchmark, not a test: for each number of filters it
+// creates that many BloomFilters on the sample cluster of 3 pods and reports how long until all
+// are Ready, what a quiet minute then costs (the operator's CPU, the API server's requests, the
+// operator's calls to each pod) and the operator's RSS, and how long until all are gone.
+//
+//	make bench-operator                  # 1,000 and 10,000 filters
+//	make bench-operator FILTERS=500      # another number
+func TestOperatorScale(t *testing.T) {
+	spec := os.Getenv(benchOperatorEnv)
+	if spec == "" {
+		t.Skip("a benchmark, run by make bench-operator (" + benchOperatorEnv + "=1000,10000)")
+	}
+	for field := range strings.SplitSeq(spec, ",") {
+		filters, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || filters < 1 {
+			t.Fatalf("%s=%q: %q is not a number of filters", benchOperatorEnv, spec, field)
+		}
+		t.Run(strconv.Itoa(filters), func(t *testing.T) { measureOperatorScale(t, filters) })
+	}
+}
+
+func measureOperatorScale(t *testing.T, filters int) {
+	t.Helper()
+	n := newNamespace(t)
+	n.applySamples()
+	operator := h.clusterWideOperator()
+	pid := operator.cmd.Process.Pid
+
+	created := time.Now()
+	const chunk = 500
+	for first := 0; first < filters; first += chunk {
+		var manifest strings.Builder
+		for i := first; i < min(first+chunk, filters); i++ {
+			fmt.Fprintf(&manifest, "---\napiVersion: bloomery.io/v1alpha1\nkind: BloomFilter\nmetadata:\n  name: scale-%05d\n"+
+				"spec:\n  clusterRef:\n    name: example\n  capacity: 1000\n  falsePositiveRate: \"0.01\"\n", i)
+		}
+		n.apply(manifest.String())
+	}
+	applied := time.Since(created)
+	// kubectl wait watches, and is told of each filter as it becomes Ready; the suite's own
+	// kubectl calls are bounded far below the scale's times.
+	ctx, cancel := context.WithTimeout(t.Context(), scaleTimeout+time.Minute)
+	defer cancel()
+	if _, _, err := h.kubectl.run(ctx, "", "--namespace", n.name, "wait", "--for=condition=Ready", "bloomfilter", "--all",
+		"--timeout="+scaleTimeout.String()); err != nil {
+		t.Fatalf("%d filters not all Ready within %v: %v", filters, scaleTimeout, err)
+	}
+	ready := time.Since(created)
+
+	pods := n.apis(podNames(sampleReplicas)...)
+	cpuBefore, apiBefore := processCPU(t, pid), apiRequests(n)
+	callsBefore := make([]operatorCalls, len(pods))
+	for i, p := range pods {
+		callsBefore[i] = p.operatorCalls()
+	}
+	quiet := time.Now()
+	time.Sleep(time.Minute)
+	minutes := time.Since(quiet).Minutes()
+	cpu := (processCPU(t, pid) - cpuBefore).Seconds() / minutes
+	api := (apiRequests(n) - apiBefore) / minutes
+	var perFilter, polls float64
+	for i, p := range pods {
+		calls := p.operatorCalls()
+		perFilter += calls.perFilter - callsBefore[i].perFilter
+		polls += calls.polls - callsBefore[i].polls
+	}
+	rss := processRSS(t, pid)
+	t.Logf("%d filters on %d pods: applied in %v, all Ready after %v; a quiet minute: operator CPU %.2f s (%.1f%% of a core), "+
+		"%.0f API requests (every client), %.2f pod calls a second per pod (%.0f about one filter, %.0f polls in all); operator RSS %.0f MiB",
+		filters, len(pods), applied.Round(time.Millisecond), ready.Round(time.Millisecond),
+		cpu, 100*cpu/60, api, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
+
+	deleted := time.Now()
+	// kubectl's --wait watches the objects one after the other, minutes for thousands: the count
+	// is polled instead.
+	n.run("delete", "bloomfilter", "--all", "--wait=false")
+	await.Until(t, deleteTimeout, "every BloomFilter gone", func() (bool, string) {
+		left := strings.Count(n.run("get", "bloomfilters", "-o", "name"), "\n")
+		return left == 0, fmt.Sprintf("%d left", left)
+	})
+	t.Logf("%d filters: all gone %v after kubectl delete (polled every %v at most)", filters,
+		time.Since(deleted).Round(time.Millisecond), deleteTimeout/100)
+}
+
+// processCPU reads the CPU time, user and system, that process pid used so far.
+func processCPU(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command, which is in parentheses and may hold spaces: utime and stime
+	// are the 12th and 13th, in clock ticks (USER_HZ, 100 on Linux).
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+1:]))
+	var ticks int64
+	for _, f := range fields[11:13] {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			t.Fatalf("/proc/%d/stat: %q: %v", pid, f, err)
+		}
+		ticks += v
+	}
+	return time.Duration(ticks) * (time.Second / 100)
+}
+
+// processRSS reads the resident memory of process pid, in bytes.
+func processRSS(t *testing.T, pid int) float64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kib, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			if err != nil {
+				t.Fatalf("/proc/%d/status: %q: %v", pid, line, err)
+			}
+			return kib * 1024
+		}
+	}
+	t.Fatalf("/proc/%d/status has no VmRSS", pid)
+	return 0
+}
+
+// apiRequests reads the API server's count of requests answered, from every client.
+func apiRequests(n namespace) float64 {
+	n.t.Helper()
+	fs, err := metricstest.Parse([]byte(n.run("get", "--raw", "/metrics")), "text/plain", "")
+	if err != nil {
+		n.t.Fatalf("the API server's /metrics: %v", err)
+	}
+	var total float64
+	for _, m := range fs.Samples("apiserver_request_total") {
+		total += m.GetCounter().GetValue()
+	}
+	return total
+}

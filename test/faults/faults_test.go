@@ -1,0 +1,126 @@
+package faults
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// filterName is the filter every scenario writes to.
+const filterName = "dedup"
+
+// scenario is a fault and its healing, injected while the workload runs.
+type scenario struct {
+	name   string
+	subnet int // of its network: scenarios run at once, each on its own
+	// inject starts the fault on the cluster, whose filter's home is home; heal ends it.
+	inject, heal func(c *cluster, home *pod)
+}
+
+// run starts a cluster of three, runs the workload for a while before, during and after the
+// fault, and checks the history.
+func (s scenario) run(t *testing.T) {
+	t.Helper()
+	c := newCluster(t, s.subnet, 3, filterName)
+	home := c.home(filterName)
+	w := &workload{name: filterName, pods: c.pods}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); w.run(ctx, 6) }()
+	phase := func(d time.Duration) {
+		select {
+		case <-time.After(d):
+		case <-t.Context().Done():
+		}
+	}
+	phase(5 * time.Second)
+	s.inject(c, home)
+	phase(15 * time.Second)
+	s.heal(c, home)
+	phase(10 * time.Second)
+	cancel()
+	<-done
+
+	found, counts := violations(w.history.all(), len(c.pods))
+	t.Logf("%s, home %s: %v", s.name, home.name, counts)
+	if counts["check-and-set ok"] == 0 || counts["check ok"] == 0 {
+		t.Errorf("the workload was not served: %v", counts)
+	}
+	for _, v := range found {
+		t.Error(v)
+	}
+	if t.Failed() {
+		for _, p := range c.pods {
+			t.Logf("pod %s's log (tail):\n%s", p.name, tail(p.logs(), 40))
+		}
+	}
+}
+
+func others(c *cluster, p *pod) []int {
+	var out []int
+	for _, o := range c.pods {
+		if o != p {
+			out = append(out, o.i)
+		}
+	}
+	return out
+}
+
+// The filter's home cut off from its peers for 15 s, its clients still reaching it.
+func TestHomeIsolated(t *testing.T) {
+	t.Parallel()
+	scenario{name: "home isolated", subnet: 1,
+		inject: func(c *cluster, home *pod) { c.net.isolate(home.i, others(c, home)) },
+		heal:   func(c *cluster, home *pod) { c.net.heal(home.i) },
+	}.run(t)
+}
+
+// The filter's home paused with SIGSTOP for 15 s: requests wait in its sockets meanwhile.
+func TestHomePaused(t *testing.T) {
+	t.Parallel()
+	scenario{name: "home paused", subnet: 2,
+		inject: func(_ *cluster, home *pod) { home.signal(syscall.SIGSTOP) },
+		heal:   func(_ *cluster, home *pod) { home.signal(syscall.SIGCONT) },
+	}.run(t)
+}
+
+// A pod that is not the home cut off from its peers.
+func TestOtherPodIsolated(t *testing.T) {
+	t.Parallel()
+	scenario{name: "another pod isolated", subnet: 3,
+		inject: func(c *cluster, home *pod) {
+			for _, p := range c.pods {
+				if p != home {
+					c.net.isolate(p.i, others(c, p))
+					return
+				}
+			}
+		},
+		heal: func(c *cluster, _ *pod) {
+			for _, p := range c.pods {
+				c.net.heal(p.i)
+			}
+		},
+	}.run(t)
+}
+
+// The filter's home killed with SIGKILL and started again four times while clients write.
+func TestHomeKilledAndRestarted(t *testing.T) {
+	t.Parallel()
+	scenario{name: "home killed and restarted four times", subnet: 4,
+		inject: func(c *cluster, home *pod) {
+			for range 4 {
+				c.restart(home)
+				time.Sleep(2 * time.Second)
+			}
+		},
+		heal: func(*cluster, *pod) {},
+	}.run(t)
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
+}
