@@ -84,8 +84,9 @@ MODULE := github.com/bloomery/bloomery
 PROCESS_PKGS := $(MODULE)/test/process
 CHART_PKGS := $(MODULE)/charts
 IMAGE_PKGS := $(MODULE)/test/image
+NODE_PKGS := $(MODULE)/test/node
 ENVTEST_PKGS = $(filter-out $(PROCESS_PKGS) $(CHART_PKGS),$(addprefix $(MODULE)/,$(patsubst %/,%,$(sort $(dir $(shell find * -name '*_envtest_test.go'))))))
-UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(CHART_PKGS) $(IMAGE_PKGS),$(shell $(GO) list ./...))
+UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(CHART_PKGS) $(IMAGE_PKGS) $(NODE_PKGS),$(shell $(GO) list ./...))
 
 .PHONY: check
 check: fmt-check vet lint ## Check before a commit: format, go vet, golangci-lint, go test -short ./... (needs only Go and gcc).
@@ -153,6 +154,17 @@ test-image: node-deps ## Build the image without pulling and test it (test/image
 	hack/image.sh "$(LOCALBIN)/bloomery-test-image.tar" "$(TEST_IMG)" "$(VERSION)"
 	BLOOMERY_IMAGE_ARCHIVE="$(LOCALBIN)/bloomery-test-image.tar" BLOOMERY_IMAGE="$(TEST_IMG)" BLOOMERY_IMAGE_VERSION="$(VERSION)" \
 		$(GO) test -count=1 -v $(IMAGE_PKGS)
+
+# A single-node cluster (hack/node.sh: the control plane, kubelet, kube-proxy, containerd, in a
+# network namespace of its own) with the image of `make image` imported, and the scenarios of
+# test/node driven with helm and kubectl as a user would; as root, with make node-deps' packages
+# and the node's Kubernetes binaries (hack/envtest-assets.sh -n, built once like the others).
+.PHONY: test-node
+test-node: node-deps helm ## Run test/node on a real single-node cluster: helm install, BloomCluster, Service traffic, kubelet restarts, rolling update.
+	hack/envtest-assets.sh -n "$(ENVTEST_ASSETS_DIR)" >/dev/null
+	hack/image.sh "$(LOCALBIN)/bloomery-test-image.tar" "$(TEST_IMG)" "$(VERSION)"
+	BLOOMERY_IMAGE_ARCHIVE="$(LOCALBIN)/bloomery-test-image.tar" BLOOMERY_IMAGE="$(TEST_IMG)" HELM="$(HELM)" \
+		$(GO) test -count=1 -v -timeout 15m $(NODE_PKGS)
 
 .PHONY: node-deps
 node-deps: ## Install the Debian packages the image and node tests need (buildah, podman, containerd, runc, CNI plugins) with apt, when missing.
