@@ -10,7 +10,8 @@
 #   10.77.1.0/24     the pods' addresses (the bridge bloomery0, 10.77.1.1)
 #   10.77.128.0/24   the Services' ClusterIPs (kube-proxy's iptables rules)
 # Commands reach the cluster from inside it: `hack/node.sh exec DIR kubectl get pods` (kubectl
-# and helm find the cluster's kubeconfig in $KUBECONFIG).
+# and helm find the cluster's kubeconfig in $KUBECONFIG). A default StorageClass, local, has
+# three PersistentVolumes of 2Gi (BLOOMERY_NODE_VOLUMES sets how many).
 #
 # Usage:
 #   hack/node.sh up DIR             start the cluster, its state and logs in DIR (logs/)
@@ -35,6 +36,7 @@ SERVICE_CIDR=10.77.128.0/24
 API_SERVICE_IP=10.77.128.1
 NODE_NAME=node1
 PAUSE_IMAGE=localhost/pause:3.10
+VOLUMES=${BLOOMERY_NODE_VOLUMES:-3}
 
 [[ $# -ge 2 ]] || usage
 cmd=$1 dir=$2
@@ -357,6 +359,50 @@ EOF
 		wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
 }
 
+# --- storage --------------------------------------------------------------------------------------
+# A default StorageClass without a provisioner and VOLUMES local PersistentVolumes of 2Gi on the
+# node, for the claims of a StatefulSet's pods (the samples' BloomCluster has three). Their
+# directories belong to uid 65532, the image's user, as a provisioner's volume would be made
+# writable to it by the pod's fsGroup.
+storage() {
+	local bin=$1 i
+	{
+		cat <<EOF
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+  annotations:
+    storageclass.kubernetes.io/is-default-class: "true"
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+EOF
+		for ((i = 0; i < VOLUMES; i++)); do
+			mkdir -p "$dir/volumes/pv$i"
+			chown 65532:65532 "$dir/volumes/pv$i"
+			cat <<EOF
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: local-pv$i
+spec:
+  capacity: {storage: 2Gi}
+  accessModes: [ReadWriteOnce]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: local
+  local: {path: $dir/volumes/pv$i}
+  nodeAffinity:
+    required:
+      nodeSelectorTerms:
+      - matchExpressions:
+        - {key: kubernetes.io/hostname, operator: In, values: [$NODE_NAME]}
+EOF
+		done
+	} >"$dir/storage.yaml"
+	in_ns "$bin/kubectl" --kubeconfig "$dir/kubeconfig" apply -f "$dir/storage.yaml" >/dev/null
+}
+
 up() {
 	[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, mounts, containers)"
 	local missing=() p bin
@@ -375,6 +421,7 @@ up() {
 	pause_image
 	control_plane "$bin"
 	node "$bin"
+	storage "$bin"
 	echo "$ns" >"$dir/netns"
 	log "up in $((SECONDS - start_time))s: KUBECONFIG=$dir/kubeconfig, namespace $ns"
 }

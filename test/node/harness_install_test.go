@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,7 +17,7 @@ const (
 	appNamespace    = "demo"            // the sample BloomCluster's and BloomFilter's
 	clusterName     = "example"         // config/samples' BloomCluster
 	filterName      = "users"           // config/samples' BloomFilter
-	nodeName        = "node1"           // hack/node.sh's
+	nodeName        = "node1"           // hack/node.sh's, which makes local volumes local-pv0...
 )
 
 // once runs a setup step the first time a test needs it; a step that failed fails every test
@@ -43,7 +42,7 @@ func (o *once) do(t *testing.T, what string, step func() error) {
 }
 
 var (
-	installStep, storageStep, sampleStep once
+	installStep, sampleStep once
 	// installStarted is when helm install started, for the time a user waits until the first
 	// filter answers.
 	installStarted time.Time
@@ -74,66 +73,12 @@ func installed(t *testing.T) *cluster {
 	return c
 }
 
-// withStorage makes, once, a default StorageClass without a provisioner and three local
-// PersistentVolumes on the node for the claims of the sample's three pods. Their directories
-// belong to the image's user, as a provisioner's would be chowned by fsGroup.
-func withStorage(t *testing.T) *cluster {
-	t.Helper()
-	c := nodeCluster(t)
-	storageStep.do(t, "the local PersistentVolumes", func() error {
-		var b strings.Builder
-		b.WriteString(`apiVersion: storage.k8s.io/v1
-kind: StorageClass
-metadata:
-  name: local
-  annotations:
-    storageclass.kubernetes.io/is-default-class: "true"
-provisioner: kubernetes.io/no-provisioner
-volumeBindingMode: WaitForFirstConsumer
-`)
-		for i := range 3 {
-			dir := filepath.Join(c.dir, "volumes", fmt.Sprintf("pv%d", i))
-			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return err
-			}
-			if err := os.Chown(dir, 65532, 65532); err != nil {
-				return err
-			}
-			fmt.Fprintf(&b, `---
-apiVersion: v1
-kind: PersistentVolume
-metadata:
-  name: local-pv%d
-spec:
-  capacity: {storage: 2Gi}
-  accessModes: [ReadWriteOnce]
-  persistentVolumeReclaimPolicy: Retain
-  storageClassName: local
-  local: {path: %s}
-  nodeAffinity:
-    required:
-      nodeSelectorTerms:
-      - matchExpressions:
-        - {key: kubernetes.io/hostname, operator: In, values: [%s]}
-`, i, dir, nodeName)
-		}
-		file := filepath.Join(c.dir, "storage.yaml")
-		if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
-			return err
-		}
-		_, err := c.run(t, "kubectl", "apply", "-f", file)
-		return err
-	})
-	return c
-}
-
 // withSample applies config/samples (a BloomCluster of three with RESP, a BloomFilter), once,
 // as the README does, waits for both to be Ready and for the filter to answer through the
 // client Service, and records how long a user waited since helm install.
 func withSample(t *testing.T) *cluster {
 	t.Helper()
-	installed(t)
-	c := withStorage(t)
+	c := installed(t)
 	sampleStep.do(t, "the sample BloomCluster and BloomFilter", func() error {
 		if _, err := c.run(t, "kubectl", "create", "namespace", appNamespace); err != nil {
 			return err
