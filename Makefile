@@ -73,6 +73,7 @@ servicemonitor-crd: controller-gen ## Regenerate the ServiceMonitor and Promethe
 #                 API server)
 #   test-e2e      test/e2e (build tag e2e): a control plane, the operator and pods as processes
 #   test-image    test/image: the image of `make image`, read from its archive and run with podman
+#   test-node     test/node: the chart and the image on a real single-node cluster (hack/node.sh)
 #   fuzz          each fuzz target of FUZZ_TARGETS
 #
 # Each package's tests run in exactly one test-* target, so `make test` runs every test once.
@@ -97,7 +98,7 @@ fmt-check: golangci-lint ## Fail, showing the diff, when a file is not formatted
 	$(GOLANGCI_LINT) fmt --diff
 
 .PHONY: test
-test: test-deps vet test-unit test-envtest test-process test-chart test-e2e test-image ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
+test: test-deps vet test-unit test-envtest test-process test-chart test-e2e test-image test-node ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
 .PHONY: test-deps

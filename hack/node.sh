@@ -411,6 +411,14 @@ up() {
 	done
 	[[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback ]] || missing+=("/usr/lib/cni (containernetworking-plugins)")
 	((${#missing[@]} == 0)) || die "missing: ${missing[*]} (make node-deps installs them)"
+	# The kubelet and runc need the memory, cpu and pids controllers: cgroup v2's, or the v1
+	# hierarchies of this kind of host.
+	if [[ ! -f /sys/fs/cgroup/cgroup.controllers ]]; then
+		for p in memory cpu pids; do
+			[[ -d /sys/fs/cgroup/$p ]] || missing+=("the cgroup controller $p (/sys/fs/cgroup/$p)")
+		done
+		((${#missing[@]} == 0)) || die "missing: ${missing[*]}"
+	fi
 	[[ ! -e /run/netns/$ns ]] || die "a cluster of $dir runs already (namespace $ns): hack/node.sh down $dir"
 	bin=$(assets)
 	mkdir -p "$dir/logs" "$dir/run"

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -233,6 +234,51 @@ func TestRollingUpdateUnderAWriter(t *testing.T) {
 		bc := columns(t, c, "-n", appNamespace, "bloomclusters", clusterName)
 		return bc["READY"] == "3" && bc["STATUS"] == "AllReplicasReady", fmt.Sprint(bc)
 	})
+}
+
+// TestCheckAndSetRateServiceVersusPod measures, in the same run, the check-and-set rate through
+// the client Service's ClusterIP (kube-proxy's iptables rules, masquerading included) and
+// straight to one pod, and logs both (docs/performance.md); what it asserts is that every
+// check-and-set of a new value answered false on both paths.
+func TestCheckAndSetRateServiceVersusPod(t *testing.T) {
+	c := withSample(t)
+	podIP := c.kubectl(t, "-n", appNamespace, "get", "pod", clusterName+"-0", "-o", "jsonpath={.status.podIP}")
+	paths := []struct{ name, addr string }{
+		{"ClusterIP Service", c.serviceIP(t, appNamespace, clusterName) + ":8080"},
+		{"pod " + clusterName + "-0", podIP + ":8080"},
+	}
+	const workers, period = 8, 5 * time.Second
+	for _, p := range paths {
+		api := c.bloomery(p.addr)
+		var mu sync.Mutex
+		done, wrong := 0, 0
+		var wg sync.WaitGroup
+		deadline := time.Now().Add(period)
+		start := time.Now()
+		for w := range workers {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(deadline); i++ {
+					seen, err := api.CheckAndSet(t.Context(), filterName, fmt.Sprintf("rate-%s-%d-%d-%d", p.name, start.UnixNano(), w, i))
+					mu.Lock()
+					if err != nil || seen {
+						wrong++
+						if wrong <= 5 {
+							t.Errorf("%s: check-and-set of a new value: %v, %v; want false", p.name, seen, err)
+						}
+					} else {
+						done++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		t.Logf("%s: %d check-and-sets in %v by %d clients: %.0f/s", p.name, done, elapsed.Round(time.Millisecond), workers, float64(done)/elapsed.Seconds())
+		if done == 0 {
+			t.Errorf("%s: no check-and-set answered", p.name)
+		}
+	}
 }
 
 // TestHelmUninstall uninstalls the release: the operator goes, the CRDs stay (crds.keep), and
