@@ -58,10 +58,10 @@ start() {
 
 # wait_for WHAT SECONDS CMD...: retries CMD every half second until it succeeds.
 wait_for() {
-	local what=$1 deadline=$((SECONDS + $2))
+	local what=$1 timeout=$2 deadline=$((SECONDS + $2))
 	shift 2
 	until "$@" >/dev/null 2>&1; do
-		((SECONDS < deadline)) || die "$what: not after $(($2))s; see $dir/logs"
+		((SECONDS < deadline)) || die "$what: not after ${timeout}s; see $dir/logs"
 		sleep 0.5
 	done
 }
