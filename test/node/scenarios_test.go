@@ -3,6 +3,7 @@ package node
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -202,6 +203,79 @@ func TestKubeletRestartsAKilledContainer(t *testing.T) {
 	if bc["READY"] != "3" {
 		t.Errorf("kubectl get bloomclusters after the restart: %v; want READY 3", bc)
 	}
+}
+
+// TestReadinessProbeTakesAFrozenPodOutAndBack freezes a data-plane pod's process (SIGSTOP) under
+// a writer: the process still exists, so only the kubelet's probes can tell. The readiness probe
+// marks the pod unready and its address leaves the Service's ready endpoints; once the process
+// runs again (SIGCONT) the probe marks it ready and it is back, without a restart, and nothing
+// acknowledged is lost.
+func TestReadinessProbeTakesAFrozenPodOutAndBack(t *testing.T) {
+	c := withSample(t)
+	pod := clusterName + "-2"
+	state := func() (restarts, ready string) {
+		f := strings.Fields(c.kubectl(t, "-n", appNamespace, "get", "pod", pod, "-o",
+			"jsonpath={.status.containerStatuses[0].restartCount} {.status.containerStatuses[0].ready}"))
+		if len(f) != 2 {
+			t.Fatalf("%s's container status: %q", pod, f)
+		}
+		return f[0], f[1]
+	}
+	podIP := c.kubectl(t, "-n", appNamespace, "get", "pod", pod, "-o", "jsonpath={.status.podIP}")
+	inService := func() (bool, string) {
+		ready := c.kubectl(t, "-n", appNamespace, "get", "endpointslices", "-l", "kubernetes.io/service-name="+clusterName, "-o",
+			`jsonpath={range .items[*].endpoints[?(@.conditions.ready==true)]}{.addresses[0]}{" "}{end}`)
+		return slices.Contains(strings.Fields(ready), podIP), "ready endpoints: " + ready
+	}
+	await.Until(t, 2*time.Minute, pod+" ready and in the Service", func() (bool, string) {
+		in, detail := inService()
+		_, ready := state()
+		return in && ready == "true", detail + ", ready " + ready
+	})
+	before, _ := state()
+	w := startWriter(t, c.bloomery(c.serviceIP(t, appNamespace, clusterName)+":8080"), filterName)
+	await.True(t, time.Minute, "the writer's first acknowledged adds", func() bool { return w.acknowledged() >= 20 })
+	pid := containerPID(t, c, appNamespace, pod)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	t.Cleanup(func() {
+		if !continued {
+			_ = syscall.Kill(pid, syscall.SIGCONT)
+		}
+	})
+	frozen := time.Now()
+	await.Until(t, 2*time.Minute, pod+" unready, its container not restarted", func() (bool, string) {
+		restarts, ready := state()
+		return ready == "false" && restarts == before, "restarts " + restarts + ", ready " + ready
+	})
+	t.Logf("%s: unready %v after the freeze", pod, time.Since(frozen).Round(100*time.Millisecond))
+	await.Until(t, time.Minute, pod+"'s address out of the Service's ready endpoints", func() (bool, string) {
+		in, detail := inService()
+		return !in, detail
+	})
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	continued = true
+	thawed := time.Now()
+	await.Until(t, 2*time.Minute, pod+" ready again and back in the Service", func() (bool, string) {
+		in, detail := inService()
+		_, ready := state()
+		return in && ready == "true", detail + ", ready " + ready
+	})
+	t.Logf("%s: ready and in the Service %v after it ran again", pod, time.Since(thawed).Round(100*time.Millisecond))
+	if restarts, _ := state(); restarts != before {
+		t.Errorf("%s restarted (%s restarts, %s before): the readiness probe alone was to act", pod, restarts, before)
+	}
+	events := c.kubectl(t, "-n", appNamespace, "get", "events", "--field-selector", "involvedObject.name="+pod+",reason=Unhealthy", "-o", "jsonpath={.items[*].message}")
+	if !strings.Contains(events, "Readiness probe failed") {
+		t.Errorf("%s has no event of a failed readiness probe: %q", pod, events)
+	}
+	acked := w.acknowledged()
+	await.True(t, time.Minute, "adds acknowledged after the pod came back", func() bool { return w.acknowledged() >= acked+20 })
+	w.stopAndCheck(t)
 }
 
 // TestRollingUpdateUnderAWriter upgrades the release to a second tag of the image under a writer:
