@@ -16,6 +16,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/httpapi"
+	"github.com/bloomery/bloomery/dataplane/lease"
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
@@ -35,6 +36,8 @@ type DataPlane struct {
 	metrics *metrics.Metrics
 	api     *httpapi.Server
 	resp    *resp.Server
+	// homeLease renews the pod's home lease; nil without homeLeaseSeconds.
+	homeLease *lease.Renewer
 
 	// persister is set once the data directory is open; nil when in memory.
 	persister atomic.Pointer[persist.Persister]
@@ -98,12 +101,24 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		Token:               token,
 		TLS:                 peerTLS,
 	})
-	d.metrics = metrics.New(metrics.Options{
+	mopts := metrics.Options{
 		Store:              d.store,
 		Cluster:            d.node,
 		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
 		Ready:              func() bool { return d.api.Ready() },
-	})
+	}
+	if cfg.HomeLease > 0 {
+		d.homeLease = lease.New(lease.Options{
+			Leases:    lease.InCluster(cfg.PodNamespace),
+			Name:      cfg.PodName,
+			Namespace: cfg.PodNamespace,
+			Duration:  cfg.HomeLease,
+			Epoch:     func() uint64 { return d.node.Membership().Epoch },
+			Log:       log,
+		})
+		mopts.HomeLease = d.homeLease
+	}
+	d.metrics = metrics.New(mopts)
 	ws := writes.New(d.store, d.node, log)
 	d.api, err = httpapi.New(httpapi.Options{
 		Config:        cfg,
