@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -108,7 +109,11 @@ func (r *BloomClusterReconciler) apiServerEgress(ctx context.Context) networking
 	var slices discoveryv1.EndpointSliceList
 	err := r.apiReader().List(ctx, &slices, client.InNamespace(metav1.NamespaceDefault),
 		client.MatchingLabels{discoveryv1.LabelServiceName: "kubernetes"})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err):
+		// A namespaced install, as documented: not worth a line at every pass.
+		return fallbackAPIServerEgress
+	case err != nil:
 		log.FromContext(ctx).V(1).Info("Cannot read where the API server is; the pods may reach ports 443 and 6443 anywhere", "error", err.Error())
 		return fallbackAPIServerEgress
 	}
