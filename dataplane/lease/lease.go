@@ -208,8 +208,8 @@ func leaseTransitions(l *coordinationv1.Lease) int32 {
 // longer holds it.
 func (r *Renewer) forget() { r.sent.Store(nil) }
 
-// report logs what changed: the first failure and every one after it (each says how long the
-// lease has left), the return to renewals, a revocation once.
+// report logs what changed: the failures (each says how long the lease has left), the return to
+// renewals, a revocation once.
 func (r *Renewer) report(err error) {
 	log := r.opts.Log
 	switch {
@@ -229,10 +229,17 @@ func (r *Renewer) report(err error) {
 	default:
 		r.failures.Add(1)
 		r.failing++
-		log.Warn("Could not renew the home lease; check that the pod reaches the API server (the NetworkPolicy's egress) and that its ServiceAccount may update the Lease",
-			"error", err.Error(), "failedInARow", r.failing, "held", r.Held(), "heldFor", r.heldLeft())
+		// Every failure while the lease is still held (it is at stake), else the first and
+		// then one in quietEvery: a pod that never reaches the API says so without flooding.
+		if held := r.Held(); held || r.failing%quietEvery == 1 {
+			log.Warn("Could not renew the home lease; check that the pod reaches the API server (the NetworkPolicy's egress) and that its ServiceAccount may update the Lease",
+				"error", err.Error(), "failedInARow", r.failing, "held", held, "heldFor", r.heldLeft())
+		}
 	}
 }
+
+// quietEvery is how many failed renewals in a row, once the lease is lost, make one log line.
+const quietEvery = 30
 
 // heldLeft is how long the lease stays held without a renewal, 0 when it is not.
 func (r *Renewer) heldLeft() time.Duration {

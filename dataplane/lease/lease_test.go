@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -277,5 +278,53 @@ func TestLeaseOfAnotherHolderIsRefused(t *testing.T) {
 	}
 	if l := f.leases.stored("alpha-0"); *l.Spec.HolderIdentity != "someone" {
 		t.Errorf("holderIdentity = %q, want someone's kept", *l.Spec.HolderIdentity)
+	}
+}
+
+// countingHandler counts the records logged at each level.
+type countingHandler struct {
+	mu     sync.Mutex
+	counts map[slog.Level]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.counts[r.Level]++
+	return nil
+}
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) warnings() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.counts[slog.LevelWarn]
+}
+
+// Each failure is logged while the lease is still held; once it is lost, one in quietEvery is,
+// so that a pod that never reaches the API says so without a line every few seconds.
+func TestFailedRenewalsAreLoggedWithoutFlooding(t *testing.T) {
+	t.Parallel()
+	f := newFixture()
+	h := &countingHandler{counts: map[slog.Level]int{}}
+	f.r.opts.Log = slog.New(h)
+	f.renew(t)
+	f.leases.err = errors.New("connection refused")
+	for range 2 { // within the lease: both logged
+		f.clock.advance(f.r.Interval())
+		_ = f.r.Renew(t.Context())
+	}
+	if got := h.warnings(); got != 2 {
+		t.Fatalf("%d warnings for 2 failures while held, want 2", got)
+	}
+	f.clock.advance(duration) // lost
+	for range quietEvery {
+		_ = f.r.Renew(t.Context())
+	}
+	// Failures 3 to 32 in a row, the lease lost: the 31st alone is logged.
+	if got := h.warnings(); got != 3 {
+		t.Errorf("%d warnings after %d more failures without the lease, want 3", got, quietEvery)
 	}
 }
