@@ -252,9 +252,9 @@ type ReplicationSpec struct {
 	Factor *int32 `json:"factor,omitempty"`
 
 	// homeLeaseSeconds is the duration of each pod's home lease: a coordination.k8s.io Lease
-	// named after the pod, which the pod renews every third of it. A pod serves as a partition's
-	// home only while it holds its lease, and the operator moves a home to the next owner only
-	// once the lease has gone unrenewed for this long plus the drift bound. A shorter lease
+	// named after the pod, which the pod renews every third of it. The operator moves a pod's
+	// partitions to their next owners only once its lease has gone unrenewed for this long plus
+	// the drift bound. A shorter lease
 	// fails over sooner and costs more renewals. 0 turns the leases off: homes then move only
 	// when their pods go away. A change rolls the pods.
 	// +kubebuilder:default=10

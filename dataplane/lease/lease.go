@@ -1,7 +1,7 @@
 // Package lease renews the pod's home lease: the coordination.k8s.io/v1 Lease, named after the
-// pod, that the operator creates and watches (docs/replication.md#the-homes-lease). A pod is a
-// home, and serves its partitions' check-and-sets and creates, only while Held says so; the
-// operator moves its partitions to their next owner only once the lease has lapsed.
+// pod, that the operator creates and watches (docs/replication.md#the-homes-lease). Held says
+// whether the pod holds it, for a home to consult before it serves a check-and-set or a create;
+// the operator moves the pod's partitions to their next owner only once the lease has lapsed.
 //
 // Held measures time on this process's monotonic clock from the moment the last successful
 // renewal was sent, never from renewTime: the request reaches the API server after it is sent,
