@@ -87,6 +87,23 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		clock: clock,
 		every: every,
 	}
+	// homeLease is the renewer's Held, nil without a lease: a home then needs none.
+	var homeLease func() bool
+	if cfg.HomeLease > 0 {
+		d.homeLease = lease.New(lease.Options{
+			Leases:    lease.InCluster(cfg.PodNamespace),
+			Name:      cfg.PodName,
+			Namespace: cfg.PodNamespace,
+			Duration:  cfg.HomeLease,
+			// Read only once Run renews, when the node exists.
+			Epoch: func() uint64 { return d.node.Membership().Epoch },
+			Log:   log,
+		})
+		homeLease = d.homeLease.Held
+	}
+	// The replication node's hook, replication.Options.HomeLease, once it has one: a home then
+	// applies a check-and-set or a create only while it holds its lease.
+	_ = homeLease
 	d.node = replication.NewNode(replication.Options{
 		Store:               d.store,
 		Log:                 log,
@@ -107,15 +124,7 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
 		Ready:              func() bool { return d.api.Ready() },
 	}
-	if cfg.HomeLease > 0 {
-		d.homeLease = lease.New(lease.Options{
-			Leases:    lease.InCluster(cfg.PodNamespace),
-			Name:      cfg.PodName,
-			Namespace: cfg.PodNamespace,
-			Duration:  cfg.HomeLease,
-			Epoch:     func() uint64 { return d.node.Membership().Epoch },
-			Log:       log,
-		})
+	if d.homeLease != nil {
 		mopts.HomeLease = d.homeLease
 	}
 	d.metrics = metrics.New(mopts)
