@@ -455,8 +455,8 @@ type Info struct {
 	Partitions int
 }
 
-// Info counts the bits set in every layer, which reads the whole bit array: it is meant for
-// status requests, not for the request path.
+// Info describes the filter from the counts of bits set that the engine keeps as it sets them:
+// O(layers), under each partition's read lock, whatever the filter's size.
 func (f *Filter) Info() Info { return f.InfoOf(All) }
 
 // InfoOf is Info of the held partitions that only holds.
@@ -511,10 +511,9 @@ type Usage struct {
 }
 
 // Usage reads the filter's counters in O(layers), holding each partition's read lock only to see
-// a consistent list of its layers. Info counts the bits instead, which reads the whole bit array
-// (a 1e9-key filter is over 1 GiB) while writers wait: too much to do for every filter at every
-// scrape. A cached count would be stale by however long the cache lives; the estimate is current
-// and, for the sizes where it matters, within a fraction of a percent of the count.
+// a consistent list of its layers. Its fill ratio is estimated from the keys each layer took,
+// where Info reads the bits set; for the sizes where it matters the estimate is within a
+// fraction of a percent of the count.
 func (f *Filter) Usage() Usage {
 	u := Usage{Items: f.Items(), SizeBytes: f.SizeBytes()}
 	u.Checked, u.Set = f.Traffic()
