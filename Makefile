@@ -98,7 +98,7 @@ test: test-deps vet test-unit test-envtest test-process test-chart test-e2e ## R
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
 .PHONY: test-deps
-test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis) with apt, when missing.
+test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis, strace) with apt, when missing.
 	hack/test-deps.sh
 
 # The check of the generated files runs controller-gen; the API documentation page is opened in
@@ -113,8 +113,8 @@ test-envtest: ## Run the packages with *_envtest_test.go files (controllers) aga
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(ENVTEST_PKGS)
 
-# redis-cli and redis-py (test-deps) drive the RESP port; the full-disk tests mount a tmpfs as
-# root; `bloomery operator` runs against an API server.
+# redis-cli and redis-py (test-deps) drive the RESP port; strace (test-deps) watches the log's
+# syncs; the full-disk tests mount a tmpfs as root; `bloomery operator` runs against an API server.
 .PHONY: test-process
 test-process: test-deps ## Run test/process: the binary, built with the race detector, as a process.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
