@@ -3,9 +3,11 @@ package resp
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/tidwall/redcon"
 )
 
@@ -45,5 +47,17 @@ func TestErrorRepliesDoNotAllocate(t *testing.T) {
 	}
 	if got := oneLine("ERR a\r\nb"); got != "ERR a  b" {
 		t.Errorf("oneLine kept line breaks: %q", got)
+	}
+}
+
+// A write the update log cannot take answers MISCONF, Redis's reply to a write it cannot
+// persist, with the reason; other engine errors keep ERR.
+func TestNotJournaledAnswersMISCONF(t *testing.T) {
+	err := fmt.Errorf("%w: no space left on device", filter.ErrNotJournaled)
+	if got, want := replyText(err), "MISCONF the update log cannot be written: no space left on device"; got != want {
+		t.Errorf("reply %q, want %q", got, want)
+	}
+	if got := replyText(filter.ErrTooLarge); !strings.HasPrefix(got, "ERR ") {
+		t.Errorf("reply %q, want ERR", got)
 	}
 }

@@ -310,3 +310,45 @@ func noneApplied(t *testing.T, dp *dataPlane, filter string, values []string) {
 		}
 	}
 }
+
+// A RESP client writing to a pod whose disk is full is told so, as Redis tells a write it cannot
+// persist (MISCONF), with the system's reason, not a generic error; nothing of the refused
+// command is applied.
+func TestFullDiskAnswersRESPWithMISCONF(t *testing.T) {
+	dir := smallDisk(t, 8<<20)
+	password := writeFile(t, "resp-password", respLimitsPassword+"\n")
+	addr := freeAddress(t)
+	dp, err := tryLaunchBinary(t, plainBinary(t), nil, dir, "--log-sync", "always",
+		"--resp-port", portOf(t, addr), "--resp-password-file", password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp.waitReady(t)
+	// Sparse: a value of the refused command tests present only if applied (see above).
+	if out, err := cliServes(t, addr, "BF.RESERVE", "full", "0.000001", "1000000"); err != nil || out != "OK" {
+		t.Fatalf("BF.RESERVE: %q, %v", out, err)
+	}
+	fill(t, dir)
+	var refused []string
+	var reply string
+	for i := 0; refused == nil && i < 100; i++ {
+		items := valuesOf(fmt.Sprint("resp-", i), 1000)
+		out, err := cliServes(t, addr, append([]string{"BF.MADD", "full"}, items...)...)
+		if err != nil {
+			t.Fatalf("redis-cli: %v: %s", err, out)
+		}
+		if strings.Count(out, "\n") != len(items)-1 { // one reply per item, or one error
+			refused, reply = items, out
+		}
+	}
+	if refused == nil {
+		t.Fatal("a full disk took 100,000 items")
+	}
+	if !strings.HasPrefix(reply, "MISCONF the update log cannot be written") || !strings.Contains(reply, "no space left on device") {
+		t.Errorf("BF.MADD on a full disk answered %q, want MISCONF naming the lack of space", reply)
+	}
+	out, err := cliServes(t, addr, append([]string{"BF.MEXISTS", "full"}, refused...)...)
+	if err != nil || strings.Contains(out, "1") {
+		t.Errorf("BF.MEXISTS of the refused items: %v\n%s\nwant every one 0", err, out)
+	}
+}
