@@ -7,8 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/tidwall/redcon"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
 // Each failed AUTH of a connection is answered later than the one before, up to lastAuthDelay; a
