@@ -102,7 +102,7 @@ test: test-deps vet test-unit test-envtest test-process test-chart test-e2e test
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
 .PHONY: test-deps
-test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis) with apt, when missing.
+test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis, strace) with apt, when missing.
 	hack/test-deps.sh
 
 # The check of the generated files runs controller-gen; the API documentation page is opened in
@@ -117,8 +117,8 @@ test-envtest: ## Run the packages with *_envtest_test.go files (controllers) aga
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(ENVTEST_PKGS)
 
-# redis-cli and redis-py (test-deps) drive the RESP port; the full-disk tests mount a tmpfs as
-# root; `bloomery operator` runs against an API server.
+# redis-cli and redis-py (test-deps) drive the RESP port; strace (test-deps) watches the log's
+# syncs; the full-disk tests mount a tmpfs as root; `bloomery operator` runs against an API server.
 .PHONY: test-process
 test-process: test-deps ## Run test/process: the binary, built with the race detector, as a process.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
@@ -173,7 +173,7 @@ node-deps: ## Install the Debian packages the image and node tests need (buildah
 
 # Every decoder of untrusted bytes has a fuzz target (package:Target); crashers found land in the
 # package's testdata/fuzz.
-FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/persist:FuzzMerge ./dataplane/httpapi:FuzzFastPath ./dataplane/filter:FuzzLocations ./dataplane/peer:FuzzDecodeOps ./dataplane/peer:FuzzStreamServer ./dataplane/resp:FuzzDispatch ./dataplane/resp:FuzzDispatchBeforeAuth ./dataplane/resp:FuzzPipeline ./dataplane/resp:FuzzTransaction
+FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/persist:FuzzMerge ./dataplane/httpapi:FuzzFastPath ./dataplane/filter:FuzzLocations ./dataplane/peer:FuzzDecodeOps ./dataplane/peer:FuzzStreamServer ./dataplane/resp:FuzzReader ./dataplane/resp:FuzzDispatch ./dataplane/resp:FuzzDispatchBeforeAuth ./dataplane/resp:FuzzPipeline ./dataplane/resp:FuzzTransaction
 # make test gives each target a count of executions, not a duration: with a duration, Go 1.26's
 # fuzzing coordinator can fail at the deadline with "context deadline exceeded" and no crasher
 # (golang/go#75804, fixed in Go 1.27) when the machine is loaded.
