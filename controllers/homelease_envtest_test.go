@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,29 +27,12 @@ import (
 	"github.com/bloomery/bloomery/dataplane/lease"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/internal/tick/ticktest"
 )
-
-// testClock is the operator's clock in a test: it moves only when the test says.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // startLeaseReconciler runs the BloomCluster reconciler in ns with a short resync and clock as
 // its clock.
-func startLeaseReconciler(t *testing.T, ns string, clock *testClock) {
+func startLeaseReconciler(t *testing.T, ns string, clock *ticktest.Clock) {
 	t.Helper()
 	startManager(t, ns, func(mgr ctrl.Manager) error {
 		return (&BloomClusterReconciler{
@@ -104,7 +86,7 @@ func holderOf(l *coordinationv1.Lease) string {
 func TestHomeLeasesAndTheirRoleFollowTheReplicas(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
-	startLeaseReconciler(t, ns, &testClock{now: time.Now()})
+	startLeaseReconciler(t, ns, ticktest.NewClock(time.Now()))
 	cluster := createBloomCluster(t, ns, "hl", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replicas = new(int32(2)) })
 
 	for _, name := range []string{"hl-0", "hl-1"} {
@@ -153,7 +135,7 @@ func TestHomeLeasesAndTheirRoleFollowTheReplicas(t *testing.T) {
 func TestDataPodsMayRenewOnlyTheirOwnLeases(t *testing.T) {
 	t.Parallel()
 	ns := newNamespace(t)
-	startLeaseReconciler(t, ns, &testClock{now: time.Now()})
+	startLeaseReconciler(t, ns, ticktest.NewClock(time.Now()))
 	createBloomCluster(t, ns, "own", nil)
 	createBloomCluster(t, ns, "other", nil)
 	waitLease(t, ns, "own-0", exists)
@@ -210,7 +192,7 @@ func TestDataPodsMayRenewOnlyTheirOwnLeases(t *testing.T) {
 // Not parallel: it counts the passes of every bloomcluster controller in the process.
 func TestLapsedHomeLeaseMovesTheHome(t *testing.T) {
 	ns := newNamespace(t)
-	clock := &testClock{now: time.Now()}
+	clock := ticktest.NewClock(time.Now())
 	startLeaseReconciler(t, ns, clock)
 	createBloomCluster(t, ns, "lapse", func(c *bloomeryv1alpha1.BloomCluster) { c.Spec.Replicas = new(int32(2)) })
 	p0, p1 := addPod(t, ns, "lapse", "lapse-0"), addPod(t, ns, "lapse", "lapse-1")
@@ -233,7 +215,7 @@ func TestLapsedHomeLeaseMovesTheHome(t *testing.T) {
 	// renews just before lapse-1's lease would lapse.
 	p1.kill(t)
 	lapseAfter := wire.LeaseLapsedAfter(bloomeryv1alpha1.DefaultHomeLeaseSeconds * time.Second)
-	clock.advance(lapseAfter - time.Millisecond)
+	clock.Advance(lapseAfter - time.Millisecond)
 	if err := r0.Renew(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +227,7 @@ func TestLapsedHomeLeaseMovesTheHome(t *testing.T) {
 		t.Fatalf("epoch moved to %d before any lease lapsed", c.Status.MembershipEpoch)
 	}
 
-	clock.advance(time.Millisecond)
+	clock.Advance(time.Millisecond)
 	revokedFor := strconv.FormatUint(first+1, 10)
 	waitLease(t, ns, "lapse-1", func(l *coordinationv1.Lease) (bool, string) {
 		return holderOf(l) == "" && l.Annotations[wire.LeaseRevokedAnnotation] == revokedFor,

@@ -15,25 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/tick/ticktest"
 )
-
-// fakeClock is a clock that moves only when the test says.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // fakeLeases keeps Leases as the API server does: every write a new resourceVersion, an update
 // from another version a conflict.
@@ -120,14 +103,14 @@ func (f *fakeLeases) stored(name string) *coordinationv1.Lease {
 const duration = 10 * time.Second
 
 type fixture struct {
-	clock  *fakeClock
+	clock  *ticktest.Clock
 	leases *fakeLeases
 	epoch  uint64
 	r      *Renewer
 }
 
 func newFixture() *fixture {
-	f := &fixture{clock: &fakeClock{now: time.Unix(1_000_000, 0)}, leases: newFakeLeases("alpha-0", "alpha-1")}
+	f := &fixture{clock: ticktest.NewClock(time.Unix(1_000_000, 0)), leases: newFakeLeases("alpha-0", "alpha-1")}
 	f.r = New(Options{Leases: f.leases, Name: "alpha-0", Namespace: "ns", Duration: duration,
 		Epoch: func() uint64 { return f.epoch }, Now: f.clock.Now})
 	return f
@@ -148,16 +131,16 @@ func TestHeldForTheDurationLessDriftFromTheSending(t *testing.T) {
 	if f.r.Held() {
 		t.Fatal("Held before any renewal")
 	}
-	f.leases.during = func() { f.clock.advance(2 * time.Second) }
+	f.leases.during = func() { f.clock.Advance(2 * time.Second) }
 	f.renew(t)
 	f.leases.during = nil
 	heldFor := time.Duration(float64(duration) * (1 - wire.LeaseDriftBound))
 	// 2 s of the lease went by while the renewal travelled.
-	f.clock.advance(heldFor - 2*time.Second - time.Nanosecond)
+	f.clock.Advance(heldFor - 2*time.Second - time.Nanosecond)
 	if !f.r.Held() {
 		t.Fatalf("not held %v after the renewal was sent, less than %v", heldFor-time.Nanosecond, heldFor)
 	}
-	f.clock.advance(time.Nanosecond)
+	f.clock.Advance(time.Nanosecond)
 	if f.r.Held() {
 		t.Fatalf("still held %v after the renewal was sent", heldFor)
 	}
@@ -188,7 +171,7 @@ func TestRenewTakesTheLease(t *testing.T) {
 		t.Errorf("leaseTransitions = %v, want 1", l.Spec.LeaseTransitions)
 	}
 	acquired := *l.Spec.AcquireTime
-	f.clock.advance(f.r.Interval())
+	f.clock.Advance(f.r.Interval())
 	f.renew(t)
 	l = f.leases.stored("alpha-0")
 	if !l.Spec.AcquireTime.Equal(&acquired) || *l.Spec.LeaseTransitions != 1 || !l.Spec.RenewTime.Time.Equal(f.clock.Now()) {
@@ -203,7 +186,7 @@ func TestFailedRenewalsCountAndTheLeaseLapses(t *testing.T) {
 	f.renew(t)
 	f.leases.err = errors.New("connection refused")
 	for range 2 {
-		f.clock.advance(f.r.Interval())
+		f.clock.Advance(f.r.Interval())
 		if err := f.r.Renew(t.Context()); err == nil {
 			t.Fatal("Renew succeeded against an API that refuses")
 		}
@@ -214,7 +197,7 @@ func TestFailedRenewalsCountAndTheLeaseLapses(t *testing.T) {
 	if got := f.r.Failures(); got != 2 {
 		t.Errorf("Failures = %d, want 2", got)
 	}
-	f.clock.advance(f.r.Interval())
+	f.clock.Advance(f.r.Interval())
 	if f.r.Held() {
 		t.Error("held a full duration after the last renewal")
 	}
@@ -313,13 +296,13 @@ func TestFailedRenewalsAreLoggedWithoutFlooding(t *testing.T) {
 	f.renew(t)
 	f.leases.err = errors.New("connection refused")
 	for range 2 { // within the lease: both logged
-		f.clock.advance(f.r.Interval())
+		f.clock.Advance(f.r.Interval())
 		_ = f.r.Renew(t.Context())
 	}
 	if got := h.warnings(); got != 2 {
 		t.Fatalf("%d warnings for 2 failures while held, want 2", got)
 	}
-	f.clock.advance(duration) // lost
+	f.clock.Advance(duration) // lost
 	for range quietEvery {
 		_ = f.r.Renew(t.Context())
 	}
