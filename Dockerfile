@@ -5,6 +5,8 @@
 #
 #   make docker-build        # tags ghcr.io/bloomery/bloomery:<the chart's appVersion>, the chart's default
 #
+# Where no base image can be pulled, Dockerfile.scratch builds the same image (make image).
+#
 # No registry publishes the image: load it into a kind cluster with `kind load docker-image`, or
 # push it to a registry of yours (make docker-build docker-push IMG=<registry>/bloomery:<tag>).
 
@@ -37,6 +39,9 @@ LABEL org.opencontainers.image.title="bloomery" \
       org.opencontainers.image.version="${VERSION}"
 COPY --from=builder /out/bloomery /bloomery
 USER 65532:65532
-# The data plane's API and metrics; the operator's probes and metrics.
-EXPOSE 8080 8081 8443
+# The data plane: client API 8080, internal (operator and peers) 8090, probes and metrics 9090,
+# RESP 6379 (dataplane/config's defaults and spec.resp.port's). The operator: probes 8081,
+# metrics 8443. Dockerfile.scratch builds the same image without pulling; test/image checks both
+# name the same ports.
+EXPOSE 8080 8090 9090 6379 8081 8443
 ENTRYPOINT ["/bloomery"]

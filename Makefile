@@ -73,6 +73,8 @@ servicemonitor-crd: controller-gen ## Regenerate the ServiceMonitor and Promethe
 #   test-chart    the chart: helm lint, helm-unittest, and charts/ (helm, kustomize, promtool, an
 #                 API server)
 #   test-e2e      test/e2e (build tag e2e): a control plane, the operator and pods as processes
+#   test-image    test/image: the image of `make image`, read from its archive and run with podman
+#   test-node     test/node: the chart and the image on a real single-node cluster (hack/node.sh)
 #   fuzz          each fuzz target of FUZZ_TARGETS
 #
 # Each package's tests run in exactly one test-* target, so `make test` runs every test once.
@@ -84,8 +86,10 @@ MODULE := github.com/bloomery/bloomery
 PROCESS_PKGS := $(MODULE)/test/process
 FAULTS_PKGS := $(MODULE)/test/faults
 CHART_PKGS := $(MODULE)/charts
+IMAGE_PKGS := $(MODULE)/test/image
+NODE_PKGS := $(MODULE)/test/node
 ENVTEST_PKGS = $(filter-out $(PROCESS_PKGS) $(CHART_PKGS),$(addprefix $(MODULE)/,$(patsubst %/,%,$(sort $(dir $(shell find * -name '*_envtest_test.go'))))))
-UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(FAULTS_PKGS) $(CHART_PKGS),$(shell $(GO) list ./...))
+UNIT_PKGS = $(filter-out $(ENVTEST_PKGS) $(PROCESS_PKGS) $(FAULTS_PKGS) $(CHART_PKGS) $(IMAGE_PKGS) $(NODE_PKGS),$(shell $(GO) list ./...))
 
 .PHONY: check
 check: fmt-check vet lint ## Check before a commit: format, go vet, golangci-lint, go test -short ./... (needs only Go and gcc).
@@ -96,11 +100,11 @@ fmt-check: golangci-lint ## Fail, showing the diff, when a file is not formatted
 	$(GOLANGCI_LINT) fmt --diff
 
 .PHONY: test
-test: test-deps vet test-unit test-envtest test-process test-faults test-chart test-e2e ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
+test: test-deps vet test-unit test-envtest test-process test-faults test-chart test-e2e test-image test-node ## Run go vet and every tier below, then each fuzz target for 100,000 inputs.
 	$(MAKE) --no-print-directory fuzz FUZZTIME=100000x
 
 .PHONY: test-deps
-test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis) with apt, when missing.
+test-deps: ## Install the Debian packages the tests need (Chromium, redis-tools, python3-redis, strace) with apt, when missing.
 	hack/test-deps.sh
 
 # The check of the generated files runs controller-gen; the API documentation page is opened in
@@ -115,8 +119,8 @@ test-envtest: ## Run the packages with *_envtest_test.go files (controllers) aga
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" $(GO) test -race -count=1 $(ENVTEST_PKGS)
 
-# redis-cli and redis-py (test-deps) drive the RESP port; the full-disk tests mount a tmpfs as
-# root; `bloomery operator` runs against an API server.
+# redis-cli and redis-py (test-deps) drive the RESP port; strace (test-deps) watches the log's
+# syncs; the full-disk tests mount a tmpfs as root; `bloomery operator` runs against an API server.
 .PHONY: test-process
 test-process: test-deps ## Run test/process: the binary, built with the race detector, as a process.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
@@ -149,9 +153,35 @@ test-e2e: prometheus-tools ## Run the end-to-end tests on a real control plane w
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	KUBEBUILDER_ASSETS="$$assets" PROMETHEUS_TOOLS_DIR="$(PROMETHEUS_TOOLS_DIR)" $(GO) test -tags e2e -race -count=1 -v -timeout 20m ./test/e2e/...
 
+# The image as `make image` builds it, under the name TEST_IMG (so that a test never takes an
+# image of the chart's name for its own): its archive read in Go, and containers of it run with
+# podman as root (make node-deps installs buildah and podman).
+TEST_IMG ?= localhost/bloomery:test
+
+.PHONY: test-image
+test-image: node-deps ## Build the image without pulling and test it (test/image): non-root, read-only, version, SIGTERM.
+	hack/image.sh "$(LOCALBIN)/bloomery-test-image.tar" "$(TEST_IMG)" "$(VERSION)"
+	BLOOMERY_IMAGE_ARCHIVE="$(LOCALBIN)/bloomery-test-image.tar" BLOOMERY_IMAGE="$(TEST_IMG)" BLOOMERY_IMAGE_VERSION="$(VERSION)" \
+		$(GO) test -count=1 -v $(IMAGE_PKGS)
+
+# A single-node cluster (hack/node.sh: the control plane, kubelet, kube-proxy, containerd, in a
+# network namespace of its own) with the image of `make image` imported, and the scenarios of
+# test/node driven with helm and kubectl as a user would; as root, with make node-deps' packages
+# and the node's Kubernetes binaries (hack/envtest-assets.sh -n, built once like the others).
+.PHONY: test-node
+test-node: node-deps helm ## Run test/node on a real single-node cluster: helm install, BloomCluster, Service traffic, kubelet restarts, rolling update.
+	hack/envtest-assets.sh -n "$(ENVTEST_ASSETS_DIR)" >/dev/null
+	hack/image.sh "$(LOCALBIN)/bloomery-test-image.tar" "$(TEST_IMG)" "$(VERSION)"
+	BLOOMERY_IMAGE_ARCHIVE="$(LOCALBIN)/bloomery-test-image.tar" BLOOMERY_IMAGE="$(TEST_IMG)" HELM="$(HELM)" \
+		$(GO) test -count=1 -v -timeout 15m $(NODE_PKGS)
+
+.PHONY: node-deps
+node-deps: ## Install the Debian packages the image and node tests need (buildah, podman, containerd, runc, CNI plugins) with apt, when missing.
+	hack/node-deps.sh
+
 # Every decoder of untrusted bytes has a fuzz target (package:Target); crashers found land in the
 # package's testdata/fuzz.
-FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/persist:FuzzMerge ./dataplane/httpapi:FuzzFastPath ./dataplane/filter:FuzzLocations ./dataplane/peer:FuzzDecodeOps ./dataplane/peer:FuzzStreamServer ./dataplane/resp:FuzzDispatch ./dataplane/resp:FuzzDispatchBeforeAuth ./dataplane/resp:FuzzPipeline ./dataplane/resp:FuzzTransaction
+FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/persist:FuzzMerge ./dataplane/httpapi:FuzzFastPath ./dataplane/filter:FuzzLocations ./dataplane/peer:FuzzDecodeOps ./dataplane/peer:FuzzStreamServer ./dataplane/resp:FuzzReader ./dataplane/resp:FuzzDispatch ./dataplane/resp:FuzzDispatchBeforeAuth ./dataplane/resp:FuzzPipeline ./dataplane/resp:FuzzTransaction
 # make test gives each target a count of executions, not a duration: with a duration, Go 1.26's
 # fuzzing coordinator can fail at the deadline with "context deadline exceeded" and no crasher
 # (golang/go#75804, fixed in Go 1.27) when the machine is loaded.
@@ -275,6 +305,15 @@ build-installer: manifests kustomize ## Write dist/install.yaml (CRDs, RBAC, ope
 
 # The engine that builds images (docker or podman); `make docker-build` needs one.
 CONTAINER_TOOL ?= docker
+
+# The image IMG built without pulling anything (Dockerfile.scratch: a static binary built here on
+# an empty image), written as an OCI archive: `ctr -n k8s.io images import`, `podman load` and
+# `kind load image-archive` take it.
+IMAGE_ARCHIVE ?= $(LOCALBIN)/bloomery-image.tar
+
+.PHONY: image
+image: node-deps | $(LOCALBIN) ## Build the image IMG without pulling (Dockerfile.scratch, buildah) into the OCI archive IMAGE_ARCHIVE.
+	hack/image.sh "$(IMAGE_ARCHIVE)" "$(IMG)" "$(VERSION)"
 
 .PHONY: docker-build
 docker-build: ## Build the image IMG (both roles) with VERSION stamped into the binary.

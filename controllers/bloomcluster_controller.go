@@ -10,9 +10,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +62,12 @@ type BloomClusterReconciler struct {
 	// cluster's own pods are admitted there.
 	OperatorNamespace string
 	OperatorPodLabels map[string]string
+	// Clock measures how long the home leases go unrenewed; nil means time.Now, whose readings
+	// carry the monotonic clock. Tests replace it.
+	Clock func() time.Time
+
+	// leaseClock holds when each home lease's current version was first seen (homelease.go).
+	leaseClock leaseClock
 
 	// orphanedTemplates holds, by BloomCluster UID, the pod template of a StatefulSet deleted to
 	// grow its volumes, until it is made anew with it (growVolumes). It lives in memory: an
@@ -129,6 +137,10 @@ type degradation struct{ reason, message string }
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;create;update;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
 
 // Reconcile brings one BloomCluster's child objects in line with its spec and writes its status
 // once, at the end, when it changed. Children are never deleted here: they carry owner
@@ -174,6 +186,10 @@ func (r *BloomClusterReconciler) reconcile(ctx context.Context, cluster *bloomer
 		r.reconcileTLS,
 		// After the token, which keys the password's hash.
 		r.reconcileRESPPassword,
+		// The ServiceAccount the pods run as, their home leases and the Role to renew them:
+		// before the membership, which reads the leases, and the StatefulSet, which names the
+		// ServiceAccount.
+		r.reconcileHomeLeases,
 		// Next, because it depends only on the pods that exist, and running pods need it to
 		// turn ready even when a later step fails (a StatefulSet update the API server refuses).
 		r.reconcileMembership,
@@ -394,6 +410,11 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&appsv1.StatefulSet{}).
 		Owns(&policyv1.PodDisruptionBudget{}).
 		Owns(&networkingv1.NetworkPolicy{}).
+		Owns(&corev1.ServiceAccount{}).
+		Owns(&rbacv1.Role{}).
+		Owns(&rbacv1.RoleBinding{}).
+		// Every renewal starts the lease's clock (observeLeases); only a change of holder needs a pass.
+		Owns(&coordinationv1.Lease{}, builder.WithPredicates(r.observeLeases())).
 		Watches(&bloomeryv1alpha1.BloomFilter{}, clusterOfFilter, builder.WithPredicates(filterCountChanged)).
 		Watches(&corev1.Pod{}, podsCluster).
 		// A claim that reaches its new size clears VolumesResizing; claims carry the pods' labels.

@@ -311,7 +311,7 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 	config := cm.Data["config.yaml"]
 	for _, line := range []string{"logSync: always\n", "maxTotalBytes: 536870912\n", "defaultValidSecondsAfterCreate: 0\n",
 		"logFormat: json\n", "allowRecoverFromCorruptedPersistentFile: true\n", "  - periodInSeconds: 300\n    updatesMoreThan: 100\n",
-		"writeConsistency: quorum\n", "awaitMembership: true\n", "respPort: 6379\n"} {
+		"writeConsistency: quorum\n", "awaitMembership: true\n", "respPort: 6379\n", "homeLeaseSeconds: 10\n"} {
 		if !strings.Contains(config, line) {
 			t.Errorf("config.yaml lacks %q:\n%s", line, config)
 		}
@@ -337,7 +337,9 @@ func TestBloomClusterCreatesItsChildren(t *testing.T) {
 				created = append(created, e.Note)
 			}
 		}
-		return len(created) == 7, fmt.Sprintf("Created events: %q", created)
+		// The Secret, the ServiceAccount, a Lease per pod (3), the Role and its binding, the
+		// ConfigMap, two Services, the NetworkPolicy, the StatefulSet, the PodDisruptionBudget.
+		return len(created) == 13, fmt.Sprintf("Created events: %q", created)
 	})
 
 	got := waitClusterCondition(t, ns, "alpha", ConditionReady, "False/ReplicasNotReady", "0 of 3")

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,8 +37,9 @@ func loadGeneratedConfig(t *testing.T, c *bloomeryv1alpha1.BloomCluster) (config
 	if err != nil {
 		t.Fatalf("the data plane refuses the generated config: %v\n%s", err, text)
 	}
-	// The pod's flags: --data-dir and --internal-token-file.
+	// The pod's flags: --data-dir and --internal-token-file, and its downward API environment.
 	cfg.DataDir, cfg.InternalTokenFile = dataMountPath, tokenMountPath+"/"+tokenSecretKey
+	cfg.PodName, cfg.PodNamespace = c.Name+"-0", cmp.Or(c.Namespace, "default")
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf("the generated config is invalid: %v\n%s", err, text)
 	}
@@ -79,6 +81,14 @@ func TestDataPlaneConfigIsReadByTheDataPlane(t *testing.T) {
 	}
 	if !strings.Contains(text, "maxTotalBytes: 1000000000\n") {
 		t.Errorf("maxTotalBytes is not written as an integer count of bytes:\n%s", text)
+	}
+	// Left out of the spec, the API's default lease; 0 is written too, so that it turns leases off.
+	if cfg.HomeLease != bloomeryv1alpha1.DefaultHomeLeaseSeconds*time.Second {
+		t.Errorf("homeLeaseSeconds = %v, want the default %ds", cfg.HomeLease, bloomeryv1alpha1.DefaultHomeLeaseSeconds)
+	}
+	c.Spec.Replication.HomeLeaseSeconds = new(int32(0))
+	if cfg, text := loadGeneratedConfig(t, c); cfg.HomeLease != 0 || !strings.Contains(text, "homeLeaseSeconds: 0\n") {
+		t.Errorf("with spec.replication.homeLeaseSeconds 0: homeLeaseSeconds = %v, want 0 written:\n%s", cfg.HomeLease, text)
 	}
 }
 

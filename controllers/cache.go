@@ -2,9 +2,11 @@ package controllers
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +29,10 @@ func CacheByObject() map[client.Object]cache.ByObject {
 		&appsv1.StatefulSet{}:           managed,
 		&policyv1.PodDisruptionBudget{}: managed,
 		&networkingv1.NetworkPolicy{}:   managed,
+		&corev1.ServiceAccount{}:        managed,
+		&rbacv1.Role{}:                  managed,
+		&rbacv1.RoleBinding{}:           managed,
+		&coordinationv1.Lease{}:         managed,
 		// The claims a StatefulSet makes for its pods carry its claim template's labels.
 		&corev1.PersistentVolumeClaim{}: managed,
 		&corev1.Pod{}:                   {Label: labels.SelectorFromSet(labels.Set{labelName: appName})},

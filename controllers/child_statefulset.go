@@ -269,9 +269,12 @@ func buildStatefulSet(c *bloomeryv1alpha1.BloomCluster, image, configHash, token
 					RestartPolicy:                 corev1.RestartPolicyAlways,
 					DNSPolicy:                     corev1.DNSClusterFirst,
 					SchedulerName:                 corev1.DefaultSchedulerName,
-					// The data plane never calls the Kubernetes API, and a namespace with many
-					// Services would otherwise fill its environment.
-					AutomountServiceAccountToken: new(false),
+					// The data plane calls the Kubernetes API only to renew its home lease, as the
+					// cluster's ServiceAccount (child_lease.go); without leases it has no token. A
+					// namespace with many Services would otherwise fill its environment.
+					ServiceAccountName:           serviceAccountName(c.Name),
+					DeprecatedServiceAccount:     serviceAccountName(c.Name),
+					AutomountServiceAccountToken: new(c.HomeLease() > 0),
 					EnableServiceLinks:           new(false),
 					SecurityContext: &corev1.PodSecurityContext{
 						RunAsNonRoot: new(true),

@@ -52,6 +52,12 @@ const (
 	// Pods hold the largest membership epoch there is (only pushed by someone other than the
 	// operator): no newer membership can reach them until they restart.
 	ReasonMembershipEpochExhausted = "MembershipEpochExhausted"
+	// Pods whose home lease the operator revoked answer again, and are members again, but have
+	// not taken their lease back: they serve no partition as home (they do not reach the API
+	// server, or may not update their Lease).
+	ReasonHomeLeaseNotTaken = "HomeLeaseNotTaken"
+	// The event of a pod's home lease revoked after it lapsed.
+	ReasonHomeLeaseRevoked = "HomeLeaseRevoked"
 	// spec.replicas is lower than the StatefulSet's, and the remaining pods could not hold the
 	// data the pods report within maxTotalBytes: the scale-down does not start, and the
 	// StatefulSet keeps its pods.

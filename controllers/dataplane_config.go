@@ -33,6 +33,8 @@ func dataPlaneConfig(c *bloomeryv1alpha1.BloomCluster) (string, error) {
 		// A pod reports ready only once the operator has told it its peers and it has caught
 		// up from them: before that it could answer false for a value another pod acknowledged.
 		AwaitMembership: new(true),
+		// Always written, 0 too: the pods renew their leases exactly when the operator watches them.
+		HomeLease: new(config.Seconds(c.HomeLease())),
 	}
 	// The password file's path is an argument, beside its mount, as the token's and the TLS
 	// files' are (buildStatefulSet).

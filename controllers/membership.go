@@ -25,7 +25,8 @@ import (
 // restarts, or a pass whose status write fails, therefore never pushes an epoch that is not
 // recorded. If the pods hold a higher epoch than status (status was lost or edited), the next
 // epoch is taken past theirs. The placement of each epoch (placement.go) is recorded and pushed
-// with it.
+// with it. A pod whose home lease has lapsed is left out of the members once its lease is
+// revoked (homelease.go).
 
 // membershipRetry is how soon a pass repeats while some pod has not taken the membership: a
 // starting pod answers within seconds, and it reports ready only once it has been told.
@@ -54,6 +55,22 @@ func (r *BloomClusterReconciler) reconcileMembership(ctx context.Context, st *cl
 		return ctrl.Result{RequeueAfter: tlsRetry}, nil
 	}
 	members, targets := membersOf(pods, st.token, st.tls)
+	members, targets, wake, err := r.fenceHomes(ctx, st, members, targets)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	res, err := r.reconcileMembers(ctx, st, members, targets)
+	if wake > 0 && (res.RequeueAfter == 0 || wake < res.RequeueAfter) {
+		// Back when the first held lease may lapse, if no event comes sooner.
+		res.RequeueAfter = wake
+	}
+	return res, err
+}
+
+// reconcileMembers is reconcileMembership's work once the members are known.
+func (r *BloomClusterReconciler) reconcileMembers(ctx context.Context, st *clusterState,
+	members []bloomeryv1alpha1.ClusterMember, targets []memberPod) (ctrl.Result, error) {
+	c := st.cluster
 	reports := r.readPlacement(ctx, targets)
 	st.underReplicated = underReplication(c, recordReports(c, targets, reports))
 	want := r.planPlacement(st, members, reports)

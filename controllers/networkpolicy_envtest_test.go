@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 
@@ -68,7 +70,9 @@ func waitPolicy(t *testing.T, ns, cluster string, want networkingv1.NetworkPolic
 }
 
 // The rules, written out as a reviewer would read them: each port admits only its callers.
-func defaultPolicySpec(cluster string) networkingv1.NetworkPolicySpec {
+// defaultPolicySpec is the policy of a cluster that leaves spec.networkPolicy out; api is its
+// rule to the API server, which the pods renew their home leases with.
+func defaultPolicySpec(cluster string, api networkingv1.NetworkPolicyEgressRule) networkingv1.NetworkPolicySpec {
 	pods := selector("app.kubernetes.io/name", "bloomery", "app.kubernetes.io/instance", cluster, "app.kubernetes.io/component", "dataplane")
 	return networkingv1.NetworkPolicySpec{
 		PodSelector: *pods,
@@ -93,7 +97,26 @@ func defaultPolicySpec(cluster string) networkingv1.NetworkPolicySpec {
 		Egress: []networkingv1.NetworkPolicyEgressRule{
 			{Ports: []networkingv1.NetworkPolicyPort{tcp(8090)}, To: []networkingv1.NetworkPolicyPeer{{PodSelector: pods}}},
 			{Ports: []networkingv1.NetworkPolicyPort{udp(53), tcp(53)}},
+			api,
 		},
+	}
+}
+
+// envtestAPIServer is the rule to envtest's API server, which the API server itself records as
+// the endpoint of the default namespace's kubernetes Service: its address, and its port.
+func envtestAPIServer(t *testing.T) networkingv1.NetworkPolicyEgressRule {
+	t.Helper()
+	var slices discoveryv1.EndpointSliceList
+	if err := k8s.List(t.Context(), &slices, client.InNamespace("default"), client.MatchingLabels{"kubernetes.io/service-name": "kubernetes"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(slices.Items) != 1 || len(slices.Items[0].Endpoints) != 1 || len(slices.Items[0].Endpoints[0].Addresses) != 1 || len(slices.Items[0].Ports) != 1 {
+		t.Fatalf("the kubernetes Service's endpoints: %+v, want one address and one port", slices.Items)
+	}
+	s := slices.Items[0]
+	return networkingv1.NetworkPolicyEgressRule{
+		Ports: []networkingv1.NetworkPolicyPort{tcp(int(*s.Ports[0].Port))},
+		To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: s.Endpoints[0].Addresses[0] + "/32"}}},
 	}
 }
 
@@ -102,7 +125,7 @@ func TestNetworkPolicyAdmitsEachPortOnlyItsCallers(t *testing.T) {
 	ns := newNamespace(t)
 	startPolicyReconciler(t, ns)
 	cluster := createBloomCluster(t, ns, "np", nil)
-	policy := waitPolicy(t, ns, "np", defaultPolicySpec("np"))
+	policy := waitPolicy(t, ns, "np", defaultPolicySpec("np", envtestAPIServer(t)))
 	checkOwnedBy(t, policy, cluster)
 	for k, v := range clusterLabels("np") {
 		if policy.Labels[k] != v {
@@ -114,7 +137,7 @@ func TestNetworkPolicyAdmitsEachPortOnlyItsCallers(t *testing.T) {
 	modify(t, policy, func(p *networkingv1.NetworkPolicy) {
 		p.Spec.Ingress = append(p.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{})
 	})
-	waitPolicy(t, ns, "np", defaultPolicySpec("np"))
+	waitPolicy(t, ns, "np", defaultPolicySpec("np", envtestAPIServer(t)))
 }
 
 func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
@@ -122,7 +145,7 @@ func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
 	ns := newNamespace(t)
 	startPolicyReconciler(t, ns)
 	cluster := createBloomCluster(t, ns, "follow", nil)
-	waitPolicy(t, ns, "follow", defaultPolicySpec("follow"))
+	waitPolicy(t, ns, "follow", defaultPolicySpec("follow", envtestAPIServer(t)))
 
 	clients := []networkingv1.NetworkPolicyPeer{
 		{NamespaceSelector: selector("team", "search")},
@@ -136,7 +159,7 @@ func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
 		c.Spec.NetworkPolicy.ClientsFrom = clients
 		c.Spec.NetworkPolicy.MetricsFrom = metrics
 	})
-	want := defaultPolicySpec("follow")
+	want := defaultPolicySpec("follow", envtestAPIServer(t))
 	want.Ingress[0].From = clients
 	want.Ingress[2].From = metrics
 	waitPolicy(t, ns, "follow", want)
@@ -153,7 +176,7 @@ func TestNetworkPolicyFollowsTheSpec(t *testing.T) {
 	modify(t, cluster, func(c *bloomeryv1alpha1.BloomCluster) {
 		c.Spec.NetworkPolicy = bloomeryv1alpha1.NetworkPolicySpec{Enabled: new(true)}
 	})
-	waitPolicy(t, ns, "follow", defaultPolicySpec("follow"))
+	waitPolicy(t, ns, "follow", defaultPolicySpec("follow", envtestAPIServer(t)))
 }
 
 // A policy of the same name that is not the operator's is left alone: disabling does not delete

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,7 +98,9 @@ func TestOperatorRunsWithARoleInItsNamespaceAlone(t *testing.T) {
 
 	// Every child is made, and the status patch goes through: Degraded would name a refusal.
 	cluster := createBloomCluster(t, ns, "scoped", nil)
-	waitPolicy(t, ns, "scoped", defaultPolicySpec("scoped"))
+	// The operator may not read where the API server is (the default namespace is not its own):
+	// the pods may reach its usual ports anywhere.
+	waitPolicy(t, ns, "scoped", defaultPolicySpec("scoped", networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{tcp(443), tcp(6443)}}))
 	waitFor(t, &appsv1.StatefulSet{}, ns, "scoped", exists)
 	waitFor(t, &policyv1.PodDisruptionBudget{}, ns, "scoped", exists)
 	// A change of the spec updates the children it reaches: the StatefulSet too.

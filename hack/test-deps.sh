@@ -3,7 +3,8 @@
 # in which a test opens the API documentation page (headless) to check that it lists and calls
 # the endpoints, redis-tools, whose redis-cli a test drives the RESP port with, and python3-redis
 # (redis-py), with which a test runs the docs' Python example against it; Debian's python3 must
-# import it, whatever other python3 comes first on the PATH. Under CI those tests fail rather than
+# import it, whatever other python3 comes first on the PATH; and strace, under which a test
+# watches the binary make every acknowledged write durable. Under CI those tests fail rather than
 # skip without them, so a missing install cannot pass unnoticed. CHROMIUM, if set, names a browser
 # to use instead.
 set -euo pipefail
@@ -12,6 +13,7 @@ missing=()
 command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [[ -n ${CHROMIUM:-} ]] || missing+=(chromium)
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 /usr/bin/python3 -c "import redis" 2>/dev/null || missing+=(python3-redis)
+command -v strace >/dev/null || missing+=(strace)
 ((${#missing[@]})) || exit 0
 
 sudo=()

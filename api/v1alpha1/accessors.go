@@ -18,6 +18,7 @@ package v1alpha1
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -44,6 +45,19 @@ func (c *BloomCluster) DesiredReplicas() int32 {
 		return 1
 	}
 	return *c.Spec.Replicas
+}
+
+// DefaultHomeLeaseSeconds is spec.replication.homeLeaseSeconds when a spec built in code (or stored
+// by an API server without the CRD's default) leaves it out; the CRD's default says the same.
+const DefaultHomeLeaseSeconds = 10
+
+// HomeLease is the duration of the pods' home leases; 0 means the cluster has none.
+func (c *BloomCluster) HomeLease() time.Duration {
+	s := int32(DefaultHomeLeaseSeconds)
+	if p := c.Spec.Replication.HomeLeaseSeconds; p != nil {
+		s = *p
+	}
+	return time.Duration(max(s, 0)) * time.Second
 }
 
 // NetworkPolicyEnabled is spec.networkPolicy.enabled, or the schema's default (true) when the

@@ -250,6 +250,18 @@ type ReplicationSpec struct {
 	// +kubebuilder:validation:Maximum=64
 	// +optional
 	Factor *int32 `json:"factor,omitempty"`
+
+	// homeLeaseSeconds is the duration of each pod's home lease: a coordination.k8s.io Lease
+	// named after the pod, which the pod renews every third of it. The operator moves a pod's
+	// partitions to their next owners only once its lease has gone unrenewed for this long plus
+	// the drift bound. A shorter lease
+	// fails over sooner and costs more renewals. 0 turns the leases off: homes then move only
+	// when their pods go away. A change rolls the pods.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=300
+	// +optional
+	HomeLeaseSeconds *int32 `json:"homeLeaseSeconds,omitempty"`
 }
 
 // Consistency is how many of a cluster's pods a request involves.

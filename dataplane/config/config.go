@@ -135,9 +135,16 @@ type Config struct {
 	// PodName is the pod's name when it runs in Kubernetes (env POD_NAME): a membership that
 	// calls this pod by another name is refused.
 	PodName string
+	// PodNamespace is the pod's namespace when it runs in Kubernetes (env POD_NAMESPACE): where
+	// its home lease lives.
+	PodNamespace string
 	// AwaitMembership keeps /readyz at 503 until the operator has told the pod its peers and the
 	// pod has caught up from them. A pod run by hand is ready alone.
 	AwaitMembership bool
+	// HomeLease is the duration of the pod's home lease, a coordination.k8s.io Lease named after
+	// the pod that it renews (docs/replication.md#the-homes-lease); 0, the default of a data
+	// plane run without Kubernetes, renews none.
+	HomeLease time.Duration
 	// ReplicationTimeout bounds how long a write waits for its peers.
 	ReplicationTimeout time.Duration
 	// AntiEntropyInterval is the period of the pass that compares filters with a peer and merges
@@ -307,6 +314,10 @@ func (c Config) Validate() error {
 	check("logSync", ruleOneOf(c.LogSync, LogSyncPolicies))
 	check("writeConsistency", ruleOneOf(c.WriteConsistency, consistencyLevels))
 	check("replicationTimeoutMillis", rulePositive(c.ReplicationTimeout))
+	check("homeLeaseSeconds", ruleNonNegative(c.HomeLease))
+	if c.HomeLease > 0 && (c.PodName == "" || c.PodNamespace == "") {
+		check("homeLeaseSeconds", errors.New("needs the pod's name and namespace (environment variables POD_NAME and POD_NAMESPACE, which the operator's StatefulSet sets): the lease is named after the pod"))
+	}
 	check("antiEntropyIntervalSeconds", ruleNonNegative(c.AntiEntropyInterval))
 	check("logLevel", ruleOneOf(c.LogLevel, logLevels))
 	check("logFormat", ruleOneOf(c.LogFormat, logFormats))
@@ -431,6 +442,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("docs", c.DocsEnabled),
 		slog.Bool("inMemory", c.InMemory),
 		slog.String("podName", c.PodName),
+		slog.String("podNamespace", c.PodNamespace),
 	}
 	f := c.file()
 	return slog.GroupValue(append(attrs, fileAttrs(reflect.ValueOf(f))...)...)

@@ -70,6 +70,7 @@ metricsMaxLabelledFilters: 20
 writeConsistency: all
 awaitMembership: true
 replicationTimeoutMillis: 750
+homeLeaseSeconds: 12
 antiEntropyIntervalSeconds: 120
 respMaxClients: 500
 respTimeoutSeconds: 0
@@ -123,6 +124,7 @@ respDisabledCommands: [flushall, keys]
 	want.WriteConsistency = "all"
 	want.AwaitMembership = true
 	want.ReplicationTimeout = 750 * time.Millisecond
+	want.HomeLease = 12 * time.Second
 	want.AntiEntropyInterval = 2 * time.Minute
 	want.RESPMaxClients = 500
 	want.RESPTimeout = 0
@@ -133,14 +135,20 @@ respDisabledCommands: [flushall, keys]
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Load:\n got %+v\nwant %+v", got, want)
 	}
-	if err := got.Validate(); err != nil {
+	// The lease is named after the pod, which the environment names (POD_NAME, POD_NAMESPACE).
+	inPod := got
+	inPod.PodName, inPod.PodNamespace = "example-0", "ns"
+	if err := inPod.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
+	}
+	if err := got.Validate(); err == nil || !strings.Contains(err.Error(), "homeLeaseSeconds: needs the pod's name and namespace") {
+		t.Errorf("Validate without the pod's name: %v, want homeLeaseSeconds refused", err)
 	}
 
 	// The file above sets every key, so every field that a key fills must have left its default;
 	// a field that did not is a key this test (or the loader) forgot.
-	// PodName comes from the environment (POD_NAME), not from the file.
-	flagOnly := map[string]bool{"Port": true, "Address": true, "DocsEnabled": true, "InMemory": true, "PodName": true}
+	// PodName and PodNamespace come from the environment (POD_NAME, POD_NAMESPACE), not from the file.
+	flagOnly := map[string]bool{"Port": true, "Address": true, "DocsEnabled": true, "InMemory": true, "PodName": true, "PodNamespace": true}
 	def := reflect.ValueOf(Default())
 	loaded := reflect.ValueOf(got)
 	for i := range def.NumField() {

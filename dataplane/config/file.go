@@ -78,6 +78,7 @@ type File struct {
 	WriteConsistency                  *wire.Consistency `yaml:"writeConsistency,omitempty"`
 	AwaitMembership                   *bool             `yaml:"awaitMembership,omitempty"`
 	ReplicationTimeout                *Millis           `yaml:"replicationTimeoutMillis,omitempty" check:"positive"`
+	HomeLease                         *Seconds          `yaml:"homeLeaseSeconds,omitempty" check:"nonNegative"`
 	AntiEntropyInterval               *Seconds          `yaml:"antiEntropyIntervalSeconds,omitempty" check:"nonNegative"`
 	AllowClientMerges                 *bool             `yaml:"allowClientMerges,omitempty"`
 	LogLevel                          *LogLevel         `yaml:"logLevel,omitempty"`
@@ -160,6 +161,7 @@ func (f File) apply(c *Config) {
 	set(&c.WriteConsistency, f.WriteConsistency)
 	set(&c.AwaitMembership, f.AwaitMembership)
 	setDuration(&c.ReplicationTimeout, f.ReplicationTimeout)
+	setDuration(&c.HomeLease, f.HomeLease)
 	setDuration(&c.AntiEntropyInterval, f.AntiEntropyInterval)
 	set(&c.AllowClientMerges, f.AllowClientMerges)
 	set(&c.LogLevel, f.LogLevel)
@@ -243,6 +245,7 @@ func (c Config) file() File {
 		WriteConsistency:                        new(c.WriteConsistency),
 		AwaitMembership:                         new(c.AwaitMembership),
 		ReplicationTimeout:                      new(Millis(c.ReplicationTimeout)),
+		HomeLease:                               new(Seconds(c.HomeLease)),
 		AntiEntropyInterval:                     new(Seconds(c.AntiEntropyInterval)),
 		AllowClientMerges:                       new(c.AllowClientMerges),
 		LogLevel:                                new(c.LogLevel),

@@ -128,11 +128,14 @@ func (s *scratch) containsAt(layers []*bloom.BloomFilter, j int) bool {
 	return true
 }
 
-// setAt sets key j's bits in the newest layer, which must be the newest located.
-func (s *scratch) setAt(layers []*bloom.BloomFilter, j int) {
+// setAt sets key j's bits in the newest layer, which must be the newest located, and answers how
+// many were not set before.
+func (s *scratch) setAt(layers []*bloom.BloomFilter, j int) uint64 {
 	newest := layers[len(layers)-1]
 	words := newest.BitSet().Words()
+	var added uint64
 	for _, bit := range s.idx[j*s.stride:][:newest.K()] {
-		words[bit>>6] |= 1 << (bit & 63)
+		added += setBit(words, bit)
 	}
+	return added
 }

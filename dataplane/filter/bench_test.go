@@ -195,8 +195,8 @@ func BenchmarkCheckManyAbsentOrPresent(b *testing.B) {
 
 // BenchmarkWriteDuringInfo describes a filter of 1 GiB of bits (Info, what GET answers) while a
 // writer sets keys one at a time, and reports what a describe costs (ns/op) and the longest a
-// single write took meanwhile (max-write-µs): with the count a chunk at a time, one chunk's
-// count, not the whole filter's.
+// single write took meanwhile (max-write-µs): the describe reads kept counts, so neither grows
+// with the filter.
 func BenchmarkWriteDuringInfo(b *testing.B) {
 	f := benchFilter(b, Options{Capacity: 900_000_000, FPP: 0.01}) // 1.0 GiB in one layer
 	if size := f.SizeBytes(); size < 1<<30 {

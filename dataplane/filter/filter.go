@@ -207,32 +207,35 @@ func (f *Filter) CheckMany(keys []string) []bool {
 // CheckAndSet adds key and reports whether it may have been present before. Of two concurrent
 // calls with the same new key exactly one answers false.
 func (f *Filter) CheckAndSet(key string) (bool, error) {
-	if err := f.journalWritable(); err != nil {
-		return false, err
-	}
 	f.touch()
 	p := f.partOf(key)
 	if p == nil {
 		return false, f.notHeld(key)
 	}
-	present, err := p.checkAndSetOne(key)
-	if err != nil {
+	j := f.store.currentJournal()
+	if j == nil {
+		return p.checkAndSetOne(key)
+	}
+	if err := j.Added(f.name, []string{key}); err != nil {
 		return false, err
 	}
-	if f.store.currentJournal() == nil { // spares the one-key slice when there is no journal
-		return present, nil
-	}
-	return present, f.journalAdded([]string{key})
+	defer j.Applied()
+	return p.checkAndSetOne(key)
 }
 
 // CheckAndSetMany answers CheckAndSet for every key, in order, under one write lock per
-// partition, so a key repeated later in keys answers true. On error the keys before the failing
-// one are added (adds are never undone) and their answers are returned.
+// partition, so a key repeated later in keys answers true. The journal records the keys first:
+// when it cannot, nothing is added. When the engine then fails at a key (a memory limit), the
+// keys before it are added (adds are never undone) and their answers are returned; the journal
+// holds the rest as well, which a replay may add: false positives, never a lost key.
 func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
-	if err := f.journalWritable(); err != nil {
-		return nil, err
-	}
 	f.touch()
+	if j := f.store.currentJournal(); j != nil && len(keys) > 0 {
+		if err := j.Added(f.name, keys); err != nil {
+			return nil, err
+		}
+		defer j.Applied()
+	}
 	out := make([]bool, len(keys))
 	n, err := f.byPartition(keys, out, func(p *partition, keys []string, out []bool) (int, error) {
 		if p == nil {
@@ -240,11 +243,7 @@ func (f *Filter) CheckAndSetMany(keys []string) ([]bool, error) {
 		}
 		return p.checkAndSetMany(keys, out, true)
 	})
-	out = out[:n]
-	if jerr := f.journalAdded(keys[:n]); err == nil {
-		err = jerr
-	}
-	return out, err
+	return out[:n], err
 }
 
 // byPartition runs fn on each partition's share of keys (nil for a partition not held), in their
@@ -296,25 +295,6 @@ func (f *Filter) byPartition(keys []string, out []bool, fn func(p *partition, ke
 		out[i] = answers[at]
 	}
 	return answered, firstErr
-}
-
-// journalAdded records keys after they are in the filter and before the caller answers. The
-// journal records keys that were present too: a key that only tested present through a false
-// positive must still test present after a replay in another order.
-func (f *Filter) journalAdded(keys []string) error {
-	if j := f.store.currentJournal(); j != nil && len(keys) > 0 {
-		return j.Added(f.name, keys)
-	}
-	return nil
-}
-
-// journalWritable refuses a write before anything is applied when the journal says it cannot
-// record it.
-func (f *Filter) journalWritable() error {
-	if j := f.store.currentJournal(); j != nil {
-		return j.Writable()
-	}
-	return nil
 }
 
 // Replay adds keys read back from a journal: it neither extends sliding expiry (the journal
@@ -475,8 +455,8 @@ type Info struct {
 	Partitions int
 }
 
-// Info counts the bits set in every layer, which reads the whole bit array: it is meant for
-// status requests, not for the request path.
+// Info describes the filter from the counts of bits set that the engine keeps as it sets them:
+// O(layers), under each partition's read lock, whatever the filter's size.
 func (f *Filter) Info() Info { return f.InfoOf(All) }
 
 // InfoOf is Info of the held partitions that only holds.
@@ -531,10 +511,9 @@ type Usage struct {
 }
 
 // Usage reads the filter's counters in O(layers), holding each partition's read lock only to see
-// a consistent list of its layers. Info counts the bits instead, which reads the whole bit array
-// (a 1e9-key filter is over 1 GiB) while writers wait: too much to do for every filter at every
-// scrape. A cached count would be stale by however long the cache lives; the estimate is current
-// and, for the sizes where it matters, within a fraction of a percent of the count.
+// a consistent list of its layers. Its fill ratio is estimated from the keys each layer took,
+// where Info reads the bits set; for the sizes where it matters the estimate is within a
+// fraction of a percent of the count.
 func (f *Filter) Usage() Usage {
 	u := Usage{Items: f.Items(), SizeBytes: f.SizeBytes()}
 	u.Checked, u.Set = f.Traffic()

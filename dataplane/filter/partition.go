@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -27,6 +26,10 @@ type partition struct {
 	checked atomic.Uint64
 	set     atomic.Uint64
 	layers  []*bloom.BloomFilter
+	// ones counts the bits set in each layer, kept as bits are set (with mu held for writing),
+	// so that describing the filter reads a number per layer rather than every bit: a count of
+	// gigabytes took seconds of CPU and, whole or in chunks, kept writers waiting.
+	ones []uint64
 	// newestItems counts the keys added to the newest layer, to know when it reaches
 	// newestCapacity and a new layer is due.
 	newestItems    uint64
@@ -47,7 +50,7 @@ func (p *partition) addLayer(shape LayerShape, words []uint64) error {
 	if err != nil {
 		return err
 	}
-	p.appendLayer(shape, layer)
+	p.appendLayer(shape, layer, countOnes(words))
 	return nil
 }
 
@@ -70,9 +73,11 @@ func (p *partition) newLayer(shape LayerShape, words []uint64, held uint64) (*bl
 	return layer, nil
 }
 
-// appendLayer appends a layer that newLayer made. The caller holds mu for writing.
-func (p *partition) appendLayer(shape LayerShape, layer *bloom.BloomFilter) {
+// appendLayer appends a layer that newLayer made, with ones of its bits set. The caller holds mu
+// for writing.
+func (p *partition) appendLayer(shape LayerShape, layer *bloom.BloomFilter, ones uint64) {
 	p.layers = append(p.layers, layer)
+	p.ones = append(p.ones, ones)
 	p.newestItems, p.newestCapacity = 0, shape.Capacity
 	p.maxHashes = max(p.maxHashes, shape.Hashes)
 	p.f.sizeBytes.Add(shape.SizeBytes())
@@ -163,7 +168,7 @@ func (p *partition) checkAndSetManyLocked(keys []string, out []bool) (int, error
 				next = start + j + 1
 				break
 			}
-			s.setAt(p.layers, j)
+			p.ones[len(p.ones)-1] += s.setAt(p.layers, j)
 			p.countAdded()
 		}
 		start = next
@@ -191,9 +196,9 @@ func (p *partition) checkAndSetLocked(key string) (bool, error) {
 // writing and has checked that no layer holds the key.
 func (p *partition) setLocked(locs []uint64) {
 	newest := p.layers[len(p.layers)-1]
-	bits, m := newest.BitSet(), uint64(newest.Cap())
+	words, m := newest.BitSet().Words(), uint64(newest.Cap())
 	for _, loc := range locs[:newest.K()] {
-		bits.Set(uint(loc % m))
+		p.ones[len(p.ones)-1] += setBit(words, loc%m)
 	}
 	p.countAdded()
 }
@@ -245,29 +250,19 @@ type bitCount struct {
 	fpp       float64
 }
 
-// countChunkWords bounds the words counted under one hold of the read lock: 1 MiB, as a
-// snapshot copies, so that a writer waits for one chunk, never for a layer of gigabytes.
-const countChunkWords = 1 << 17
-
-// onCountChunk, when a test sets it, is told the words of each chunk once the lock is released.
-var onCountChunk func(words int)
-
-// count counts the bits set in every layer, a chunk at a time under the read lock: writers wait
-// for one chunk, and bits they set meanwhile may or may not be counted, as they would be a moment
-// before or after.
+// count reads the kept counts of bits set, under the read lock: O(layers), whatever their size.
 func (p *partition) count() bitCount {
 	p.mu.RLock()
-	layers := slices.Clone(p.layers)
-	p.mu.RUnlock()
-	c := bitCount{layers: len(layers), hashes: layers[len(layers)-1].K()}
+	defer p.mu.RUnlock()
+	c := bitCount{layers: len(p.layers), hashes: p.layers[len(p.layers)-1].K()}
 	// A key is a false positive unless every layer rejects it; sum logarithms so that rates
 	// as small as 1e-20 survive the arithmetic.
 	logNoFalsePositive := 0.0
-	for _, layer := range layers {
+	for i, layer := range p.layers {
 		// At most m: bits past it (which merges refuse and a restore clears) must not push the
 		// ratio past 1, where the logarithm below is NaN.
 		m := uint64(layer.Cap())
-		ones := min(p.countSet(layer.BitSet().Words()), m)
+		ones := min(p.ones[i], m)
 		c.bits += m
 		c.set += ones
 		logNoFalsePositive += math.Log1p(-math.Pow(float64(ones)/float64(m), float64(layer.K())))
@@ -276,21 +271,20 @@ func (p *partition) count() bitCount {
 	return c
 }
 
-// countSet counts the bits set in words, countChunkWords at a time under the read lock.
-func (p *partition) countSet(words []uint64) uint64 {
-	var ones uint64
-	for at := 0; at < len(words); at += countChunkWords {
-		chunk := words[at:min(at+countChunkWords, len(words))]
-		p.mu.RLock()
-		for _, w := range chunk {
-			ones += uint64(bits.OnesCount64(w))
-		}
-		p.mu.RUnlock()
-		if onCountChunk != nil {
-			onCountChunk(len(chunk))
-		}
+// setBit sets bit i of words and answers 1 if it was not set, 0 if it was.
+func setBit(words []uint64, i uint64) uint64 {
+	w := words[i>>6]
+	words[i>>6] = w | 1<<(i&63)
+	return w>>(i&63)&1 ^ 1
+}
+
+// countOnes counts the bits set in words.
+func countOnes(words []uint64) uint64 {
+	var n uint64
+	for _, w := range words {
+		n += uint64(bits.OnesCount64(w))
 	}
-	return ones
+	return n
 }
 
 // estimates is what Usage estimates of one partition: its bits, the bits expected to be set and

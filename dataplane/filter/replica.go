@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"math/bits"
 	"time"
 	"unsafe"
 
@@ -241,6 +242,7 @@ type spareLayers struct {
 	from   int
 	layers []*bloom.BloomFilter
 	shapes []LayerShape
+	ones   []uint64 // the bits set in each of layers
 }
 
 type mergeSpares []*spareLayers
@@ -284,6 +286,7 @@ func (p *partition) spares(layers []LayerState) (*spareLayers, error) {
 			var layer *bloom.BloomFilter
 			if layer, err = p.newLayer(shape, layers[i].Words, held); err == nil {
 				s.layers, s.shapes = append(s.layers, layer), append(s.shapes, shape)
+				s.ones = append(s.ones, countOnes(layer.BitSet().Words())) // outside the lock
 				held += shape.SizeBytes()
 				continue
 			}
@@ -294,14 +297,14 @@ func (p *partition) spares(layers []LayerState) (*spareLayers, error) {
 	return s, nil
 }
 
-// take hands out the spare of layer i, once; nil when there is none.
-func (s *spareLayers) take(i int) (*bloom.BloomFilter, LayerShape) {
+// take hands out the spare of layer i, once, with its bits set; nil when there is none.
+func (s *spareLayers) take(i int) (*bloom.BloomFilter, LayerShape, uint64) {
 	if i < s.from || i-s.from >= len(s.layers) || s.layers[i-s.from] == nil {
-		return nil, LayerShape{}
+		return nil, LayerShape{}, 0
 	}
 	layer := s.layers[i-s.from]
 	s.layers[i-s.from] = nil
-	return layer, s.shapes[i-s.from]
+	return layer, s.shapes[i-s.from], s.ones[i-s.from]
 }
 
 // release gives back the memory of the spares not taken.
@@ -332,17 +335,18 @@ func (p *partition) merge(st PartState, spares *spareLayers, res *MergeResult) {
 	}
 	for i, layer := range st.Layers {
 		if i < len(p.layers) {
-			if orWords(p.layers[i].BitSet().Words(), layer.Words) {
+			if added := orWords(p.layers[i].BitSet().Words(), layer.Words); added > 0 {
+				p.ones[i] += added
 				res.LayersChanged++
 				res.BytesChanged += uint64(len(layer.Words)) * 8
 			}
 			continue
 		}
-		spare, shape := spares.take(i)
+		spare, shape, ones := spares.take(i)
 		if spare == nil { // unreachable: p had at most spares.from layers, and layers only grow
 			return
 		}
-		p.appendLayer(shape, spare)
+		p.appendLayer(shape, spare, ones)
 		p.newestItems = st.NewestItems
 		res.LayersChanged++
 		res.BytesChanged += shape.SizeBytes()
@@ -355,14 +359,14 @@ func (p *partition) merge(st PartState, spares *spareLayers, res *MergeResult) {
 	}
 }
 
-// orWords ORs src into dst and reports whether dst changed.
-func orWords(dst, src []uint64) bool {
-	var changed uint64
+// orWords ORs src into dst and answers how many bits of dst it set.
+func orWords(dst, src []uint64) uint64 {
+	var added uint64
 	for i, w := range src[:len(dst)] {
-		changed |= w &^ dst[i]
+		added += uint64(bits.OnesCount64(w &^ dst[i]))
 		dst[i] |= w
 	}
-	return changed != 0
+	return added
 }
 
 // Digest summarises a filter for anti-entropy: its generation and a checksum per layer of each

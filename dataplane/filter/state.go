@@ -201,10 +201,15 @@ func (s *Store) RestoreFilling(st State, fill func(layers [][]uint64) error) err
 	for i, words := range layers {
 		clearTail(words, all[i].Bits)
 	}
+	at := 0 // layers lists the held partitions' layers in turn
 	for i, p := range f.partList() {
 		if p != nil {
 			p.items.Store(st.Parts[i].Items)
 			p.newestItems = st.Parts[i].NewestItems
+			for j := range p.ones {
+				p.ones[j] = countOnes(layers[at]) // once, before anyone can reach the filter
+				at++
+			}
 		}
 	}
 	s.changes.Lock()

@@ -102,12 +102,13 @@ type Journal interface {
 	// Deleted is called before the filter disappears, with the tombstone it leaves: every
 	// incarnation of the name created up to generation is gone. An error aborts the delete.
 	Deleted(name string, generation int64) error
-	// Added is called after keys are in the filter and before the writer is answered.
+	// Added is called before keys are added to a filter: an error (wrapping ErrNotJournaled)
+	// refuses the write with nothing applied, since adds cannot be undone. After a nil error the
+	// keys are applied, then Applied is called: a journal that drops records once a snapshot
+	// holds their effect waits for it.
 	Added(name string, keys []string) error
-	// Writable is asked before keys are added: an error (wrapping ErrNotJournaled) refuses the
-	// write with nothing applied, since a journal known to be unable to record it would refuse
-	// it after the fact, and adds are never undone.
-	Writable() error
+	// Applied ends what the writer's last successful Added began.
+	Applied()
 	// Accessed is told, at most once a second per filter, that sliding expiry moved on.
 	Accessed(name string, at time.Time)
 	// Purged is told of a filter removed because it expired.

@@ -22,7 +22,7 @@ func (j *countingJournal) Created(*Filter) error       { return nil }
 func (j *countingJournal) Deleted(string, int64) error { return nil }
 func (j *countingJournal) Accessed(string, time.Time)  {}
 func (j *countingJournal) Purged(string)               {}
-func (j *countingJournal) Writable() error             { return nil }
+func (j *countingJournal) Applied()                    {}
 func (j *countingJournal) ExpiryChanged(string, int64, Expiry) error {
 	return nil
 }
@@ -266,4 +266,36 @@ func TestFilterOverheadCoversTheHeap(t *testing.T) {
 		t.Errorf("a tiny filter takes %d bytes of heap, more than the FilterOverhead of %d the budget charges", perFilter, FilterOverhead)
 	}
 	runtime.KeepAlive(s)
+}
+
+// refusingJournal cannot record anything, as a log on a full disk.
+type refusingJournal struct{ countingJournal }
+
+func (j *refusingJournal) Added(string, []string) error {
+	return fmt.Errorf("%w: no space left on device", ErrNotJournaled)
+}
+
+// The journal records a write before the engine applies it: a write it cannot record leaves no
+// bit behind, since adds cannot be undone.
+func TestWriteTheJournalRefusesAppliesNothing(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	f, _, err := s.Create("f", Options{Capacity: 1000, FPP: 0.001}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.SetJournal(&refusingJournal{})
+	if _, err := f.CheckAndSet("one"); !errors.Is(err, ErrNotJournaled) {
+		t.Errorf("CheckAndSet: %v, want ErrNotJournaled", err)
+	}
+	if _, err := f.CheckAndSetMany(keys("many", 100)); !errors.Is(err, ErrNotJournaled) {
+		t.Errorf("CheckAndSetMany: %v, want ErrNotJournaled", err)
+	}
+	for i, present := range f.CheckMany(append(keys("many", 100), "one")) {
+		if present {
+			t.Errorf("value %d of a refused write tests present", i)
+		}
+	}
+	if n := f.Items(); n != 0 {
+		t.Errorf("%d items after refused writes, want 0", n)
+	}
 }

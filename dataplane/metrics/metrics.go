@@ -27,6 +27,14 @@ type Options struct {
 	// Ready reports whether the data plane is ready for traffic (bloomery_ready); nil means
 	// always.
 	Ready func() bool
+	// HomeLease, if set, is read at every scrape for the home lease's metrics.
+	HomeLease HomeLease
+}
+
+// HomeLease is the pod's home lease (dataplane/lease's Renewer).
+type HomeLease interface {
+	Held() bool
+	Failures() uint64
 }
 
 // Metrics are the data plane's collectors, registered on a registry of their own: the global one
@@ -76,6 +84,23 @@ func New(opts Options) *Metrics {
 	)
 	if opts.Cluster != nil {
 		reg.MustRegister(newReplicationCollector(opts.Cluster))
+	}
+	if l := opts.HomeLease; l != nil {
+		reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Namespace: namespace, Subsystem: "home_lease", Name: "held",
+				Help: "1 while the pod holds its home lease and may serve as a partition's home, else 0.",
+			}, func() float64 {
+				if l.Held() {
+					return 1
+				}
+				return 0
+			}),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{
+				Namespace: namespace, Subsystem: "home_lease", Name: "renew_failures_total",
+				Help: "Renewals of the home lease that failed: the API server did not answer, or refused.",
+			}, func() float64 { return float64(l.Failures()) }),
+		)
 	}
 	m.handler = newHandler(reg, reg, true)
 	return m

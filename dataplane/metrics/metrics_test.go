@@ -233,3 +233,27 @@ func TestNamesAreUnderOurNamespace(t *testing.T) {
 		}
 	}
 }
+
+type homeLease struct {
+	held     bool
+	failures uint64
+}
+
+func (l *homeLease) Held() bool       { return l.held }
+func (l *homeLease) Failures() uint64 { return l.failures }
+
+// The home lease's series read the renewer at each scrape, and exist only with a lease.
+func TestHomeLeaseMetrics(t *testing.T) {
+	l := &homeLease{}
+	m := metrics.New(metrics.Options{Store: filter.NewStore(filter.Limits{}, nil), HomeLease: l})
+	fs := gather(t, m)
+	want(t, fs, 0, "bloomery_home_lease_held")
+	want(t, fs, 0, "bloomery_home_lease_renew_failures_total")
+	l.held, l.failures = true, 3
+	fs = gather(t, m)
+	want(t, fs, 1, "bloomery_home_lease_held")
+	want(t, fs, 3, "bloomery_home_lease_renew_failures_total")
+	if fs := gather(t, metrics.New(metrics.Options{Store: filter.NewStore(filter.Limits{}, nil)})); fs["bloomery_home_lease_held"] != nil {
+		t.Error("bloomery_home_lease_held exported without a lease")
+	}
+}

@@ -231,7 +231,9 @@ func (a *asyncIO) pwrite(f *os.File, b []byte, offset int64) error {
 	case ev.res < 0:
 		return &os.PathError{Op: "write", Path: f.Name(), Err: syscall.Errno(-ev.res)}
 	case ev.res != int64(len(b)):
-		return &os.PathError{Op: "write", Path: f.Name(), Err: io.ErrShortWrite}
+		// The device took part of the write: it is out of room, as a full tmpfs answers, and
+		// must not be taken for a file system without direct I/O (diskFailure).
+		return &os.PathError{Op: "write", Path: f.Name(), Err: fmt.Errorf("%w (wrote %d of %d bytes)", syscall.ENOSPC, ev.res, len(b))}
 	}
 	return nil
 }

@@ -94,6 +94,11 @@ type wal struct {
 	// err is why the log is broken: a write or sync failed, and until heal succeeds the log
 	// refuses records. The records of the failed flush stay in buf, first, for heal to write.
 	err error
+	// The tickets after droppedFrom up to dropped are the records that the last failed flush
+	// under SyncAlways dropped, and droppedBy why: their writers are refused even once the log
+	// has healed.
+	droppedFrom, dropped uint64
+	droppedBy            error
 	// retryAt is when heal may try again, backoff apart from the last failure.
 	retryAt time.Time
 	backoff time.Duration
@@ -232,14 +237,14 @@ func (w *wal) errLocked() error {
 }
 
 // commit returns once ticket is as durable as the policy promises before an answer: on disk
-// for SyncAlways, buffered for the others.
+// for SyncAlways, buffered for the others, which append already did (a failed flush keeps the
+// buffer for heal to write).
 func (w *wal) commit(ticket uint64) error {
 	if w.policy != SyncAlways {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return w.err
+		return nil
 	}
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for w.synced < ticket && w.err == nil {
 		if w.flushing || w.flusher {
 			w.cond.Wait()
@@ -247,9 +252,13 @@ func (w *wal) commit(ticket uint64) error {
 		}
 		w.flushLocked(true)
 	}
-	err := w.err
-	w.mu.Unlock()
-	return err
+	switch {
+	case w.droppedFrom < ticket && ticket <= w.dropped:
+		return w.droppedBy
+	case w.synced >= ticket:
+		return nil
+	}
+	return w.err
 }
 
 // flush writes the buffer and, with sync, makes it durable.
@@ -285,10 +294,22 @@ func (w *wal) flushLocked(sync bool) {
 	w.mu.Lock()
 	w.flushing = false
 	if err != nil {
-		// The batch goes back in front of what was appended meanwhile: heal writes it again, in
-		// order, since it may have been acknowledged (under everysec and no, once buffered).
-		w.buf, w.spare = append(buf, w.buf...), nil
 		w.fail(fmt.Errorf("writing log segment %s: %w", segmentName(w.segment), err))
+		if w.policy == SyncAlways {
+			// Nothing in the log but what is durable was acknowledged: every writer waiting for
+			// this batch, or for the records appended meanwhile, is refused, and applied nothing
+			// (records come before their effect), so none of it may reach the disk later.
+			w.buf, w.spare = w.spare[:0], nil
+			w.droppedFrom, w.dropped, w.droppedBy = w.synced, w.appended, w.err
+			w.written, w.synced = w.appended, w.appended
+		} else {
+			// The batch goes back in front of what was appended meanwhile: heal writes it again,
+			// in order, since it was acknowledged once buffered.
+			w.buf, w.spare = append(buf, w.buf...), nil
+		}
+		// Cut at once what the failed write left in the segment: a crash before heal must not
+		// find the records of refused writes there.
+		w.setAside()
 	} else {
 		w.spare = buf[:0]
 		w.written = target
@@ -333,17 +354,8 @@ func (w *wal) heal(force bool) {
 	if w.err == nil || w.closed || (!force && time.Now().Before(w.retryAt)) {
 		return
 	}
-	if w.file != nil {
-		w.trim = &segmentTrim{seq: w.segment, size: w.file.abandon()}
-		w.file = nil
-	}
-	if w.trim != nil {
-		if err := trimSegment(w.dir, w.trim.seq, w.trim.size); err != nil {
-			w.fail(fmt.Errorf("cutting log segment %s after a failed write: %w", segmentName(w.trim.seq), err))
-			return
-		}
-		w.previousBytes = w.trim.size
-		w.trim = nil
+	if !w.setAside() {
+		return
 	}
 	next, err := w.createSegment(w.segment+1, w.previousBytes)
 	if err != nil {
@@ -360,6 +372,25 @@ func (w *wal) heal(force bool) {
 			w.health(nil)
 		}
 	}
+}
+
+// setAside closes the segment a failed write left, if still open, and cuts it at its last
+// records; it reports whether the cut is done (if not, it broke the log again, and heal tries
+// again). Called with mu held and no flush running.
+func (w *wal) setAside() bool {
+	if w.file != nil {
+		w.trim = &segmentTrim{seq: w.segment, size: w.file.abandon()}
+		w.file = nil
+	}
+	if w.trim != nil {
+		if err := trimSegment(w.dir, w.trim.seq, w.trim.size); err != nil {
+			w.fail(fmt.Errorf("cutting log segment %s after a failed write: %w", segmentName(w.trim.seq), err))
+			return false
+		}
+		w.previousBytes = w.trim.size
+		w.trim = nil
+	}
+	return true
 }
 
 // healIfDue is heal on the timer: it waits for a running flush.

@@ -64,6 +64,10 @@ type Persister struct {
 	logBytesAtSnapshot atomic.Int64
 	// snapshotting lets one snapshot run at a time.
 	snapshotting sync.Mutex
+	// applying is held for reading from an add's record to the end of its apply (Added to
+	// Applied), and for writing while a snapshot moves the log to a new segment: each record of
+	// the segments the snapshot covers, and drops, is then in the filters it copies.
+	applying sync.RWMutex
 	// snapshotsBegun numbers snapshots as they begin; lastGoodSnapshot is the number of the
 	// last that succeeded, read and written under snapshotting.
 	snapshotsBegun   atomic.Uint64
@@ -592,7 +596,11 @@ func (p *Persister) snapshotLocked() error {
 
 func (p *Persister) snapshot() error {
 	// Records appended from here on go to the new segment, which the snapshot does not cover.
+	// Adds are recorded before they are applied: those recorded in the segments the snapshot
+	// covers finish first, so that the copies below hold them.
+	p.applying.Lock()
 	first, err := p.wal.rotate()
+	p.applying.Unlock()
 	if err != nil {
 		return err
 	}
@@ -643,7 +651,7 @@ func (p *Persister) Close() error {
 }
 
 // The filter.Journal side. Creates and deletes wait for the policy's durability inside the
-// store's lock for such changes; adds wait after the filter's lock is released.
+// store's lock for such changes; adds wait before the filter's lock is taken.
 
 // Created records a new filter.
 func (p *Persister) Created(f *filter.Filter) error {
@@ -664,14 +672,26 @@ func (p *Persister) Deleted(name string, generation int64) error {
 
 var addBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
-// Added records keys added to a filter.
+// Added records keys about to be added to a filter: as durably as the policy promises when it
+// returns nil, and then Applied must follow. A write the log cannot take is refused, whether the
+// log is known to be broken or the flush of its own record fails.
 func (p *Persister) Added(name string, keys []string) error {
+	if err := p.stats.LogBroken(); err != nil { // spares the record's encoding
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
+	}
+	p.applying.RLock()
 	buf := addBuffers.Get().(*[]byte)
 	*buf = appendAdd((*buf)[:0], name, keys)
 	err := p.record(*buf, int64(len(keys)))
 	addBuffers.Put(buf)
+	if err != nil {
+		p.applying.RUnlock()
+	}
 	return err
 }
+
+// Applied says the keys of an add that Added recorded are in their filter.
+func (p *Persister) Applied() { p.applying.RUnlock() }
 
 // Accessed records that a filter with sliding expiry was used; failures only cost accuracy of
 // expiry after a restart, so they are not reported to the reader.
@@ -694,14 +714,6 @@ func (p *Persister) record(body []byte, updates int64) error {
 	}
 	p.updates.Add(updates)
 	if err := p.wal.commit(ticket); err != nil {
-		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
-	}
-	return nil
-}
-
-// Writable refuses writes while the log is broken, before the engine applies them.
-func (p *Persister) Writable() error {
-	if err := p.stats.LogBroken(); err != nil {
 		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
 	}
 	return nil

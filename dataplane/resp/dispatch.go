@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
@@ -243,14 +244,19 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// replyText is the error reply of err: replyErrors as they are, anything else (an engine or a
-// replication error) after ERR.
+// replyText is the error reply of err: replyErrors as they are; a write the update log cannot
+// take (a full or failing disk, HTTP's 507 code 12) after MISCONF, as Redis answers a write it
+// cannot persist, so that clients that tell persistence errors apart see one; anything else (an
+// engine or a replication error) after ERR.
 func replyText(err error) string {
 	if re, ok := errors.AsType[replyError](err); ok {
 		return string(re)
 	}
 	if hu, ok := errors.AsType[*writes.HomeUnavailableError](err); ok {
 		return tryAgain(hu.Reason)
+	}
+	if errors.Is(err, filter.ErrNotJournaled) {
+		return "MISCONF " + err.Error()
 	}
 	return "ERR " + err.Error()
 }

@@ -3,10 +3,13 @@ package resp
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/tidwall/redcon"
+
+	"github.com/bloomery/bloomery/dataplane/filter"
 )
 
 // Each failed AUTH of a connection is answered later than the one before, up to lastAuthDelay; a
@@ -45,5 +48,17 @@ func TestErrorRepliesDoNotAllocate(t *testing.T) {
 	}
 	if got := oneLine("ERR a\r\nb"); got != "ERR a  b" {
 		t.Errorf("oneLine kept line breaks: %q", got)
+	}
+}
+
+// A write the update log cannot take answers MISCONF, Redis's reply to a write it cannot
+// persist, with the reason; other engine errors keep ERR.
+func TestNotJournaledAnswersMISCONF(t *testing.T) {
+	err := fmt.Errorf("%w: no space left on device", filter.ErrNotJournaled)
+	if got, want := replyText(err), "MISCONF the update log cannot be written: no space left on device"; got != want {
+		t.Errorf("reply %q, want %q", got, want)
+	}
+	if got := replyText(filter.ErrTooLarge); !strings.HasPrefix(got, "ERR ") {
+		t.Errorf("reply %q, want ERR", got)
 	}
 }

@@ -143,6 +143,12 @@ func (rd *reader) answered(took time.Duration) {
 func (rd *reader) read(lim limits) ([]redcon.Command, error) {
 	for {
 		if err := rd.decodeAll(lim); err != nil {
+			if len(rd.cmds) > 0 {
+				// The commands before the bad one are answered first, as Redis answers them,
+				// whether or not they came in the same read; decoding meets the error again at
+				// the next read.
+				return rd.cmds, nil
+			}
 			return nil, err
 		}
 		if len(rd.cmds) > 0 {
@@ -274,6 +280,19 @@ func argsRefused(n int, lim limits) error {
 	return tooLarge("a command of %d arguments is larger than respMaxCommandLength (%d bytes) allows: send fewer items per command", n, lim.command)
 }
 
+// bulkRefused is the error of an argument of size bytes, more than lim allows.
+func bulkRefused(size int, lim limits) error {
+	if lim.bulk == unauthenticatedBulk {
+		return malformed("unauthenticated bulk length")
+	}
+	return tooLarge("an argument of %d bytes is larger than respMaxBulkLength (%d bytes)", size, lim.bulk)
+}
+
+// commandRefused is the error of a command larger than lim allows.
+func commandRefused(lim limits) error {
+	return tooLarge("the command is larger than respMaxCommandLength (%d bytes): send fewer or smaller items per command", lim.command)
+}
+
 // bulk decodes the argument at the command's position; done is false when it is not all there.
 func (rd *reader) bulk(b []byte, lim limits) (done bool, err error) {
 	p := &rd.p
@@ -290,12 +309,10 @@ func (rd *reader) bulk(b []byte, lim limits) (done bool, err error) {
 	switch {
 	case size < 0:
 		return false, malformed("invalid bulk length")
-	case int64(size) > lim.bulk && lim.bulk == unauthenticatedBulk:
-		return false, malformed("unauthenticated bulk length")
 	case int64(size) > lim.bulk:
-		return false, tooLarge("an argument of %d bytes is larger than respMaxBulkLength (%d bytes)", size, lim.bulk)
+		return false, bulkRefused(size, lim)
 	case int64(start)+int64(size)+2 > lim.command:
-		return false, tooLarge("the command is larger than respMaxCommandLength (%d bytes): send fewer or smaller items per command", lim.command)
+		return false, commandRefused(lim)
 	}
 	end := start + size
 	if end+2 > len(b) {
@@ -402,8 +419,23 @@ func (rd *reader) inline(b []byte, lim limits) ([][]byte, error) {
 		return nil, nil
 	}
 	words := bytes.Fields(bytes.TrimSuffix(b[:i], []byte("\r")))
+	if len(words) == 0 {
+		// An empty line, skipped as Redis skips it. Not nil, which would say the command is not
+		// all there: the commands after it in the buffer would wait for the next read.
+		rd.r += i + 1
+		return [][]byte{}, nil
+	}
 	if len(words) > lim.args {
 		return nil, argsRefused(len(words), lim)
+	}
+	// A line's words are arguments like any others: the same limits hold.
+	if int64(i+1) > lim.command {
+		return nil, commandRefused(lim)
+	}
+	for _, w := range words {
+		if int64(len(w)) > lim.bulk {
+			return nil, bulkRefused(len(w), lim)
+		}
 	}
 	if err := rd.roomForArgs(len(words)); err != nil {
 		return nil, err

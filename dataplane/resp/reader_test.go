@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -194,3 +195,101 @@ func TestReaderStopsAtAuthBeforeAuthentication(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// fuzzLimits are small, so that the fuzzer reaches every limit of the reader.
+var fuzzLimits = limits{args: 16, bulk: 64, command: 512}
+
+// FuzzReader feeds arbitrary bytes to the reader, once in a single write and once cut into the
+// pieces the fuzzer picks (split's bytes are the pieces' lengths): a command decoded from many
+// reads must be the one decoded from one, and the stream must end the same way, a protocol error
+// or the end of the input. Every command decoded holds at most the limits' arguments and bytes,
+// re-encodes to bytes that decode to it again, and the closed reader gives the budget back whole.
+func FuzzReader(f *testing.F) {
+	for _, seed := range [][2]string{
+		{string(encode("BF.ADD", "k", "a\r\nb")) + "PING\r\n", "\x03\x07"},
+		{string(encode("AUTH", "pw")) + string(encode("BF.MADD", "k", "a", "b")), "\x01"},
+		{"*2\r\n$4\r\nPING\r\n$65\r\n", "\x05"},
+		{"*1\r\n+PING\r\n*1\r\n$x\r\n", ""},
+		{"  ECHO   hi  \r\n\r\n*0\r\n*-1\r\n", "\x02\x02"},
+		{"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$0\r\n\r\n*100\r\n", "\x0b"},
+	} {
+		f.Add([]byte(seed[0]), []byte(seed[1]))
+	}
+	f.Fuzz(func(t *testing.T, in, split []byte) {
+		if len(in) > 4096 {
+			return
+		}
+		whole, wholeEnd := decodeStream(t, [][]byte{in})
+		var pieces [][]byte
+		rest := in
+		for _, n := range split {
+			n := min(int(n)+1, len(rest))
+			pieces, rest = append(pieces, rest[:n]), rest[n:]
+		}
+		cut, cutEnd := decodeStream(t, append(pieces, rest))
+		if !sameStrings(whole, cut) || wholeEnd != cutEnd {
+			t.Fatalf("%q decoded whole: %q, %s\nin pieces %q: %q, %s", in, whole, wholeEnd, pieces, cut, cutEnd)
+		}
+		for _, cmd := range whole {
+			if len(cmd) > fuzzLimits.args {
+				t.Fatalf("a command of %d arguments passed the limit of %d", len(cmd), fuzzLimits.args)
+			}
+			again, end := decodeStream(t, [][]byte{encode(cmd...)})
+			if len(again) != 1 || !sameStrings(again[0], cmd) || end != "EOF" {
+				t.Fatalf("%q re-encoded decodes to %q, %s", cmd, again, end)
+			}
+		}
+	})
+}
+
+// decodeStream reads the commands that chunks, written one after the other, make, until the
+// reader stops; it answers them and how the stream ended: EOF, or the protocol error's reply. It
+// fails the test if the closed reader keeps any of the budget.
+func decodeStream(t *testing.T, chunks [][]byte) ([][]string, string) {
+	t.Helper()
+	server, client := net.Pipe()
+	budget := &countedBudget{limit: 1 << 20}
+	rd := newReader(server, budget, 0, time.Minute)
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		for _, c := range chunks {
+			if _, err := client.Write(c); err != nil {
+				return // the reader stopped
+			}
+		}
+		_ = client.Close()
+	}()
+	var cmds [][]string
+	var end string
+	for end == "" {
+		read, err := rd.read(fuzzLimits)
+		for _, c := range read {
+			var args []string
+			for _, a := range c.Args {
+				if int64(len(a)) > fuzzLimits.bulk {
+					t.Fatalf("an argument of %d bytes passed the limit of %d", len(a), fuzzLimits.bulk)
+				}
+				args = append(args, string(a))
+			}
+			cmds = append(cmds, args)
+		}
+		rd.release()
+		switch pe, ok := errors.AsType[*protocolError](err); {
+		case ok:
+			end = pe.reply
+		case err != nil:
+			end = "EOF" // the input's end, however the pipe says it
+		}
+	}
+	rd.close()
+	_ = server.Close()
+	<-written
+	if held := budget.used.Load(); held != 0 {
+		t.Fatalf("the closed reader holds %d bytes of the budget", held)
+	}
+	return cmds, end
+}
+
+// sameStrings compares lists of strings, or of lists of them, element by element.
+func sameStrings[T []string | [][]string](a, b T) bool { return reflect.DeepEqual(a, b) }

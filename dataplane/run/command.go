@@ -153,8 +153,9 @@ func (o *dataPlaneFlags) config(fs *pflag.FlagSet, terminal bool) (config.Config
 			*dst, _ = fs.GetString(flag) // a string flag: no error
 		}
 	}
-	// The pod's name, from the downward API in the operator's StatefulSet.
+	// The pod's name and namespace, from the downward API in the operator's StatefulSet.
 	cfg.PodName = os.Getenv("POD_NAME")
+	cfg.PodNamespace = os.Getenv("POD_NAMESPACE")
 	if fs.Changed("log-sync") {
 		cfg.LogSync = config.LogSync(o.logSync)
 	}

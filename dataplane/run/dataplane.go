@@ -16,6 +16,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/dataplane/filter"
 	"github.com/bloomery/bloomery/dataplane/httpapi"
+	"github.com/bloomery/bloomery/dataplane/lease"
 	"github.com/bloomery/bloomery/dataplane/metrics"
 	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/replication"
@@ -35,6 +36,8 @@ type DataPlane struct {
 	metrics *metrics.Metrics
 	api     *httpapi.Server
 	resp    *resp.Server
+	// homeLease renews the pod's home lease; nil without homeLeaseSeconds.
+	homeLease *lease.Renewer
 
 	// persister is set once the data directory is open; nil when in memory.
 	persister atomic.Pointer[persist.Persister]
@@ -84,6 +87,23 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		clock: clock,
 		every: every,
 	}
+	// homeLease is the renewer's Held, nil without a lease: a home then needs none.
+	var homeLease func() bool
+	if cfg.HomeLease > 0 {
+		d.homeLease = lease.New(lease.Options{
+			Leases:    lease.InCluster(cfg.PodNamespace),
+			Name:      cfg.PodName,
+			Namespace: cfg.PodNamespace,
+			Duration:  cfg.HomeLease,
+			// Read only once Run renews, when the node exists.
+			Epoch: func() uint64 { return d.node.Membership().Epoch },
+			Log:   log,
+		})
+		homeLease = d.homeLease.Held
+	}
+	// The replication node's hook, replication.Options.HomeLease, once it has one: a home then
+	// applies a check-and-set or a create only while it holds its lease.
+	_ = homeLease
 	d.node = replication.NewNode(replication.Options{
 		Store:               d.store,
 		Log:                 log,
@@ -98,12 +118,16 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		Token:               token,
 		TLS:                 peerTLS,
 	})
-	d.metrics = metrics.New(metrics.Options{
+	mopts := metrics.Options{
 		Store:              d.store,
 		Cluster:            d.node,
 		MaxLabelledFilters: cfg.MetricsMaxLabelledFilters,
 		Ready:              func() bool { return d.api.Ready() },
-	})
+	}
+	if d.homeLease != nil {
+		mopts.HomeLease = d.homeLease
+	}
+	d.metrics = metrics.New(mopts)
 	ws := writes.New(d.store, d.node, log)
 	d.api, err = httpapi.New(httpapi.Options{
 		Config:        cfg,

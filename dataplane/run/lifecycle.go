@@ -46,6 +46,15 @@ func (ls Listeners) close() {
 //     their batches in flight are;
 //  5. with HTTP and RESP down, a final snapshot.
 func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
+	// The home lease is renewed from the start, through recovery (the operator would otherwise
+	// take a recovering pod for a lapsed one), until HTTP is down.
+	if d.homeLease != nil {
+		leaseCtx, stopLease := context.WithCancel(context.WithoutCancel(ctx))
+		var renewing sync.WaitGroup
+		renewing.Go(func() { d.homeLease.Run(leaseCtx) })
+		defer renewing.Wait()
+		defer stopLease()
+	}
 	var p *persist.Persister
 	if d.cfg.InMemory {
 		d.log.Warn("Persistence is off: filters live in memory only and are lost when the process ends")

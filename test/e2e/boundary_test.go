@@ -33,6 +33,9 @@ func TestTrustBoundaryIsInPlace(t *testing.T) {
 					Port     int
 					Protocol string
 				} `json:"ports"`
+				To []struct {
+					IPBlock *struct{ CIDR string } `json:"ipBlock"`
+				} `json:"to"`
 			} `json:"egress"`
 		} `json:"spec"`
 	}
@@ -55,15 +58,28 @@ func TestTrustBoundaryIsInPlace(t *testing.T) {
 	if !slices.Equal(ingressPorts, []int{6379, 8080, 8090, 9090}) {
 		t.Errorf("ingress ports %v, want the client ports 8080 and 6379 (RESP), 8090 and 9090", ingressPorts)
 	}
+	// The pods renew their home leases (spec.replication.homeLeaseSeconds, on by default): the
+	// API server, at the address and port of the default/kubernetes endpoints, and nothing else
+	// on its port.
+	api := strings.Fields(n.run("get", "endpoints", "kubernetes", "--namespace", "default", "-o",
+		`jsonpath={.subsets[0].addresses[0].ip} {.subsets[0].ports[0].port}`))
+	if len(api) != 2 {
+		t.Fatalf("the default/kubernetes endpoints: %q", api)
+	}
 	var egress []string
 	for _, rule := range policy.Spec.Egress {
 		for _, p := range rule.Ports {
 			egress = append(egress, p.Protocol+"/"+strconv.Itoa(p.Port))
+			if strconv.Itoa(p.Port) == api[1] && (len(rule.To) != 1 || rule.To[0].IPBlock == nil || rule.To[0].IPBlock.CIDR != api[0]+"/32") {
+				t.Errorf("egress to the API server's port %s goes to %+v, want %s/32 alone", api[1], rule.To, api[0])
+			}
 		}
 	}
 	slices.Sort(egress)
-	if !slices.Equal(egress, []string{"TCP/53", "TCP/8090", "UDP/53"}) {
-		t.Errorf("egress %v, want the peers' internal port and DNS", egress)
+	want := []string{"TCP/53", "TCP/8090", "TCP/" + api[1], "UDP/53"}
+	slices.Sort(want)
+	if !slices.Equal(egress, want) {
+		t.Errorf("egress %v, want %v: the peers' internal port, DNS and the API server", egress, want)
 	}
 
 	ports := n.jsonpath("statefulset/example", `{range .spec.template.spec.containers[0].ports[*]}{.name}={.containerPort} {end}`)

@@ -78,13 +78,23 @@ func httpGet(t *testing.T, url string) (int, []byte) {
 	return resp.StatusCode, body
 }
 
-// A full disk fails writes instead of acknowledging them, takes the pod out of service with the
-// reason, and once space returns the pod heals without a restart; after a SIGKILL every
-// acknowledged value is there.
+// A full disk fails writes instead of acknowledging them, applying nothing of them, takes the
+// pod out of service with the reason, and once space returns the pod heals without a restart,
+// leaving no empty segment and direct I/O on; after a SIGKILL every acknowledged value is there
+// and no refused one.
 func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	dir := smallDisk(t, 8<<20)
 	dp := startDataPlane(t, dir, "--log-sync", "always")
-	createFilter(t, dp, "full")
+	if !dp.logged("Log writes are durable through direct I/O") {
+		t.Fatalf("the log is not written with direct I/O on this tmpfs, which the test needs to see it stay on:\n%s", dp.logs())
+	}
+	// Sparse enough that the values of the refused write test absent unless applied: at most
+	// 100,000 values in a filter for 1,000,000 at 1e-6, a false positive has odds below 1e-20.
+	if _, _, err := dp.client.Create(t.Context(), "full", client.CreateOptions{
+		ExpectedInsertions: new(uint64(1_000_000)), FPP: new(1e-6), ValidPeriodAfterCreate: new(int64(0)),
+	}); err != nil {
+		t.Fatal(err)
+	}
 	createFilter(t, dp, "untouched") // empty: a value it holds was applied, not a false positive
 	var acked []string
 	write := func(prefix string, n int) error {
@@ -102,15 +112,21 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	ballast := fill(t, dir)
 	// The log's segment has room left in the chunk it allocated ahead: write until it runs out.
 	var refused error
-	for i := 0; refused == nil && i < 1000; i++ {
-		refused = write(fmt.Sprint("filling-", i, "-"), 1000)
+	var failedFlush []string // the values of the write whose own flush failed
+	for i := 0; refused == nil && i < 100; i++ {
+		failedFlush = valuesOf(fmt.Sprint("filling-", i, "-"), 1000)
+		if refused = dp.client.MultiSet(t.Context(), "full", failedFlush); refused == nil {
+			acked = append(acked, failedFlush...)
+		}
 	}
 	if refused == nil {
-		t.Fatal("a full disk took 1,000,000 values")
+		t.Fatal("a full disk took 100,000 values")
 	}
 	if !strings.Contains(refused.Error(), "HTTP 507, code 12") || !strings.Contains(refused.Error(), "no space left on device") {
 		t.Errorf("a write to a full disk: %v, want 507 code 12 naming the lack of space", refused)
 	}
+	// Its record came before its bits: nothing of it applied, now or after the restart below.
+	noneApplied(t, dp, "full", failedFlush)
 	// While the log is known to be broken, a write is refused before it is applied.
 	refusedValues := valuesOf("while-broken", 100)
 	if err := dp.client.MultiSet(t.Context(), "untouched", refusedValues); err == nil || !strings.Contains(err.Error(), "HTTP 507, code 12") {
@@ -146,6 +162,10 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 	if err := write("after", 1000); err != nil {
 		t.Fatalf("a write after the disk had room again: %v", err)
 	}
+	// The full disk was never taken for a file system without direct I/O.
+	if strings.Contains(dp.logs(), "direct I/O is not available") {
+		t.Errorf("the full disk turned direct I/O off:\n%s", dp.logs())
+	}
 	if v, _ := metricValue(t, "http://"+dp.opsAddr, "bloomery_log_healthy"); v != 1 {
 		t.Errorf("bloomery_log_healthy = %v after healing, want 1", v)
 	}
@@ -168,6 +188,7 @@ func TestFullDiskHealsWithoutARestart(t *testing.T) {
 		t.Fatalf("after SIGKILL and a restart, %d of %d acknowledged values are missing, such as %q", len(lost), len(acked), lost[0])
 	}
 	noneApplied(t, restarted, "untouched", refusedValues)
+	noneApplied(t, restarted, "full", failedFlush)
 	if !restarted.logged(`"corruptFiles":0,`) {
 		t.Errorf("the restart found damage:\n%s", restarted.logs())
 	}
@@ -287,5 +308,47 @@ func noneApplied(t *testing.T, dp *dataPlane, filter string, values []string) {
 		if ok {
 			t.Errorf("%s holds %q, of a write that was refused", filter, values[i])
 		}
+	}
+}
+
+// A RESP client writing to a pod whose disk is full is told so, as Redis tells a write it cannot
+// persist (MISCONF), with the system's reason, not a generic error; nothing of the refused
+// command is applied.
+func TestFullDiskAnswersRESPWithMISCONF(t *testing.T) {
+	dir := smallDisk(t, 8<<20)
+	password := writeFile(t, "resp-password", respLimitsPassword+"\n")
+	addr := freeAddress(t)
+	dp, err := tryLaunchBinary(t, plainBinary(t), nil, dir, "--log-sync", "always",
+		"--resp-port", portOf(t, addr), "--resp-password-file", password)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dp.waitReady(t)
+	// Sparse: a value of the refused command tests present only if applied (see above).
+	if out, err := cliServes(t, addr, "BF.RESERVE", "full", "0.000001", "1000000"); err != nil || out != "OK" {
+		t.Fatalf("BF.RESERVE: %q, %v", out, err)
+	}
+	fill(t, dir)
+	var refused []string
+	var reply string
+	for i := 0; refused == nil && i < 100; i++ {
+		items := valuesOf(fmt.Sprint("resp-", i), 1000)
+		out, err := cliServes(t, addr, append([]string{"BF.MADD", "full"}, items...)...)
+		if err != nil {
+			t.Fatalf("redis-cli: %v: %s", err, out)
+		}
+		if strings.Count(out, "\n") != len(items)-1 { // one reply per item, or one error
+			refused, reply = items, out
+		}
+	}
+	if refused == nil {
+		t.Fatal("a full disk took 100,000 items")
+	}
+	if !strings.HasPrefix(reply, "MISCONF the update log cannot be written") || !strings.Contains(reply, "no space left on device") {
+		t.Errorf("BF.MADD on a full disk answered %q, want MISCONF naming the lack of space", reply)
+	}
+	out, err := cliServes(t, addr, append([]string{"BF.MEXISTS", "full"}, refused...)...)
+	if err != nil || strings.Contains(out, "1") {
+		t.Errorf("BF.MEXISTS of the refused items: %v\n%s\nwant every one 0", err, out)
 	}
 }

@@ -2,16 +2,20 @@ package process
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/persist"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
@@ -239,4 +243,91 @@ func getBody(t *testing.T, url string) (int, string) {
 		t.Fatal(err)
 	}
 	return resp.StatusCode, string(body)
+}
+
+// A merge of bits past a layer's size, which once made every GET of the filter answer 500 (NaN)
+// for good and spread to the other pods, is refused with 400 naming the damage, before a bit is
+// applied: the filter describes as before, and holds the same bits after a restart.
+func TestPoisonedMergeIsRefusedAndTheFilterStillDescribes(t *testing.T) {
+	dir := t.TempDir()
+	allow := writeFile(t, "merges.yaml", "allowClientMerges: true\n")
+	dp := startDataPlane(t, dir, "-c", allow, "--log-sync", "always") // the restart below kills it
+	createFilter(t, dp, "f")
+	if err := dp.client.MultiSet(t.Context(), "f", valuesOf("kept", 100)); err != nil {
+		t.Fatal(err)
+	}
+	before := dumpOf(t, dp, "f")
+	st, release, err := persist.ReadDump(bytes.NewReader(before), int64(len(before)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	layer := st.Parts[0].Layers[0]
+	if layer.Bits%64 == 0 {
+		t.Fatalf("the layer's %d bits fill its last word: no bit past its size to poison", layer.Bits)
+	}
+	layer.Words[0] = ^uint64(0)                                        // bits an applied merge would leave
+	layer.Words[len(layer.Words)-1] |= ^uint64(0) << (layer.Bits % 64) // and those past its size
+	var poisoned bytes.Buffer
+	if err := persist.WriteDump(&poisoned, st); err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+dp.addr+wire.FilterOpPath("f", wire.OpMerge), &poisoned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(answer), "bits set past") {
+		t.Errorf("a merge of bits past the layer's size: %d %s; want 400 naming them", resp.StatusCode, answer)
+	}
+
+	unchanged := func(pod *dataPlane, when string) {
+		f, err := pod.client.Get(t.Context(), "f")
+		if err != nil || f.FillRatio <= 0 || f.FillRatio >= 0.5 || f.EstimatedFPP >= 0.001 {
+			t.Errorf("GET %s: %+v, %v; want the filter of 100 values described", when, f, err)
+		}
+		if after := dumpOf(t, pod, "f"); !bytes.Equal(persistedBits(t, after), persistedBits(t, before)) {
+			t.Errorf("%s the filter's bits changed", when)
+		}
+	}
+	unchanged(dp, "after the refused merge")
+	unchanged(restart(t, dp, dir, "-c", allow, "--log-sync", "always"), "after the refused merge and a restart")
+}
+
+// restart kills dp, as a crash would, and starts the binary again on its data directory.
+func restart(t *testing.T, dp *dataPlane, dir string, args ...string) *dataPlane {
+	t.Helper()
+	dp.stop(t, syscall.SIGKILL)
+	return startDataPlane(t, dir, args...)
+}
+
+// dumpOf answers the client port's dump of filter name.
+func dumpOf(t *testing.T, dp *dataPlane, name string) []byte {
+	t.Helper()
+	status, body := httpGet(t, "http://"+dp.addr+wire.FilterOpPath(name, wire.OpDump))
+	if status != http.StatusOK {
+		t.Fatalf("dump of %s: %d %.300s", name, status, body)
+	}
+	return body
+}
+
+// persistedBits is the bits of a dump's layers, without the rest of its record (such as the last
+// access, which a check moves).
+func persistedBits(t *testing.T, dump []byte) []byte {
+	t.Helper()
+	st, release, err := persist.ReadDump(bytes.NewReader(dump), int64(len(dump)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	var out []byte
+	for _, l := range st.AllLayers() {
+		out = fmt.Appendf(out, "%d/%d:%x;", l.Bits, l.Hashes, l.Words)
+	}
+	return out
 }

@@ -75,9 +75,16 @@ func tryLaunch(t *testing.T, env []string, dataDir string, args ...string) (*dat
 // tryLaunchBinary is tryLaunch of the binary at path.
 func tryLaunchBinary(t *testing.T, path string, env []string, dataDir string, args ...string) (*dataPlane, error) {
 	t.Helper()
-	args = append([]string{"dataplane", "-p", "0", "--internal-port", "0", "--ops-port", "0",
-		"--internal-token-file", tokenFile(t), "--bind-address", "127.0.0.1", "--data-dir", dataDir}, args...)
-	cmd := exec.CommandContext(t.Context(), path, args...)
+	return tryLaunchUnder(t, []string{path}, env, dataDir, args...)
+}
+
+// tryLaunchUnder is tryLaunchBinary of the command line command, which ends in the binary's path
+// and may start with a program that runs it, such as strace.
+func tryLaunchUnder(t *testing.T, command []string, env []string, dataDir string, args ...string) (*dataPlane, error) {
+	t.Helper()
+	args = append(append(command[1:len(command):len(command)], "dataplane", "-p", "0", "--internal-port", "0", "--ops-port", "0",
+		"--internal-token-file", tokenFile(t), "--bind-address", "127.0.0.1", "--data-dir", dataDir), args...)
+	cmd := exec.CommandContext(t.Context(), command[0], args...)
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), env...)
 	pipe, err := cmd.StderrPipe()

@@ -1,0 +1,122 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
+	"github.com/bloomery/bloomery/dataplane/wire"
+)
+
+// The operator's clock starts when it first sees a version, whatever renewTime says, and a lease
+// lapses the duration plus the drift bound later, not a nanosecond sooner.
+func TestLeaseLapsesOnTheOperatorsClock(t *testing.T) {
+	t.Parallel()
+	var lc leaseClock
+	start := time.Unix(2_000_000, 0)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{UID: "u", ResourceVersion: "1"}}
+	// renewTime an hour in the future (a pod's wall clock set ahead) changes nothing.
+	l.Spec.RenewTime = &metav1.MicroTime{Time: start.Add(time.Hour)}
+	if seen := lc.observe(l, start); !seen.Equal(start) {
+		t.Fatalf("first seen %v, want %v", seen, start)
+	}
+	after := wire.LeaseLapsedAfter(10 * time.Second)
+	if after != 10500*time.Millisecond {
+		t.Fatalf("LeaseLapsedAfter(10s) = %v, want 10.5s with a 5%% drift bound", after)
+	}
+	// Seen again, unchanged: the clock runs on from the first sight.
+	later := start.Add(after - time.Nanosecond)
+	seen := lc.observe(l, later)
+	if lapsed, left := lapse(seen, later, 10*time.Second); lapsed || left != time.Nanosecond {
+		t.Errorf("at %v: lapsed %v, left %v; want not lapsed, 1ns left", after-time.Nanosecond, lapsed, left)
+	}
+	if lapsed, _ := lapse(seen, start.Add(after), 10*time.Second); !lapsed {
+		t.Errorf("at %v: not lapsed", after)
+	}
+	// A new version (a renewal) starts it again.
+	l.ResourceVersion = "2"
+	if seen := lc.observe(l, later); !seen.Equal(later) {
+		t.Errorf("renewal first seen %v, want %v", seen, later)
+	}
+	lc.forget(l)
+	if seen := lc.observe(l, start.Add(time.Minute)); !seen.Equal(start.Add(time.Minute)) {
+		t.Errorf("after forget: seen %v, want the new sight", seen)
+	}
+}
+
+// The duration is the longer of the holder's and the spec's: a pod still renewing under a
+// longer lease than the spec now sets is not taken for lapsed early.
+func TestLeaseDurationIsTheLonger(t *testing.T) {
+	t.Parallel()
+	c := &bloomeryv1alpha1.BloomCluster{}
+	l := &coordinationv1.Lease{}
+	if got := leaseDuration(l, c); got != 10*time.Second {
+		t.Errorf("no duration claimed: %v, want the spec's default 10s", got)
+	}
+	l.Spec.LeaseDurationSeconds = new(int32(30))
+	if got := leaseDuration(l, c); got != 30*time.Second {
+		t.Errorf("30s claimed: %v, want 30s", got)
+	}
+	c.Spec.Replication.HomeLeaseSeconds = new(int32(60))
+	if got := leaseDuration(l, c); got != time.Minute {
+		t.Errorf("spec 60s: %v, want 60s", got)
+	}
+}
+
+func TestLeaseStates(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		holder      *string
+		annotations map[string]string
+		want        homeLeaseState
+	}{
+		{nil, nil, leaseUnclaimed},
+		{new(""), nil, leaseUnclaimed},
+		{new("c-0"), nil, leaseHeld},
+		{new("c-0"), map[string]string{wire.LeaseRevokedAnnotation: "4"}, leaseHeld},
+		{nil, map[string]string{wire.LeaseRevokedAnnotation: "4"}, leaseRevoked},
+	} {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Annotations: c.annotations}, Spec: coordinationv1.LeaseSpec{HolderIdentity: c.holder}}
+		if got := stateOf(l); got != c.want {
+			t.Errorf("holder %v, annotations %v: state %d, want %d", c.holder, c.annotations, got, c.want)
+		}
+	}
+}
+
+// The rule to the API server names each address once, as a single-address block, and the TCP
+// ports of the endpoints.
+func TestAPIServerRule(t *testing.T) {
+	t.Parallel()
+	udp := corev1.ProtocolUDP
+	slices := []discoveryv1.EndpointSlice{
+		{
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}, {Addresses: []string{"10.0.0.2", "not an address"}}},
+			Ports:     []discoveryv1.EndpointPort{{Port: new(int32(6443))}, {Port: new(int32(53)), Protocol: &udp}},
+		},
+		{
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"10.0.0.1"}}, {Addresses: []string{"fd00::1"}}},
+			Ports:     []discoveryv1.EndpointPort{{Port: new(int32(6443))}},
+		},
+	}
+	got := apiServerRule(slices)
+	want := []string{"10.0.0.1/32", "10.0.0.2/32", "fd00::1/128"}
+	var cidrs []string
+	for _, p := range got.To {
+		cidrs = append(cidrs, p.IPBlock.CIDR)
+	}
+	if !equality.Semantic.DeepEqual(cidrs, want) {
+		t.Errorf("to %v, want %v", cidrs, want)
+	}
+	if len(got.Ports) != 1 || got.Ports[0].Port.IntVal != 6443 || *got.Ports[0].Protocol != corev1.ProtocolTCP {
+		t.Errorf("ports %+v, want TCP 6443 alone", got.Ports)
+	}
+	if empty := apiServerRule(nil); len(empty.To) != 0 || len(empty.Ports) != 0 {
+		t.Errorf("no endpoints: %+v, want an empty rule (the caller falls back)", empty)
+	}
+}
