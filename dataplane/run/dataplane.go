@@ -101,9 +101,6 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		})
 		homeLease = d.homeLease.Held
 	}
-	// The replication node's hook, replication.Options.HomeLease, once it has one: a home then
-	// applies a check-and-set or a create only while it holds its lease.
-	_ = homeLease
 	d.node = replication.NewNode(replication.Options{
 		Store:               d.store,
 		Log:                 log,
@@ -117,6 +114,7 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		Durable:             d.durable,
 		Token:               token,
 		TLS:                 peerTLS,
+		HomeLease:           homeLease,
 	})
 	mopts := metrics.Options{
 		Store:              d.store,
