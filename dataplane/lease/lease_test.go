@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -309,5 +312,29 @@ func TestFailedRenewalsAreLoggedWithoutFlooding(t *testing.T) {
 	// Failures 3 to 32 in a row, the lease lost: the 31st alone is logged.
 	if got := h.warnings(); got != 3 {
 		t.Errorf("%d warnings after %d more failures without the lease, want 3", got, quietEvery)
+	}
+}
+
+func TestAPIConfigReadsTheKubeconfigNamed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kubeconfig := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://192.0.2.7:6443", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: the-pods-token}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := apiConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host != "https://192.0.2.7:6443" || cfg.BearerToken != "the-pods-token" {
+		t.Errorf("host %q, token %q: want the kubeconfig's", cfg.Host, cfg.BearerToken)
+	}
+	if _, err := apiConfig(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "KUBECONFIG") {
+		t.Errorf("a missing kubeconfig: %v, want an error naming KUBECONFIG", err)
 	}
 }

@@ -48,6 +48,7 @@ func startAgent(config *rest.Config, binary string, pods netip.Prefix, workDir s
 	logger := slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	a, err := agent.New(agent.Config{
 		Client:    client,
+		API:       config,
 		NodeName:  nodeName,
 		Images:    agent.Images{Executable: binary, Entrypoint: imageEntrypoint},
 		RootDir:   root,

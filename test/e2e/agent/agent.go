@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -38,7 +39,10 @@ import (
 type Config struct {
 	// Client is the agent's access to the API server; it needs to manage Nodes, Pods, their
 	// status and bindings, and to read ConfigMaps, Secrets and PersistentVolumeClaims.
-	Client   kubernetes.Interface
+	Client kubernetes.Interface
+	// API is where pods reach the API server, when they mount their ServiceAccount's token
+	// (serviceaccount.go); nil: they get none.
+	API      *rest.Config
 	NodeName string
 	Images   Images
 	// RootDir holds every pod's directories, the claims' directories and the logs.

@@ -141,12 +141,21 @@ func (w *podWorker) prepare(ctx context.Context, pod *corev1.Pod) ([]*containerR
 	if err := os.MkdirAll(filepath.Dir(w.agent.LogFile(pod.Namespace, pod.Name, pod.UID, "")), 0o755); err != nil {
 		return nil, fmt.Errorf("creating the log directory: %w", err)
 	}
+	var kubeconfig string
+	if cfg.API != nil && mountsServiceAccountToken(pod) {
+		if kubeconfig, err = serviceAccountKubeconfig(ctx, cfg.Client, cfg.API, pod, filepath.Join(w.dir, "serviceaccount")); err != nil {
+			return nil, err
+		}
+	}
 	runners := make([]*containerRunner, 0, len(pod.Spec.Containers))
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		env, vars, err := containerEnv(ctx, pod, c, network, apiObjects{client: cfg.Client})
 		if err != nil {
 			return nil, fmt.Errorf("container %s: %w", c.Name, err)
+		}
+		if kubeconfig != "" {
+			env = append(env, "KUBECONFIG="+kubeconfig)
 		}
 		paths, err := newPathMapper(c, dirs)
 		if err != nil {
