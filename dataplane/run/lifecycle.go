@@ -113,7 +113,7 @@ func (d *DataPlane) Run(ctx context.Context, ls Listeners) (err error) {
 		hs.close()
 		serveErr = err
 	case <-ctx.Done():
-		d.drain()
+		d.drain(hs)
 		rs.stop()
 		serveErr = hs.shutdown(ctx, d.cfg.GracefulShutdownTimeout)
 	}
@@ -145,8 +145,12 @@ func (d *DataPlane) recoverFilters(p *persist.Persister) error {
 }
 
 // drain turns /readyz to 503 and waits for cfg.ShutdownDrainDelay while the API still serves.
-func (d *DataPlane) drain() {
+// Every answer meanwhile closes its connection: a client's pooled connection would otherwise
+// bring its retries back here, where the operator's next membership, which leaves this pod out,
+// is not heard, rather than through the Service to a pod that serves them.
+func (d *DataPlane) drain(hs *httpServers) {
 	d.api.SetPhase(httpapi.Draining)
+	hs.closeAfterAnswers()
 	if d.cfg.ShutdownDrainDelay <= 0 {
 		return
 	}

@@ -199,7 +199,8 @@ func TestReadyzWhileRecovering(t *testing.T) {
 }
 
 // A graceful shutdown turns /readyz to 503 first; the API goes on serving, new connections
-// included, for the drain delay; only then does the server stop accepting.
+// included, for the drain delay, closing each connection after its answer; only then does the
+// server stop accepting.
 func TestReadyzFailsBeforeTheServerStopsAccepting(t *testing.T) {
 	t.Parallel()
 	const drain = 3 * time.Second
@@ -220,6 +221,19 @@ func TestReadyzFailsBeforeTheServerStopsAccepting(t *testing.T) {
 	})
 	if msg := ts.Send(t, http.MethodGet, "/readyz", "").WantError(t, http.StatusServiceUnavailable, wire.CodeUnavailable); !strings.Contains(msg, "shutting down") {
 		t.Errorf("/readyz while draining says %q", msg)
+	}
+	// Each answer closes its connection, so that a client's pool reconnects through the Service.
+	pooled, err := http.NewRequestWithContext(t.Context(), http.MethodGet, ts.URL+"/v1/ping", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := ts.HTTP.Do(pooled); err != nil {
+		t.Errorf("a request on the pool while draining: %v", err)
+	} else {
+		_ = resp.Body.Close()
+		if !resp.Close {
+			t.Errorf("an answer while draining keeps its connection open (status %d, Connection %q)", resp.StatusCode, resp.Header.Get("Connection"))
+		}
 	}
 	fresh := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	freshServer := &dataplane.Server{URL: ts.URL, HTTP: fresh, Client: client.New(ts.URL, client.WithHTTPClient(fresh))}

@@ -83,6 +83,13 @@ func (hs *httpServers) start(d *DataPlane, name string, ln net.Listener, h http.
 	d.log.Info("Listening", "listener", name, "address", addr, "tls", tlsConfig != nil)
 }
 
+// closeAfterAnswers closes the idle connections, and every other one after its next answer.
+func (hs *httpServers) closeAfterAnswers() {
+	for _, s := range hs.servers {
+		s.srv.SetKeepAlivesEnabled(false)
+	}
+}
+
 // close stops serving at once, cutting off the requests in flight.
 func (hs *httpServers) close() {
 	for _, s := range hs.servers {
