@@ -140,9 +140,11 @@ func (r *BloomClusterReconciler) fenceHomes(ctx context.Context, st *clusterStat
 					wake = minPositive(wake, left)
 					break
 				}
-				if keep, err = r.revokeHomeLease(ctx, c, l, now); err != nil {
+				revoked, err := r.revokeHomeLease(ctx, c, l, now)
+				if err != nil {
 					return nil, nil, 0, err
 				}
+				keep = !revoked
 			case leaseRevoked:
 				keep = r.answers(ctx, targets[i])
 				if keep {

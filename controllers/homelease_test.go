@@ -9,6 +9,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -118,5 +122,51 @@ func TestAPIServerRule(t *testing.T) {
 	}
 	if empty := apiServerRule(nil); len(empty.To) != 0 || len(empty.Ports) != 0 {
 		t.Errorf("no endpoints: %+v, want an empty rule (the caller falls back)", empty)
+	}
+}
+
+// The pass that revokes a lapsed lease leaves its pod out of the members it goes on with, so
+// that it neither waits for a pod that may be frozen nor starts the next epoch a pass late.
+func TestRevokingPassLeavesThePodOut(t *testing.T) {
+	t.Parallel()
+	c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "cluster-uid"}}
+	c.Status.MembershipEpoch = 4
+	held := func(name string) *coordinationv1.Lease {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"), Labels: selectorLabels("c")},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: new(name)}}
+		if err := controllerutil.SetControllerReference(c, l, testScheme); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	k := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(held("c-0"), held("c-1")).Build()
+	now := time.Unix(3_000_000, 0)
+	r := &BloomClusterReconciler{Client: k, Clock: func() time.Time { return now }}
+	for _, name := range []string{"c-0", "c-1"} {
+		var l coordinationv1.Lease
+		if err := k.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: name}, &l); err != nil {
+			t.Fatal(err)
+		}
+		seen := now.Add(-time.Second) // c-0 renewed a second ago
+		if name == "c-1" {
+			seen = now.Add(-wire.LeaseLapsedAfter(10 * time.Second)) // c-1 lapsed just now
+		}
+		r.leaseClock.observe(&l, seen)
+	}
+	members := []bloomeryv1alpha1.ClusterMember{{Pod: "c-0"}, {Pod: "c-1"}}
+	targets := []memberPod{{addr: Pod{Name: "c-0"}}, {addr: Pod{Name: "c-1"}}}
+	kept, keptTargets, _, err := r.fenceHomes(t.Context(), &clusterState{cluster: c}, members, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].Pod != "c-0" || len(keptTargets) != 1 || keptTargets[0].addr.Name != "c-0" {
+		t.Errorf("members %v, targets %v after revoking c-1's lease: want c-0 alone", kept, keptTargets)
+	}
+	var l coordinationv1.Lease
+	if err := k.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "c-1"}, &l); err != nil {
+		t.Fatal(err)
+	}
+	if stateOf(&l) != leaseRevoked || l.Annotations[wire.LeaseRevokedAnnotation] != "5" {
+		t.Errorf("c-1's lease: holder %v, annotations %v; want revoked for epoch 5", l.Spec.HolderIdentity, l.Annotations)
 	}
 }
