@@ -102,11 +102,11 @@ func (w *writer) run() {
 		}
 		p := targets[i%len(targets)]
 		value := w.prefix + "-" + strconv.Itoa(i)
-		attempts := 1
+		var retryFor time.Duration
 		if w.retry {
-			attempts = clientAttempts
+			retryFor = clientRetryFor
 		}
-		status, body, retried, err := retrying(p, attempts, http.MethodPost, "/v1/bloomfilter/"+w.filter+"/"+w.op, map[string]any{"value": value})
+		status, body, retried, err := retrying(p, retryFor, http.MethodPost, "/v1/bloomfilter/"+w.filter+"/"+w.op, map[string]any{"value": value})
 		now := time.Now()
 		w.mu.Lock()
 		w.retried = append(w.retried, retried...)
@@ -205,18 +205,21 @@ func listSome(lines []string) string {
 	return s
 }
 
-// clientAttempts is how many times an application following the README's "Retrying" sends a
-// request before it gives up.
-const clientAttempts = 5
+// clientRetryFor is how long an application following the README's "Retrying" goes on sending a
+// request before it gives up: longer than it takes a frozen home's lease to lapse and the
+// operator to move the home (the samples' homeLeaseSeconds, 10, by 5%, then a push and a merge).
+const clientRetryFor = 30 * time.Second
 
-// retrying sends a request up to attempts times, as the README's "Retrying" advises: again after
-// a connection error or a 503 (codes 7 and 9), after a pause that grows with each attempt. It
-// returns the last answer, and one line per attempt that was retried.
-func retrying(p podAPI, attempts int, method, path string, body any) (int, []byte, []string, error) {
+// retrying sends a request until it is answered, or for retryFor, as the README's "Retrying"
+// advises: again after a connection error or a 503, after a pause that grows with each attempt,
+// 200 ms more each time up to 2 s. It returns the last answer, and one line per attempt that was
+// retried.
+func retrying(p podAPI, retryFor time.Duration, method, path string, body any) (int, []byte, []string, error) {
 	var retried []string
+	began := time.Now()
 	for attempt := 1; ; attempt++ {
 		status, data, err := p.call(method, path, body)
-		if attempt == attempts || (err == nil && status != http.StatusServiceUnavailable) {
+		if time.Since(began) >= retryFor || (err == nil && status != http.StatusServiceUnavailable) {
 			return status, data, retried, err
 		}
 		why := fmt.Sprintf("%d %s", status, strings.TrimSpace(string(data)))
@@ -224,7 +227,7 @@ func retrying(p podAPI, attempts int, method, path string, body any) (int, []byt
 			why = err.Error()
 		}
 		retried = append(retried, fmt.Sprintf("%s %s %s attempt %d: %s", time.Now().Format("15:04:05.000"), method, path, attempt, why))
-		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		time.Sleep(min(time.Duration(attempt)*200*time.Millisecond, 2*time.Second))
 	}
 }
 
@@ -264,7 +267,7 @@ func (r *reader) run(filter string, target podAPI, w *writer) {
 			return
 		}
 		value := acked[(i*7919)%len(acked)] // spread over old and new values
-		status, body, retried, err := retrying(target, clientAttempts, http.MethodPost,
+		status, body, retried, err := retrying(target, clientRetryFor, http.MethodPost,
 			"/v1/bloomfilter/"+filter+"/check?consistency=quorum", map[string]any{"value": value})
 		r.mu.Lock()
 		r.checks++
@@ -331,7 +334,7 @@ func (c clientTraffic) halt(t *testing.T) {
 	c.r.halt()
 	t.Logf("reader: %s", c.r.summary())
 	if failed := c.w.failed(); len(failed) > 0 {
-		t.Errorf("%d writes through the client Service failed after %d attempts, such as %s", len(failed), clientAttempts, failed[0])
+		t.Errorf("%d writes through the client Service failed after retrying for %v, such as %s", len(failed), clientRetryFor, failed[0])
 	}
 	if failed := c.r.failed(); len(failed) > 0 {
 		t.Errorf("%d checks through the client Service of acknowledged values failed or answered false, such as %s", len(failed), failed[0])
