@@ -93,7 +93,8 @@ func newCluster(t *testing.T, subnet, n int, name string) *cluster {
 // start runs the pod's data plane in its namespace, and waits until it listens.
 func (p *pod) start(t *testing.T, config, tokenFile string) {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", p.net.podNS(p.i), binary, "dataplane",
+	// Killed by the cleanup below at the latest; the context ends it if the test stops first.
+	cmd := exec.CommandContext(t.Context(), "ip", "netns", "exec", p.net.podNS(p.i), binary, "dataplane",
 		"--config", config, "--bind-address", p.net.podAddr(p.i), "-p", "8080", "--internal-port", "8090", "--ops-port", "9090",
 		"--internal-token-file", tokenFile, "--data-dir", p.dir)
 	cmd.Stdout, cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.log}, &lockedWriter{mu: &p.mu, w: &p.log}
@@ -111,7 +112,7 @@ func (p *pod) start(t *testing.T, config, tokenFile string) {
 		<-exited
 	})
 	await.Until(t, 30*time.Second, "pod "+p.name+" listening", func() (bool, string) {
-		resp, err := http.Get("http://" + p.net.podAddr(p.i) + ":9090" + wire.HealthzPath)
+		resp, err := get(t, "http://"+p.net.podAddr(p.i)+":9090"+wire.HealthzPath)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -124,7 +125,7 @@ func (p *pod) start(t *testing.T, config, tokenFile string) {
 func (p *pod) waitReady(t *testing.T) {
 	t.Helper()
 	await.Until(t, 30*time.Second, "pod "+p.name+" ready", func() (bool, string) {
-		resp, err := http.Get("http://" + p.net.podAddr(p.i) + ":8080" + wire.ReadyzPath)
+		resp, err := get(t, "http://"+p.net.podAddr(p.i)+":8080"+wire.ReadyzPath)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -207,7 +208,7 @@ func (c *cluster) home(name string) *pod {
 // forwarded reads the pod's count of requests it forwarded to another pod.
 func forwarded(t *testing.T, p *pod) string {
 	t.Helper()
-	resp, err := http.Get("http://" + p.net.podAddr(p.i) + ":9090/metrics")
+	resp, err := get(t, "http://"+p.net.podAddr(p.i)+":9090/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,4 +234,14 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// get sends a GET that ends with the test.
+func get(t *testing.T, url string) (*http.Response, error) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
 }
