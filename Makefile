@@ -129,7 +129,7 @@ test-process: test-deps ## Run test/process: the binary, built with the race det
 # Network namespaces, veth pairs and iptables rules inside them need root; the scenarios run at
 # once, each on a network of its own.
 .PHONY: test-faults
-test-faults: ## Run test/faults: three pods in network namespaces under partitions, pauses and kills, histories checked (root).
+test-faults: ## Run test/faults: pods in network namespaces under partitions, pauses and kills, histories checked (root).
 	$(GO) test -count=1 -timeout 15m $(FAULTS_PKGS)
 
 .PHONY: test-chart

@@ -52,15 +52,18 @@ type cluster struct {
 	pods              []*pod
 	epoch             uint64
 	config, tokenFile string // every pod's
+	// factor places each partition on that many pods; 0: on every pod.
+	factor int
 }
 
-// newCluster starts n pods on a network of their own, tells them their membership, creates the
-// filter name on them and waits until every pod serves.
-func newCluster(t *testing.T, subnet, n int, name string) *cluster {
+// newCluster starts n pods on a network of their own, tells them their membership (each
+// partition on factor of them, on every pod when 0), creates the filter name on them and waits
+// until every pod serves.
+func newCluster(t *testing.T, subnet, n, factor int, name string) *cluster {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	c := &cluster{t: t, net: newNetwork(t, subnet), config: config, tokenFile: tokenFile}
+	c := &cluster{t: t, net: newNetwork(t, subnet), config: config, tokenFile: tokenFile, factor: factor}
 	for path, text := range map[string]string{config: podConfig, tokenFile: token} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -172,7 +175,11 @@ func (c *cluster) tellOne(p *pod) {
 	m := wire.Membership{Epoch: c.epoch, Self: p.name}
 	for _, member := range c.pods {
 		m.Members = append(m.Members, wire.Member{Name: member.name, URL: "http://" + c.net.podAddr(member.i) + ":8090"})
+		if c.factor > 0 {
+			m.Owners = append(m.Owners, member.name)
+		}
 	}
+	m.ReplicationFactor = c.factor
 	ctx, cancel := context.WithTimeout(c.t.Context(), 10*time.Second)
 	defer cancel()
 	if err := p.inner.SetMembership(ctx, m); err != nil {

@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"syscall"
@@ -15,15 +16,19 @@ const filterName = "dedup"
 type scenario struct {
 	name   string
 	subnet int // of its network: scenarios run at once, each on its own
+	// pods is the cluster's size (3 when 0); factor, when set, places each partition on that
+	// many of them.
+	pods, factor int
 	// inject starts the fault on the cluster, whose filter's home is home; heal ends it.
 	inject, heal func(c *cluster, home *pod)
 }
 
-// run starts a cluster of three, runs the workload for a while before, during and after the
-// fault, and checks the history.
+// run starts the cluster, runs the workload for a while before, during and after the fault, and
+// checks the history.
 func (s scenario) run(t *testing.T) {
 	t.Helper()
-	c := newCluster(t, s.subnet, 3, filterName)
+	pods := cmp.Or(s.pods, 3)
+	c := newCluster(t, s.subnet, pods, s.factor, filterName)
 	home := c.home(filterName)
 	w := &workload{name: filterName, pods: c.pods}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -43,7 +48,7 @@ func (s scenario) run(t *testing.T) {
 	cancel()
 	<-done
 
-	found, counts := violations(w.history.all(), len(c.pods))
+	found, counts := violations(w.history.all(), cmp.Or(s.factor, pods))
 	t.Logf("%s, home %s: %v", s.name, home.name, counts)
 	if counts["check-and-set ok"] == 0 || counts["check ok"] == 0 {
 		t.Errorf("the workload was not served: %v", counts)
@@ -103,6 +108,16 @@ func TestOtherPodIsolated(t *testing.T) {
 				c.net.heal(p.i)
 			}
 		},
+	}.run(t)
+}
+
+// A placed cluster, each partition on 2 of 4 pods, with the filter's home, one of its partition's
+// two owners, cut off from the other pods.
+func TestPlacedOwnerIsolated(t *testing.T) {
+	t.Parallel()
+	scenario{name: "placed (2 of 4), the home owner isolated", subnet: 5, pods: 4, factor: 2,
+		inject: func(c *cluster, home *pod) { c.net.isolate(home.i, others(c, home)) },
+		heal:   func(c *cluster, home *pod) { c.net.heal(home.i) },
 	}.run(t)
 }
 
