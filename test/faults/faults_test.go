@@ -41,15 +41,20 @@ func (s scenario) run(t *testing.T) {
 		}
 	}
 	phase(5 * time.Second)
+	injected := time.Now()
 	s.inject(c, home)
 	phase(15 * time.Second)
+	healed := time.Now()
 	s.heal(c, home)
 	phase(10 * time.Second)
 	cancel()
 	<-done
 
-	found, counts := violations(w.history.all(), cmp.Or(s.factor, pods))
+	ops := w.history.all()
+	found, counts := violations(ops, cmp.Or(s.factor, pods))
 	t.Logf("%s, home %s: %v", s.name, home.name, counts)
+	t.Logf("check-and-sets before the fault %s", latencies(ops, time.Time{}, injected))
+	t.Logf("check-and-sets during the fault %s", latencies(ops, injected, healed))
 	if counts["check-and-set ok"] == 0 || counts["check ok"] == 0 {
 		t.Errorf("the workload was not served: %v", counts)
 	}

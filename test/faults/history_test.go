@@ -207,3 +207,36 @@ func describe(ops []op) string {
 	}
 	return fmt.Sprint(s)
 }
+
+// latencies summarizes the check-and-sets invoked within [from, to): at each level, how many
+// there were, the share answered (ok), and the median and 99th percentile of the time to an
+// answer, whatever it was. It is what the suite prints of each fault, not a property it checks.
+func latencies(ops []op, from, to time.Time) string {
+	byLevel := map[wire.Consistency][]op{}
+	for _, o := range ops {
+		if o.kind == checkAndSet && !o.invoked.Before(from) && o.invoked.Before(to) {
+			byLevel[o.level] = append(byLevel[o.level], o)
+		}
+	}
+	var out []string
+	for _, level := range levels {
+		leveled := byLevel[level]
+		if len(leveled) == 0 {
+			continue
+		}
+		took := make([]time.Duration, len(leveled))
+		answered := 0
+		for i, o := range leveled {
+			took[i] = o.done.Sub(o.invoked)
+			if o.outcome == ok {
+				answered++
+			}
+		}
+		slices.Sort(took)
+		pct := func(p float64) time.Duration {
+			return took[min(len(took)-1, int(p*float64(len(took))))].Round(time.Millisecond)
+		}
+		out = append(out, fmt.Sprintf("%s: %d, %.0f%% answered, p50 %v, p99 %v", level, len(leveled), 100*float64(answered)/float64(len(leveled)), pct(0.5), pct(0.99)))
+	}
+	return fmt.Sprint(out)
+}
