@@ -96,6 +96,14 @@ func TestPlacedClusterServesEveryValueThroughEveryPod(t *testing.T) {
 	if err := dataplane.RedisClient(t, c.Pods[0]).BFReserve(t.Context(), "r", 0.001, 1000).Err(); err != nil {
 		t.Fatalf("BF.RESERVE: %v", err)
 	}
+	// The create was acknowledged by a quorum: until it reaches the partition's home, that home
+	// does not serve its values, and the port answers TRYAGAIN.
+	for i, ts := range c.Pods {
+		await.True(t, 10*time.Second, "r reaching "+c.Names[i], func() bool {
+			_, err := ts.Internal.Client.FilterStatus(t.Context(), "r")
+			return err == nil
+		})
+	}
 	args := append([]any{"BF.MADD", "r"}, dataplane.ToAny(items[:300])...)
 	if err := dataplane.RedisClient(t, c.Pods[2]).Do(t.Context(), args...).Err(); err != nil {
 		t.Fatalf("BF.MADD: %v", err)
