@@ -44,7 +44,8 @@ func TestSenderQueueOverflowDropsWrites(t *testing.T) {
 			}
 		})
 	}
-	await.True(t, cluster.WaitTimeout, "writes to be dropped", func() bool { return a.Metric(t, droppedTotal) > 0 })
+	// Under the race detector, on a busy machine, eight writers fill the queue in up to a minute.
+	await.True(t, 3*cluster.WaitTimeout, "writes to be dropped", func() bool { return a.Metric(t, droppedTotal) > 0 })
 	halt()
 
 	m := a.Metrics(t)
@@ -74,6 +75,7 @@ func TestSenderQueueOverflowDropsWrites(t *testing.T) {
 func TestWritesQueuedForADepartedPodFail(t *testing.T) {
 	c := cluster.New(t, cluster.Options{Configure: func(_ string, cfg *config.Config) {
 		cfg.ReplicationTimeout = time.Minute
+		cfg.RequestTimeout = time.Minute // the writes wait until the push below, however slow the machine
 	}})
 	a, b, gone := c.Pod(0), c.Pod(1), c.Pod(2)
 	create(t, a, "events", client.CreateOptions{})
