@@ -111,7 +111,7 @@ func bfAdd(ctx context.Context, s *Server, c *call) error {
 	case full:
 		return errFull
 	}
-	c.w.WriteInt64(added(answers[0]))
+	c.w.WriteBool(!answers[0])
 	return nil
 }
 
@@ -184,7 +184,7 @@ func (s *Server) addAndReply(ctx context.Context, c *call, name string, create *
 	}
 	c.w.WriteArray(n)
 	for _, present := range answers {
-		c.w.WriteInt64(added(present))
+		c.w.WriteBool(!present)
 	}
 	if full {
 		c.w.WriteError(string(errFull))
@@ -213,7 +213,7 @@ func bfExists(ctx context.Context, s *Server, c *call) error {
 			present = answers[0]
 		}
 	}
-	c.w.WriteInt64(1 - added(present))
+	c.w.WriteBool(present)
 	return nil
 }
 
@@ -232,7 +232,7 @@ func bfMExists(ctx context.Context, s *Server, c *call) error {
 	}
 	c.w.WriteArray(len(present))
 	for _, p := range present {
-		c.w.WriteInt64(1 - added(p))
+		c.w.WriteBool(p)
 	}
 	return nil
 }
@@ -268,15 +268,22 @@ func info(_ context.Context, s *Server, c *call) error {
 	}
 	if len(c.args) == 3 {
 		for _, fd := range fields {
-			if strings.EqualFold(c.arg(2), fd.name) {
-				c.w.WriteArray(1)
-				writeIntOrNull(c.w, fd.value, fd.null)
-				return nil
+			if !strings.EqualFold(c.arg(2), fd.name) {
+				continue
 			}
+			// RedisBloom's one field is an array of its value in RESP2, and a map of it in RESP3.
+			if c.w.resp3 {
+				c.w.WriteMap(1)
+				c.w.WriteString(fd.label)
+			} else {
+				c.w.WriteArray(1)
+			}
+			writeIntOrNull(c.w, fd.value, fd.null)
+			return nil
 		}
 		return errBadInfoField
 	}
-	c.w.WriteArray(2 * len(fields))
+	c.w.WriteMap(len(fields))
 	for _, fd := range fields {
 		c.w.WriteString(fd.label)
 		writeIntOrNull(c.w, fd.value, fd.null)
@@ -284,7 +291,7 @@ func info(_ context.Context, s *Server, c *call) error {
 	return nil
 }
 
-func writeIntOrNull(w replier, v int64, null bool) {
+func writeIntOrNull(w writer, v int64, null bool) {
 	if null {
 		w.WriteNull()
 		return

@@ -140,18 +140,19 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	}
 	// Each command took the batch's time.
 	elapsed := time.Since(start)
+	out := writer{w, sess.resp3}
 	for i, r := range run {
 		m := len(cmds[i].Args) - 2
 		switch {
 		case err != nil:
-			w.WriteError(oneLine(replyText(err)))
+			out.WriteError(oneLine(replyText(err)))
 		case r.multi:
-			w.WriteArray(m)
+			out.WriteArray(m)
 			for _, a := range answers[:m] {
-				w.WriteInt64(a)
+				out.WriteBool(a == 1)
 			}
 		default:
-			w.WriteInt64(answers[0])
+			out.WriteBool(answers[0] == 1)
 		}
 		if err == nil {
 			answers = answers[m:]

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -160,7 +161,7 @@ func TestRESPErrors(t *testing.T) {
 		{[]any{"BF.ADD", "bad name", "a"}, `ERR invalid filter name: "bad name" may only contain letters, digits, '.', '_', ':' and '-'`},
 		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
 		{[]any{"SELECT", "x"}, "ERR value is not an integer or out of range"},
-		{[]any{"HELLO", "3"}, "NOPROTO unsupported protocol version"},
+		{[]any{"HELLO", "4"}, "NOPROTO unsupported protocol version"},
 		{[]any{"CLIENT", "KILL"}, "ERR unknown subcommand 'KILL'. Try CLIENT HELP."},
 		{[]any{"SCAN", "x"}, "ERR invalid cursor"},
 	}
@@ -189,30 +190,46 @@ func TestRESPErrors(t *testing.T) {
 
 // A NONSCALING filter refuses new items once it holds its capacity, as RedisBloom's does: BF.ADD
 // answers the error, BF.MADD answers it in place of the first item that did not fit and adds
-// nothing after it. Items already present still answer 0.
+// nothing after it. Items already present still answer 0. Both protocols answer so, with 1 and 0
+// as RESP3's booleans.
 func TestRESPNonScalingFull(t *testing.T) {
 	t.Parallel()
 	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := dataplane.RedisClient(t, ts)
-	if err := rdb.BFReserveNonScaling(ctx, "small", 0.01, 3).Err(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := rdb.Do(ctx, "BF.MADD", "small", "a", "b", "c", "d", "e").Slice()
-	if err != nil || len(res) != 4 || res[0] != int64(1) || res[2] != int64(1) {
-		t.Fatalf("BF.MADD past the capacity = %v, %v; want 1 1 1 and an error", res, err)
-	}
-	if e, ok := res[3].(error); !ok || e.Error() != "ERR non scaling filter is full" {
-		t.Errorf("BF.MADD's fourth answer = %v, want ERR non scaling filter is full", res[3])
-	}
-	if err := rdb.BFAdd(ctx, "small", "f").Err(); err == nil || err.Error() != "ERR non scaling filter is full" {
-		t.Errorf("BF.ADD to a full filter = %v, want ERR non scaling filter is full", err)
-	}
-	dataplane.Expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, "small", "a").Result())
-	dataplane.Expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, "small").Result())
-	info, err := rdb.Do(ctx, "BF.INFO", "small", "EXPANSION").Slice()
-	if err != nil || len(info) != 1 || info[0] != nil {
-		t.Errorf("BF.INFO EXPANSION of a non-scaling filter = %v, %v; want [nil]", info, err)
+	for _, proto := range []int{2, 3} {
+		rdb := dataplane.RedisClientProtocol(t, ts, proto)
+		name := fmt.Sprintf("small%d", proto)
+		if err := rdb.BFReserveNonScaling(ctx, name, 0.01, 3).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var one any = int64(1)
+		if proto == 3 {
+			one = true
+		}
+		res, err := rdb.Do(ctx, "BF.MADD", name, "a", "b", "c", "d", "e").Slice()
+		if err != nil || len(res) != 4 || res[0] != one || res[2] != one {
+			t.Fatalf("RESP%d: BF.MADD past the capacity = %v, %v; want 1 1 1 and an error", proto, res, err)
+		}
+		if e, ok := res[3].(error); !ok || e.Error() != "ERR non scaling filter is full" {
+			t.Errorf("RESP%d: BF.MADD's fourth answer = %v, want ERR non scaling filter is full", proto, res[3])
+		}
+		if err := rdb.BFAdd(ctx, name, "f").Err(); err == nil || err.Error() != "ERR non scaling filter is full" {
+			t.Errorf("RESP%d: BF.ADD to a full filter = %v, want ERR non scaling filter is full", proto, err)
+		}
+		dataplane.Expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, name, "a").Result())
+		dataplane.Expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, name).Result())
+		var expansion any
+		if proto == 2 {
+			expansion, err = rdb.Do(ctx, "BF.INFO", name, "EXPANSION").Slice()
+			if want := []any{nil}; err != nil || !reflect.DeepEqual(expansion, want) {
+				t.Errorf("RESP2: BF.INFO EXPANSION of a non-scaling filter = %v, %v; want %v", expansion, err, want)
+			}
+		} else {
+			expansion, err = rdb.Do(ctx, "BF.INFO", name, "EXPANSION").Result()
+			if want := map[any]any{"Expansion rate": nil}; err != nil || !reflect.DeepEqual(expansion, want) {
+				t.Errorf("RESP3: BF.INFO EXPANSION of a non-scaling filter = %v, %v; want %v", expansion, err, want)
+			}
+		}
 	}
 }
 
