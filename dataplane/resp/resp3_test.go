@@ -27,7 +27,7 @@ func TestHelloSwitchesTheProtocol(t *testing.T) {
 		helloReply("%7\r\n", "3"), "+OK\r\n", "#t\r\n", "#f\r\n", "*2\r\n#f\r\n#t\r\n",
 		"#t\r\n", "#f\r\n", "*2\r\n#t\r\n#f\r\n", "*1\r\n#t\r\n",
 		":3\r\n", "%1\r\n+Number of items inserted\r\n:3\r\n",
-		"%5\r\n+Capacity\r\n:100\r\n+Size\r\n:144\r\n+Number of filters\r\n:1\r\n+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n",
+		"%5\r\n+Capacity\r\n:100\r\n+Size\r\n:240\r\n+Number of filters\r\n:1\r\n+Number of items inserted\r\n:3\r\n+Expansion rate\r\n:2\r\n",
 		"_\r\n", helloReply("%7\r\n", "3"),
 	)
 
