@@ -196,8 +196,8 @@ func (s *Server) addAndReply(ctx context.Context, c *call, name string, create *
 		items[i] = string(a)
 	}
 	answers, full, err := s.add(ctx, name, create, items)
-	var stopped *stoppedError
-	if err != nil && !errors.As(err, &stopped) {
+	stopped := asStopped(err)
+	if err != nil && stopped == nil {
 		return err
 	}
 	n := len(answers)

@@ -134,13 +134,8 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		// The engine stopped part-way (a memory limit). The commands whose items it answered all
 		// get their answers; the others are left to be answered one by one, as they would have
 		// been without the batch, but for one whose first items the batch added (below).
-		if !errors.As(err, &stopped) {
-			stopped = nil
-		}
-		n, err = 0, nil
-		for covered := 0; n < len(run) && covered+len(cmds[n].Args)-2 <= len(answers); n++ {
-			covered += len(cmds[n].Args) - 2
-		}
+		stopped = asStopped(err)
+		n, err = coveredWhole(cmds[:len(run)], len(answers)), nil
 		run = run[:n]
 	}
 	// Each command took the batch's time.
@@ -168,6 +163,21 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		s.answerStopped(out, cmds[n], answers, stopped)
 		s.series(sess.run[n].cmd, true).Answered(false, time.Since(start))
 		n++
+	}
+	return n
+}
+
+// asStopped is err as a *stoppedError, or nil.
+func asStopped(err error) *stoppedError {
+	stopped, _ := errors.AsType[*stoppedError](err)
+	return stopped
+}
+
+// coveredWhole is how many of cmds, from the first, have all their items among the first items.
+func coveredWhole(cmds []redcon.Command, items int) int {
+	n := 0
+	for covered := 0; n < len(cmds) && covered+len(cmds[n].Args)-2 <= items; n++ {
+		covered += len(cmds[n].Args) - 2
 	}
 	return n
 }
