@@ -66,6 +66,11 @@ type Config struct {
 	// makes them: an operator's way to turn off FLUSHALL, FLUSHDB or KEYS. The RESP server
 	// checks that each is one of its commands.
 	RESPDisabledCommands []string
+	// RESPInitialSize and RESPErrorRate are the capacity and error rate of a filter that BF.ADD,
+	// BF.MADD or BF.INSERT creates without them, RedisBloom's INITIAL_SIZE and ERROR_RATE module
+	// arguments; HTTP's creates take DefaultExpectedInsertions and DefaultFPP instead.
+	RESPInitialSize uint64
+	RESPErrorRate   float64
 
 	// Filter defaults, used when a create request leaves a field out.
 	DefaultExpectedInsertions uint64
@@ -223,6 +228,8 @@ func Default() Config {
 		MaxFilters:                100_000,
 		RESPMaxClients:            10_000,
 		RESPTimeout:               300 * time.Second,
+		RESPInitialSize:           100,
+		RESPErrorRate:             0.01,
 		MaxHTTPConnections:        1000,
 		MaxOpsConnections:         64,
 		MaxDumpBytes:              1 << 30,
@@ -283,6 +290,8 @@ func (c Config) Validate() error {
 	check("maxOpsConnections", rulePositive(c.MaxOpsConnections))
 	check("respMaxClients", rulePositive(c.RESPMaxClients))
 	check("respDisabledCommands", ruleCommandNames(c.RESPDisabledCommands))
+	check("respInitialSize", rulePositive(c.RESPInitialSize))
+	check("respErrorRate", ruleProbability(c.RESPErrorRate))
 	check("respTimeoutSeconds", ruleNonNegative(c.RESPTimeout))
 	check("respMaxBulkLength", ruleNonNegative(c.RESPMaxBulkLength))
 	check("respMaxCommandLength", ruleNonNegative(c.RESPMaxCommandLength))

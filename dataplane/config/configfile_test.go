@@ -77,6 +77,8 @@ respTimeoutSeconds: 0
 respMaxBulkLength: 1Mi
 respMaxCommandLength: 4Mi
 respDisabledCommands: [flushall, keys]
+respInitialSize: 1000
+respErrorRate: 0.001
 `)
 	got, err := Load(path)
 	if err != nil {
@@ -130,6 +132,8 @@ respDisabledCommands: [flushall, keys]
 	want.RESPTimeout = 0
 	want.RESPMaxBulkLength = 1 << 20
 	want.RESPMaxCommandLength = 4 << 20
+	want.RESPInitialSize = 1000
+	want.RESPErrorRate = 0.001
 	want.AllowClientMerges = true
 	want.RESPDisabledCommands = []string{"flushall", "keys"}
 	if !reflect.DeepEqual(got, want) {

@@ -32,6 +32,8 @@ type File struct {
 	RESPMaxBulkLength         *ByteSize `yaml:"respMaxBulkLength,omitempty"`
 	RESPMaxCommandLength      *ByteSize `yaml:"respMaxCommandLength,omitempty"`
 	RESPDisabledCommands      *[]string `yaml:"respDisabledCommands,omitempty"`
+	RESPInitialSize           *int64    `yaml:"respInitialSize,omitempty" check:"positive"`
+	RESPErrorRate             *float64  `yaml:"respErrorRate,omitempty" check:"probability"`
 	InternalTokenFile         *string   `yaml:"internalTokenFile,omitempty" check:"nonEmpty"`
 	TLSCertFile               *string   `yaml:"tlsCertFile,omitempty" check:"nonEmpty"`
 	TLSKeyFile                *string   `yaml:"tlsKeyFile,omitempty" check:"nonEmpty"`
@@ -113,6 +115,10 @@ func (f File) apply(c *Config) {
 	if f.RESPDisabledCommands != nil && len(*f.RESPDisabledCommands) > 0 { // [] is the default, none
 		c.RESPDisabledCommands = slices.Clone(*f.RESPDisabledCommands)
 	}
+	if f.RESPInitialSize != nil {
+		c.RESPInitialSize = uint64(*f.RESPInitialSize) // positive once loaded
+	}
+	set(&c.RESPErrorRate, f.RESPErrorRate)
 	set(&c.InternalTokenFile, f.InternalTokenFile)
 	set(&c.TLSCertFile, f.TLSCertFile)
 	set(&c.TLSKeyFile, f.TLSKeyFile)
@@ -215,6 +221,8 @@ func (c Config) file() File {
 		RESPMaxBulkLength:         new(ByteSize(c.RESPMaxBulkLength)),
 		RESPMaxCommandLength:      new(ByteSize(c.RESPMaxCommandLength)),
 		RESPDisabledCommands:      new(append([]string{}, c.RESPDisabledCommands...)),
+		RESPInitialSize:           new(int64(c.RESPInitialSize)),
+		RESPErrorRate:             new(c.RESPErrorRate),
 		DefaultExpectedInsertions: new(int64(c.DefaultExpectedInsertions)),
 		DefaultFPP:                new(c.DefaultFPP),
 		DefaultValidAfterCreate:   new(Seconds(c.DefaultValidAfterCreate)),

@@ -16,6 +16,10 @@ const (
 	DefaultTightening = 0.5
 )
 
+// MaxGrowth bounds Growth: RedisBloom's largest expansion. A layer past the memory limits is
+// refused when the filter would grow into it, whatever the growth.
+const MaxGrowth = 32768
+
 // MaxLayers bounds how far a scalable filter may grow. Each layer doubles (by default) the
 // capacity of the one before, so 48 layers is far beyond any memory a machine has; the bound only
 // keeps error rates of deep layers away from float underflow.
@@ -163,8 +167,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: partitions must be between 1 and %d, got %d", ErrInvalidOptions, MaxPartitions, o.Partitions)
 	}
 	if o.Scalable {
-		if o.Growth < 1 || o.Growth > 16 {
-			return fmt.Errorf("%w: growth must be between 1 and 16, got %d", ErrInvalidOptions, o.Growth)
+		if o.Growth < 1 || o.Growth > MaxGrowth {
+			return fmt.Errorf("%w: growth must be between 1 and %d, got %d", ErrInvalidOptions, MaxGrowth, o.Growth)
 		}
 		if !(o.Tightening > 0 && o.Tightening < 1) {
 			return fmt.Errorf("%w: tightening must be > 0 and < 1, got %v", ErrInvalidOptions, o.Tightening)

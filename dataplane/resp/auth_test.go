@@ -21,7 +21,8 @@ func TestRESPAuth(t *testing.T) {
 	ts := dataplane.Start(t, func(cfg *config.Config) { dataplane.WithRESPPassword(t, cfg) })
 	ctx := t.Context()
 
-	// Without a password go-redis's HELLO 3 is refused and its commands answer NOAUTH.
+	// Without a password go-redis's HELLO 3 is refused (NOAUTH), it goes on in RESP2, and its
+	// commands answer NOAUTH.
 	anon := redis.NewClient(&redis.Options{Addr: ts.RESP, MaxRetries: -1, PoolSize: 4})
 	t.Cleanup(func() { _ = anon.Close() })
 	for _, args := range [][]any{{"PING"}, {"BF.ADD", "k", "a"}, {"BF.EXISTS", "k", "a"}, {"KEYS", "*"}, {"SELECT", "0"}, {"CLIENT", "GETNAME"}, {"ECHO", "x"}} {
@@ -58,7 +59,7 @@ func TestRESPAuth(t *testing.T) {
 	defer func() { _ = q.Close() }()
 	dataplane.Expect(t, "QUIT unauthenticated", "OK")(q.Do(ctx, "QUIT").Text())
 
-	// go-redis with the password: its HELLO 3 AUTH is refused (NOPROTO), so it AUTHs apart.
+	// go-redis with the password authenticates with its HELLO 3 AUTH, and speaks RESP3.
 	rdb := redis.NewClient(&redis.Options{Addr: ts.RESP, Password: dataplane.RESPPassword, MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	dataplane.Expect(t, "BF.EXISTS with go-redis's Password", true)(rdb.BFExists(ctx, "k", "a").Result())
@@ -76,8 +77,8 @@ func TestRESPAuth(t *testing.T) {
 	}
 }
 
-// HELLO 2 AUTH default password authenticates and answers the server's map; with a wrong password
-// it answers WRONGPASS and leaves the options unapplied.
+// HELLO 2 AUTH default password authenticates and answers the server's map, and HELLO 3 AUTH in
+// RESP3; with a wrong password it answers WRONGPASS and leaves the options unapplied.
 func TestRESPHelloAuth(t *testing.T) {
 	t.Parallel()
 	ts := dataplane.Start(t, func(cfg *config.Config) { dataplane.WithRESPPassword(t, cfg) })
@@ -90,10 +91,18 @@ func TestRESPHelloAuth(t *testing.T) {
 	dataplane.WantRedisError(t, "HELLO 2 AUTH wrong", conn.Do(ctx, "HELLO", "2", "AUTH", "default", "wrong-password", "SETNAME", "early").Err(),
 		"WRONGPASS invalid username-password pair or user is disabled.")
 	dataplane.WantRedisError(t, "HELLO 2 AUTH without a password", conn.Do(ctx, "HELLO", "2", "AUTH", "default").Err(), "ERR Syntax error in HELLO option 'AUTH'")
-	dataplane.WantRedisError(t, "HELLO 3 AUTH", conn.Do(ctx, "HELLO", "3", "AUTH", "default", dataplane.RESPPassword).Err(), "NOPROTO unsupported protocol version")
+	dataplane.WantRedisError(t, "HELLO 4 AUTH", conn.Do(ctx, "HELLO", "4", "AUTH", "default", dataplane.RESPPassword).Err(), "NOPROTO unsupported protocol version")
+	dataplane.WantRedisError(t, "BF.ADD after the refused HELLOs", conn.BFAdd(ctx, "h", "x").Err(), "NOAUTH Authentication required.")
 	hello, err := conn.Do(ctx, "HELLO", "2", "AUTH", "default", dataplane.RESPPassword, "SETNAME", "named").Slice()
 	if err != nil || len(hello) != 14 || hello[0] != "server" {
 		t.Fatalf("HELLO 2 AUTH default password = %v, %v; want the server's map", hello, err)
+	}
+	// HELLO 3 AUTH authenticates as well, and answers RESP3's map.
+	other := rdb.Conn()
+	defer func() { _ = other.Close() }()
+	m, err := other.Do(ctx, "HELLO", "3", "AUTH", "default", dataplane.RESPPassword).Result()
+	if hm, ok := m.(map[any]any); err != nil || !ok || hm["proto"] != int64(3) || hm["server"] != "bloomery" {
+		t.Errorf("HELLO 3 AUTH default password = %#v, %v; want RESP3's map of the server, proto 3", m, err)
 	}
 	dataplane.Expect(t, "CLIENT GETNAME after HELLO AUTH SETNAME", "named")(conn.ClientGetName(ctx).Result())
 	dataplane.Expect(t, "BF.ADD after HELLO AUTH", true)(conn.BFAdd(ctx, "h", "x").Result())

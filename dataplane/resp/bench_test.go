@@ -3,6 +3,7 @@ package resp
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -20,10 +21,11 @@ func BenchmarkDispatch(b *testing.B) {
 	for i := range values {
 		values[i] = []byte("v-" + strconv.Itoa(i))
 	}
-	for _, name := range []string{"BF.ADD", "BF.EXISTS"} {
+	for _, name := range benchmarkNames() {
 		b.Run(name, func(b *testing.B) {
 			b.ReportAllocs()
-			cmd := []byte(name)
+			cmd, resp3 := benchmarkCommand(name)
+			sess.resp3 = resp3
 			for i := 0; b.Loop(); i++ {
 				w.SetBuffer(w.Buffer()[:0])
 				ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -32,6 +34,18 @@ func BenchmarkDispatch(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchmarkNames are the benchmarks' commands, in RESP2 under their names and in RESP3 under
+// RESP3/ and their names: the two protocols write different replies.
+func benchmarkNames() []string {
+	return []string{"BF.ADD", "BF.EXISTS", "RESP3/BF.ADD", "RESP3/BF.EXISTS"}
+}
+
+// benchmarkCommand is the command of a benchmark's name, and whether it is in RESP3.
+func benchmarkCommand(name string) ([]byte, bool) {
+	cmd, resp3 := strings.CutPrefix(name, "RESP3/")
+	return []byte(cmd), resp3
 }
 
 // BenchmarkPipelinedRun is a run of 16 pipelined commands to one filter answered as one batch,
@@ -46,15 +60,17 @@ func BenchmarkPipelinedRun(b *testing.B) {
 		b.Fatalf("BF.RESERVE answered %q", got)
 	}
 	const run = 16
-	for _, name := range []string{"BF.ADD", "BF.EXISTS"} {
+	for _, name := range benchmarkNames() {
 		b.Run(name, func(b *testing.B) {
+			cmd, resp3 := benchmarkCommand(name)
+			sess.resp3 = resp3
 			// Made beforehand, so that only the server's work is measured; the items come round
 			// again after 4,096 runs.
 			runs := make([][]redcon.Command, 4096)
 			for i := range runs {
 				runs[i] = make([]redcon.Command, run)
 				for j := range runs[i] {
-					runs[i][j].Args = [][]byte{[]byte(name), []byte("f"), []byte("v-" + strconv.Itoa(i*run+j))}
+					runs[i][j].Args = [][]byte{cmd, []byte("f"), []byte("v-" + strconv.Itoa(i*run+j))}
 				}
 			}
 			b.ReportAllocs()

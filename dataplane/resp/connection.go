@@ -36,18 +36,22 @@ func echo(_ context.Context, _ *Server, c *call) error {
 	return nil
 }
 
-// hello answers RESP2 only. To HELLO 3 it answers NOPROTO, as a Redis that does not speak the
-// version asked for: go-redis v9 asks for 3 first and, on any error reply, stays on RESP2 and goes
-// on (with AUTH when it has a password); redis-cli asks for nothing unless told to. AUTH user
-// password authenticates as AUTH does; a connection that has not authenticated, when a password
-// is required, is answered NOAUTH. The options apply only once the connection is authenticated.
+// hello switches the connection to the protocol asked for, RESP2 or RESP3, and answers the
+// server's map in it, as Redis 7 does; without a version it answers in the connection's protocol.
+// AUTH user password authenticates as AUTH does; a connection that has not authenticated, when a
+// password is required, is answered NOAUTH. The protocol and the options apply only once the
+// connection is authenticated: a HELLO answered an error changes nothing.
 func hello(_ context.Context, s *Server, c *call) error {
+	resp3 := c.sess.resp3
 	if len(c.args) > 1 {
-		if v, err := strconv.ParseInt(c.arg(1), 10, 64); err != nil {
+		v, err := strconv.ParseInt(c.arg(1), 10, 64)
+		switch {
+		case err != nil:
 			return replyError("ERR Protocol version is not an integer or out of range")
-		} else if v != 2 {
+		case v != 2 && v != 3:
 			return replyError("NOPROTO unsupported protocol version")
 		}
+		resp3 = v == 3
 	}
 	var user, password []byte
 	var name *string
@@ -78,13 +82,18 @@ func hello(_ context.Context, s *Server, c *call) error {
 	if name != nil {
 		c.sess.name = *name
 	}
-	c.w.WriteArray(14)
+	c.sess.resp3, c.w.resp3 = resp3, resp3
+	proto := int64(2)
+	if resp3 {
+		proto = 3
+	}
+	c.w.WriteMap(7)
 	c.w.WriteBulkString("server")
 	c.w.WriteBulkString("bloomery")
 	c.w.WriteBulkString("version")
 	c.w.WriteBulkString(redisVersion)
 	c.w.WriteBulkString("proto")
-	c.w.WriteInt64(2)
+	c.w.WriteInt64(proto)
 	c.w.WriteBulkString("id")
 	c.w.WriteInt64(0)
 	c.w.WriteBulkString("mode")
@@ -152,14 +161,18 @@ func checkClientName(name string) error {
 	return nil
 }
 
-// commandInfo answers COMMAND COUNT with the table's size and any other form with an empty
-// array: redis-cli and go-redis go on without command documentation.
+// commandInfo answers COMMAND COUNT with the table's size, COMMAND DOCS with no documentation (a
+// map in RESP3, as Redis's), and any other form with an empty array: redis-cli and go-redis go on
+// without command documentation.
 func commandInfo(_ context.Context, _ *Server, c *call) error {
-	if len(c.args) == 2 && strings.EqualFold(c.arg(1), "count") {
+	switch {
+	case len(c.args) == 2 && strings.EqualFold(c.arg(1), "count"):
 		c.w.WriteInt64(int64(len(commands)))
-		return nil
+	case len(c.args) >= 2 && strings.EqualFold(c.arg(1), "docs"):
+		c.w.WriteMap(0)
+	default:
+		c.w.WriteArray(0)
 	}
-	c.w.WriteArray(0)
 	return nil
 }
 

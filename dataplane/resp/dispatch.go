@@ -14,21 +14,13 @@ import (
 	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
-// replier writes replies: a redcon.Conn on a connection, a redcon.Writer in tests.
-type replier interface {
-	WriteString(s string)
-	WriteError(msg string)
-	WriteInt64(n int64)
-	WriteBulkString(s string)
-	WriteArray(n int)
-	WriteNull()
-}
-
 // session is what a connection remembers between its commands.
 type session struct {
 	name, libName, libVersion string
 	// authenticated is set by AUTH or HELLO ... AUTH; without a password every connection is.
 	authenticated bool
+	// resp3 says HELLO 3 switched the connection to RESP3 (reply.go).
+	resp3 bool
 	// authFailures counts the connection's failed authentications, each answered later than
 	// the one before.
 	authFailures int
@@ -64,7 +56,7 @@ type command struct {
 // call is one command being answered.
 type call struct {
 	sess *session
-	w    replier
+	w    writer
 	args [][]byte // args[0] is the command's name
 	quit bool
 	// queued says the command was kept for EXEC, which counts it in the metrics when it runs.
@@ -163,7 +155,7 @@ func (s *Server) Dispatch(ctx context.Context, sess *session, w replier, args []
 		return false // redcon never passes an empty command; a fuzzer may
 	}
 	start := time.Now()
-	c := &call{sess: sess, w: w, args: args}
+	c := &call{sess: sess, w: writer{w, sess.resp3}, args: args}
 	cmd, known := s.command(args[0])
 	err := s.run(ctx, c, cmd, known)
 	if err != nil {

@@ -43,7 +43,7 @@ func newTestServerWithPassword(t testing.TB, password string) *Server {
 
 // dispatchSeeds are argument vectors (split at NUL bytes) of every command, well and badly formed.
 var dispatchSeeds = []string{
-	"PING", "PING\x00hi", "ECHO\x00x", "HELLO\x002", "HELLO\x003", "HELLO\x002\x00SETNAME\x00n",
+	"PING", "PING\x00hi", "ECHO\x00x", "HELLO\x002", "HELLO\x003", "HELLO\x002\x00SETNAME\x00n", "HELLO\x004", "HELLO",
 	"SELECT\x000", "SELECT\x009", "CLIENT\x00SETNAME\x00me", "CLIENT\x00GETNAME", "COMMAND", "COMMAND\x00COUNT", "QUIT",
 	"BF.RESERVE\x00k\x000.01\x00100", "BF.RESERVE\x00k\x000.01\x00100\x00EXPANSION\x003\x00NONSCALING",
 	"BF.ADD\x00k\x00a", "BF.MADD\x00k\x00a\x00b", "BF.EXISTS\x00k\x00a", "BF.MEXISTS\x00k\x00a\x00z",
@@ -59,8 +59,9 @@ var dispatchSeeds = []string{
 }
 
 // FuzzDispatch runs arbitrary argument vectors (the input split at NUL bytes) through the
-// dispatch of one connection: nothing panics, and every command answers exactly one well-formed
-// RESP2 reply.
+// dispatch of a RESP2 connection and of a RESP3 one: nothing panics, and every command answers
+// exactly one well-formed reply, of RESP2's types alone on a connection that is not (or no
+// longer, after the command's HELLO) in RESP3.
 func FuzzDispatch(f *testing.F) {
 	for _, seed := range dispatchSeeds {
 		f.Add([]byte(seed))
@@ -71,21 +72,27 @@ func FuzzDispatch(f *testing.F) {
 		if len(args) > 64 {
 			args = args[:64]
 		}
-		w := redcon.NewWriter(nil)
-		s.Dispatch(t.Context(), &session{}, w, args)
-		out := w.Buffer()
-		n, err := readReply(out)
-		if err != nil {
-			t.Fatalf("%q answered %q: %v", args, out, err)
-		}
-		if n != len(out) {
-			t.Fatalf("%q answered %q: more than one reply", args, out)
+		for _, resp3 := range []bool{false, true} {
+			w := redcon.NewWriter(nil)
+			sess := &session{resp3: resp3}
+			s.Dispatch(t.Context(), sess, w, args)
+			out := w.Buffer()
+			n, err := readReplyIn(out, sess.resp3)
+			if err != nil {
+				t.Fatalf("%q answered %q (RESP3 %v): %v", args, out, resp3, err)
+			}
+			if n != len(out) {
+				t.Fatalf("%q answered %q (RESP3 %v): more than one reply", args, out, resp3)
+			}
 		}
 	})
 }
 
-// readReply reads one RESP2 reply at the start of b and returns its length.
-func readReply(b []byte) (int, error) {
+// readReply reads one RESP2 or RESP3 reply at the start of b and returns its length.
+func readReply(b []byte) (int, error) { return readReplyIn(b, true) }
+
+// readReplyIn is readReply, taking RESP3's types only when resp3 is set.
+func readReplyIn(b []byte, resp3 bool) (int, error) {
 	if len(b) == 0 {
 		return 0, fmt.Errorf("no reply")
 	}
@@ -94,6 +101,9 @@ func readReply(b []byte) (int, error) {
 		return 0, fmt.Errorf("unterminated line")
 	}
 	line := b[1:end]
+	if !resp3 && bytes.IndexByte([]byte("#_%="), b[0]) >= 0 {
+		return 0, fmt.Errorf("RESP3's type %q in a RESP2 reply", b[0])
+	}
 	switch b[0] {
 	case '+', '-':
 		if bytes.ContainsAny(line, "\r\n") {
@@ -105,7 +115,23 @@ func readReply(b []byte) (int, error) {
 			return 0, fmt.Errorf("integer %q: %w", line, err)
 		}
 		return end + 2, nil
-	case '$':
+	case '#':
+		if string(line) != "t" && string(line) != "f" {
+			return 0, fmt.Errorf("boolean %q", line)
+		}
+		return end + 2, nil
+	case '_':
+		if len(line) != 0 {
+			return 0, fmt.Errorf("null %q", line)
+		}
+		return end + 2, nil
+	case '%':
+		n, err := strconv.Atoi(string(line))
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("map length %q", line)
+		}
+		return readElements(b, end+2, 2*n, resp3)
+	case '$', '=':
 		n, err := strconv.Atoi(string(line))
 		if err != nil || n < -1 {
 			return 0, fmt.Errorf("bulk length %q", line)
@@ -122,17 +148,21 @@ func readReply(b []byte) (int, error) {
 		if err != nil || n < -1 {
 			return 0, fmt.Errorf("array length %q", line)
 		}
-		at := end + 2
-		for range max(n, 0) {
-			m, err := readReply(b[at:])
-			if err != nil {
-				return 0, err
-			}
-			at += m
-		}
-		return at, nil
+		return readElements(b, end+2, n, resp3)
 	}
 	return 0, fmt.Errorf("unknown reply type %q", b[0])
+}
+
+// readElements reads n replies from b[at:], an aggregate's elements, and returns where they end.
+func readElements(b []byte, at, n int, resp3 bool) (int, error) {
+	for range max(n, 0) {
+		m, err := readReplyIn(b[at:], resp3)
+		if err != nil {
+			return 0, err
+		}
+		at += m
+	}
+	return at, nil
 }
 
 // Finding a command by its name, in any case, allocates nothing: it runs for every command.

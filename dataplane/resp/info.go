@@ -32,7 +32,7 @@ var infoSections = []struct {
 }
 
 // INFO [section ...]: the server, clients and keyspace sections, in Redis's format ("# Name",
-// then field:value lines). No section, default, all and everything name them all; a section
+// then field:value lines), a verbatim string in RESP3 as Redis 7's. No section, default, all and everything name them all; a section
 // Bloomery does not keep (memory, persistence, replication...) answers nothing, as an unknown
 // one does in Redis.
 func serverInfo(_ context.Context, s *Server, c *call) error {
@@ -51,7 +51,7 @@ func serverInfo(_ context.Context, s *Server, c *call) error {
 		}
 		section.write(s, &b)
 	}
-	c.w.WriteBulkString(b.String())
+	c.w.WriteVerbatim(b.String())
 	return nil
 }
 

@@ -3,6 +3,7 @@ package resp
 import (
 	"bytes"
 	"context"
+	"errors"
 	"slices"
 	"time"
 	"unsafe"
@@ -128,37 +129,75 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 	s.txMu.RLock() // as each of its commands would, one by one
 	answers, err := s.runBatch(sess, first.add, string(key), itemStrings(cmds[:n], items, first.add))
 	s.txMu.RUnlock()
+	var stopped *stoppedError
 	if err != nil && len(answers) < items {
 		// The engine stopped part-way (a memory limit). The commands whose items it answered all
 		// get their answers; the others are left to be answered one by one, as they would have
-		// been without the batch.
-		n, err = 0, nil
-		for covered := 0; n < len(run) && covered+len(cmds[n].Args)-2 <= len(answers); n++ {
-			covered += len(cmds[n].Args) - 2
-		}
+		// been without the batch, but for one whose first items the batch added (below).
+		stopped = asStopped(err)
+		n, err = coveredWhole(cmds[:len(run)], len(answers)), nil
 		run = run[:n]
 	}
 	// Each command took the batch's time.
 	elapsed := time.Since(start)
+	out := writer{w, sess.resp3}
 	for i, r := range run {
 		m := len(cmds[i].Args) - 2
 		switch {
 		case err != nil:
-			w.WriteError(oneLine(replyText(err)))
+			out.WriteError(oneLine(replyText(err)))
 		case r.multi:
-			w.WriteArray(m)
+			out.WriteArray(m)
 			for _, a := range answers[:m] {
-				w.WriteInt64(a)
+				out.WriteBool(a == 1)
 			}
 		default:
-			w.WriteInt64(answers[0])
+			out.WriteBool(answers[0] == 1)
 		}
 		if err == nil {
 			answers = answers[m:]
 		}
 		s.series(r.cmd, true).Answered(err != nil, elapsed)
 	}
+	if stopped != nil && len(answers) > 0 {
+		s.answerStopped(out, cmds[n], answers, stopped)
+		s.series(sess.run[n].cmd, true).Answered(false, time.Since(start))
+		n++
+	}
 	return n
+}
+
+// asStopped is err as a *stoppedError, or nil.
+func asStopped(err error) *stoppedError {
+	stopped, _ := errors.AsType[*stoppedError](err)
+	return stopped
+}
+
+// coveredWhole is how many of cmds, from the first, have all their items among the first items.
+func coveredWhole(cmds []redcon.Command, items int) int {
+	n := 0
+	for covered := 0; n < len(cmds) && covered+len(cmds[n].Args)-2 <= items; n++ {
+		covered += len(cmds[n].Args) - 2
+	}
+	return n
+}
+
+// answerStopped answers a BF.MADD whose first items a batch added before the filter stopped at
+// the next one, as addAndReply would have answered it alone: the answers, the error in place of
+// that item, and each item after tried alone.
+func (s *Server) answerStopped(w writer, cmd redcon.Command, answers []int64, stopped *stoppedError) {
+	items := cmd.Args[2:]
+	w.WriteArray(len(items))
+	for _, a := range answers {
+		w.WriteBool(a == 1)
+	}
+	rest := make([]string, 0, len(items)-len(answers)-1)
+	for _, item := range items[len(answers)+1:] {
+		rest = append(rest, string(item))
+	}
+	ctx, cancel := s.commandContext()
+	defer cancel()
+	s.answerNotAdded(ctx, w, string(cmd.Args[1]), stopped, rest)
 }
 
 // itemStrings gathers the items of cmds, the arguments after the key, as strings. Checks keep no

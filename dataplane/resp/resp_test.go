@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"runtime"
 	"slices"
 	"strings"
@@ -71,10 +72,10 @@ func TestRESPCommands(t *testing.T) {
 		t.Errorf("BF.INFO CAPACITY = %+v, %v; want 1000", capInfo, err)
 	}
 
-	// BF.ADD and BF.MADD create a missing filter with the configured defaults.
+	// BF.ADD and BF.MADD create a missing filter with RedisBloom's defaults, as configured.
 	dataplane.Expect(t, "BF.ADD creating", true)(rdb.BFAdd(ctx, "auto", "x").Result())
 	info, err = rdb.BFInfo(ctx, "auto").Result()
-	if err != nil || uint64(info.Capacity) != config.Default().DefaultExpectedInsertions || info.ItemsInserted != 1 {
+	if err != nil || uint64(info.Capacity) != config.Default().RESPInitialSize || info.ItemsInserted != 1 {
 		t.Errorf("BF.INFO of a filter BF.ADD created = %+v, %v; want the default capacity and 1 item", info, err)
 	}
 	got, err = rdb.BFMAdd(ctx, "auto2", "x", "y").Result()
@@ -147,20 +148,30 @@ func TestRESPErrors(t *testing.T) {
 		{[]any{"BF.RESERVE", "k", "nan", "100"}, "ERR (0 < error rate range < 1) "},
 		{[]any{"BF.RESERVE", "k", "0.01", "100", "EXPANSION"}, "ERR no expansion"},
 		{[]any{"BF.RESERVE", "k", "0.01", "100", "EXPANSION", "x"}, "ERR bad expansion"},
+		{[]any{"BF.RESERVE", "k", "0.01", "100", "EXPANSION", "0"}, "ERR bad expansion"},
+		{[]any{"BF.RESERVE", "k", "0.01", "100", "EXPANSION", "32769"}, "ERR bad expansion"},
 		{[]any{"BF.RESERVE", "k", "0.01", "100", "NONSCALING", "EXPANSION", "2"}, "Nonscaling filters cannot expand"},
 		{[]any{"BF.RESERVE", "k", "0.01", "100", "FAST"}, "ERR unknown argument received"},
 		{[]any{"BF.RESERVE", "exists", "0.01", "100"}, "ERR item exists"},
 		{[]any{"BF.INSERT", "k", "CAPACITY", "x", "ITEMS", "a"}, "Bad capacity"},
-		{[]any{"BF.INSERT", "k", "ERROR", "2", "ITEMS", "a"}, "ERR (0 < error rate range < 1) "},
+		{[]any{"BF.INSERT", "k", "ERROR", "2", "ITEMS", "a"}, "Bad argument received"},
+		{[]any{"BF.INSERT", "k", "ERROR", "big", "ITEMS", "a"}, "Bad error rate"},
+		{[]any{"BF.INSERT", "k", "CAPACITY", "0", "ITEMS", "a"}, "Bad argument received"},
+		{[]any{"BF.INSERT", "k", "EXPANSION", "0", "ITEMS", "a"}, "Bad argument received"},
+		{[]any{"BF.INSERT", "k", "EXPANSION", "32769", "ITEMS", "a"}, "Bad argument received"},
+		{[]any{"BF.INSERT", "k", "EXPANSION", "big"}, "Bad expansion"},
+		{[]any{"BF.INSERT", "k", "EXPANSION", "0"}, "ERR wrong number of arguments for 'bf.insert' command"},
 		{[]any{"BF.INSERT", "k", "FAST", "ITEMS", "a"}, "Unknown argument received"},
 		{[]any{"BF.INSERT", "k", "CAPACITY", "10", "ITEMS"}, "ERR wrong number of arguments for 'bf.insert' command"},
 		{[]any{"BF.INSERT", "k", "NOCREATE", "ITEMS", "a"}, "ERR not found"},
 		{[]any{"BF.INFO", "k"}, "ERR not found"},
-		{[]any{"BF.INFO", "exists", "COLOUR"}, "ERR Invalid information value"},
+		{[]any{"BF.INFO", "exists", "COLOUR"}, "Invalid information value"},
+		{[]any{"BF.DEBUG", "k"}, "ERR not found"},
+		{[]any{"BF.DEBUG", "k", "x"}, "ERR wrong number of arguments for 'bf.debug' command"},
 		{[]any{"BF.ADD", "bad name", "a"}, `ERR invalid filter name: "bad name" may only contain letters, digits, '.', '_', ':' and '-'`},
 		{[]any{"SELECT", "1"}, "ERR DB index is out of range"},
 		{[]any{"SELECT", "x"}, "ERR value is not an integer or out of range"},
-		{[]any{"HELLO", "3"}, "NOPROTO unsupported protocol version"},
+		{[]any{"HELLO", "4"}, "NOPROTO unsupported protocol version"},
 		{[]any{"CLIENT", "KILL"}, "ERR unknown subcommand 'KILL'. Try CLIENT HELP."},
 		{[]any{"SCAN", "x"}, "ERR invalid cursor"},
 	}
@@ -189,30 +200,46 @@ func TestRESPErrors(t *testing.T) {
 
 // A NONSCALING filter refuses new items once it holds its capacity, as RedisBloom's does: BF.ADD
 // answers the error, BF.MADD answers it in place of the first item that did not fit and adds
-// nothing after it. Items already present still answer 0.
+// nothing after it. Items already present still answer 0. Both protocols answer so, with 1 and 0
+// as RESP3's booleans.
 func TestRESPNonScalingFull(t *testing.T) {
 	t.Parallel()
 	ts := dataplane.Start(t, nil)
 	ctx := t.Context()
-	rdb := dataplane.RedisClient(t, ts)
-	if err := rdb.BFReserveNonScaling(ctx, "small", 0.01, 3).Err(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := rdb.Do(ctx, "BF.MADD", "small", "a", "b", "c", "d", "e").Slice()
-	if err != nil || len(res) != 4 || res[0] != int64(1) || res[2] != int64(1) {
-		t.Fatalf("BF.MADD past the capacity = %v, %v; want 1 1 1 and an error", res, err)
-	}
-	if e, ok := res[3].(error); !ok || e.Error() != "ERR non scaling filter is full" {
-		t.Errorf("BF.MADD's fourth answer = %v, want ERR non scaling filter is full", res[3])
-	}
-	if err := rdb.BFAdd(ctx, "small", "f").Err(); err == nil || err.Error() != "ERR non scaling filter is full" {
-		t.Errorf("BF.ADD to a full filter = %v, want ERR non scaling filter is full", err)
-	}
-	dataplane.Expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, "small", "a").Result())
-	dataplane.Expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, "small").Result())
-	info, err := rdb.Do(ctx, "BF.INFO", "small", "EXPANSION").Slice()
-	if err != nil || len(info) != 1 || info[0] != nil {
-		t.Errorf("BF.INFO EXPANSION of a non-scaling filter = %v, %v; want [nil]", info, err)
+	for _, proto := range []int{2, 3} {
+		rdb := dataplane.RedisClientProtocol(t, ts, proto)
+		name := fmt.Sprintf("small%d", proto)
+		if err := rdb.BFReserveNonScaling(ctx, name, 0.01, 3).Err(); err != nil {
+			t.Fatal(err)
+		}
+		var one any = int64(1)
+		if proto == 3 {
+			one = true
+		}
+		res, err := rdb.Do(ctx, "BF.MADD", name, "a", "b", "c", "d", "e").Slice()
+		if err != nil || len(res) != 4 || res[0] != one || res[2] != one {
+			t.Fatalf("RESP%d: BF.MADD past the capacity = %v, %v; want 1 1 1 and an error", proto, res, err)
+		}
+		if e, ok := res[3].(error); !ok || e.Error() != "ERR non scaling filter is full" {
+			t.Errorf("RESP%d: BF.MADD's fourth answer = %v, want ERR non scaling filter is full", proto, res[3])
+		}
+		if err := rdb.BFAdd(ctx, name, "f").Err(); err == nil || err.Error() != "ERR non scaling filter is full" {
+			t.Errorf("RESP%d: BF.ADD to a full filter = %v, want ERR non scaling filter is full", proto, err)
+		}
+		dataplane.Expect(t, "BF.ADD of an item present", false)(rdb.BFAdd(ctx, name, "a").Result())
+		dataplane.Expect(t, "BF.CARD of the full filter", int64(3))(rdb.BFCard(ctx, name).Result())
+		var expansion any
+		if proto == 2 {
+			expansion, err = rdb.Do(ctx, "BF.INFO", name, "EXPANSION").Slice()
+			if want := []any{nil}; err != nil || !reflect.DeepEqual(expansion, want) {
+				t.Errorf("RESP2: BF.INFO EXPANSION of a non-scaling filter = %v, %v; want %v", expansion, err, want)
+			}
+		} else {
+			expansion, err = rdb.Do(ctx, "BF.INFO", name, "EXPANSION").Result()
+			if want := map[any]any{"Expansion rate": nil}; err != nil || !reflect.DeepEqual(expansion, want) {
+				t.Errorf("RESP3: BF.INFO EXPANSION of a non-scaling filter = %v, %v; want %v", expansion, err, want)
+			}
+		}
 	}
 }
 
@@ -351,13 +378,20 @@ func TestRESPWriteBelowItsConsistency(t *testing.T) {
 	dataplane.Expect(t, "BF.EXISTS of the item applied here", true)(rdb.BFExists(ctx, "lonely", "x").Result())
 }
 
+// exactDefaults sizes the filters BF.ADD creates for tests that count on each new item answering
+// 1: a million items at 1e-4, where RedisBloom's 100 at 0.01 would answer a false 0 now and then
+// to thousands of adds.
+func exactDefaults(c *config.Config) {
+	c.RESPInitialSize, c.RESPErrorRate = 1_000_000, 0.0001
+}
+
 // Pipelined BF.ADDs to one filter go to the engine and the log together: 10,000 of them under
 // logSync always, an item added twice among them, answer in order (1, then 0 for the repeat),
 // with other commands between them answered in their place, and take far fewer log records than
 // commands.
 func TestRESPPipelinedAddsShareCommits(t *testing.T) {
 	t.Parallel()
-	ts := dataplane.Start(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
+	ts := dataplane.Start(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways; exactDefaults(c) })
 	ctx := t.Context()
 	rdb := dataplane.RedisClient(t, ts)
 	const adds = 10_000
@@ -430,7 +464,7 @@ func TestRESPPipelinedExists(t *testing.T) {
 // BF.MEXISTS and BF.EXISTS then answers each item.
 func TestRESPPipelinedMixedRuns(t *testing.T) {
 	t.Parallel()
-	ts := dataplane.Start(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways })
+	ts := dataplane.Start(t, func(c *config.Config) { c.LogSync = config.LogSyncAlways; exactDefaults(c) })
 	ctx := t.Context()
 	rdb := dataplane.RedisClient(t, ts)
 	const rounds = 500

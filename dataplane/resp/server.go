@@ -1,5 +1,5 @@
-// Package resp serves RedisBloom's BF.* commands over the Redis protocol (RESP2) on the data
-// plane's filters, the same ones the HTTP API serves: reads come from the store, writes go
+// Package resp serves RedisBloom's BF.* commands over the Redis protocol (RESP2 and RESP3) on the
+// data plane's filters, the same ones the HTTP API serves: reads come from the store, writes go
 // through the write service, so they are journaled, replicated and served by the filter's home
 // as HTTP's are. It decodes commands and encodes replies; the listener and its life are run's.
 package resp

@@ -42,7 +42,7 @@ func (s *Server) create(ctx context.Context, name string, opts filter.Options) (
 // add adds items to the filter name, in order, and answers for each whether it may have been
 // there. A missing filter is created with create, or is ERR not found when create is nil. full
 // says that a non-scaling filter filled up before the item after the answers: nothing after it
-// was added.
+// was added. A *stoppedError says the filter could not grow for the item after the answers.
 func (s *Server) add(ctx context.Context, name string, create *filter.Options, items []string) (present []bool, full bool, err error) {
 	if err := filter.ValidateName(name); err != nil {
 		return nil, false, err
@@ -68,8 +68,18 @@ func (s *Server) add(ctx context.Context, name string, create *filter.Options, i
 		return s.addBounded(ctx, f, items)
 	}
 	present, err = s.opts.Writes.CheckAndSetMany(ctx, s.level, f, items)
+	if errors.Is(err, filter.ErrTooLarge) {
+		err = &stoppedError{err}
+	}
 	return present, false, err
 }
+
+// stoppedError is the error of an add that the filter stopped at an item it could not grow for:
+// the items before it were added, and their answers are returned with it.
+type stoppedError struct{ err error }
+
+func (e *stoppedError) Error() string { return e.err.Error() }
+func (e *stoppedError) Unwrap() error { return e.err }
 
 // addPlaced adds items under a placed membership: the filter is created first when missing
 // and create allows (at the name's home, whose create every pod hears of), then each item goes

@@ -430,11 +430,18 @@ func WantValue(t *testing.T, fs metricstest.Families, want float64, name string,
 	}
 }
 
-// RedisClient connects go-redis to the RESP port with its defaults: it asks for RESP3 with
-// HELLO 3, is refused, and goes on in RESP2.
+// RedisClient connects go-redis to the RESP port with its defaults: it speaks RESP3, after
+// HELLO 3.
 func RedisClient(t *testing.T, ts *Server) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: ts.RESP, MaxRetries: -1})
+	return RedisClientProtocol(t, ts, 0)
+}
+
+// RedisClientProtocol connects go-redis to the RESP port in protocol 2 or 3 (0: go-redis's
+// default, 3).
+func RedisClientProtocol(t *testing.T, ts *Server, protocol int) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: ts.RESP, MaxRetries: -1, Protocol: protocol})
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
 }

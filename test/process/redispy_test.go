@@ -83,7 +83,8 @@ func TestRespDocShowsTheRedisPyExample(t *testing.T) {
 
 // redisPyTransaction drives redis-py's default pipeline, which is a transaction (MULTI ... EXEC),
 // with its RedisBloom API: the replies in order, a run-time error in its place, and a command
-// refused at queue time discarding the whole transaction.
+// refused at queue time discarding the whole transaction; then the commands the example does
+// not show.
 const redisPyTransaction = `
 import os
 
@@ -115,6 +116,13 @@ try:
 except redis.ResponseError as e:
     print("discarded:", e)
 print("e added:", r.bf().exists("tx", "e"))
+
+print("insert:", r.bf().insert("ins", ["x", "y", "x"], capacity=500, error=0.01, expansion=4))
+i = r.bf().info("ins")
+print("info:", i.capacity, i.size, i.filterNum, i.insertedNum, i.expansionRate)
+print("exists:", r.bf().exists("ins", "y"), r.bf().exists("ins", "z"))
+# BF.SCANDUMP and BF.LOADCHUNK go here once the port has them.
+print("flushall:", r.flushall(), r.dbsize(), r.bf().exists("ins", "x"))
 `
 
 // redisPyTransactionOutput is what redisPyTransaction prints, as it does against Redis with
@@ -122,9 +130,15 @@ print("e added:", r.bf().exists("tx", "e"))
 const redisPyTransactionOutput = `replies: [True, 1, [0, 1], [1, 0]] 2
 in place: item exists 1
 discarded: Command # 2 (BF.ADD tx) of pipeline caused error: wrong number of arguments for 'bf.add' command
-e added: 0`
+e added: 0
+insert: [1, 1, 0]
+info: 500 792 1 2 4
+exists: 1 0
+flushall: True 0 0`
 
-// redis-py's default pipeline, a transaction, works through its bf() API against the real binary.
+// redis-py's default pipeline, a transaction, works through its bf() API against the real binary,
+// and so do BF.INSERT, BF.INFO (a filter of 500 at 0.01 has 5,514 bits in 696 bytes, and
+// RedisBloom's Size adds 96) and FLUSHALL.
 func TestRedisPyTransaction(t *testing.T) {
 	python := pythonWithRedis(t)
 	_, port := startWithRESP(t, t.TempDir())
