@@ -85,9 +85,7 @@ func NewCommand(version string) *cobra.Command {
 	fs.StringVar(&f.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"comma-separated namespaces to watch (default: all; env WATCH_NAMESPACE)")
 	fs.IntVar(&f.maxReconciles, "max-concurrent-reconciles", 4, "BloomClusters reconciled at once")
-	// A filter's pass waits on the pods and the API server, not on the CPU: with four workers,
-	// about 25 filters a second became Ready (issue 35).
-	fs.IntVar(&f.filterReconciles, "max-concurrent-filter-reconciles", 32, "BloomFilters reconciled at once")
+	fs.IntVar(&f.filterReconciles, "max-concurrent-filter-reconciles", controllers.DefaultFilterReconciles, "BloomFilters reconciled at once")
 	fs.StringVar(&f.dataPlaneImage, "dataplane-image", dataPlaneImage(version),
 		"image of BloomClusters that name none (default: env DATAPLANE_IMAGE, or the operator's version)")
 	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the BloomClusters' passes that keep status true between events")
