@@ -525,7 +525,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(userIntentChanged)).
+		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(predicate.Or(userIntentChanged, r.own.caughtUpEvents()))).
 		WatchesRawSource(source.Channel(r.watch.requeue, &handler.EnqueueRequestForObject{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)

@@ -7,12 +7,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
-// cacheLagRetry is how soon a pass that found the cache behind the reconciler's own last write
-// tries again. The write's own event brings no pass (userIntentChanged), so the pass must come
-// back by itself; the cache usually catches up within a fraction of a second.
-const cacheLagRetry = 250 * time.Millisecond
+// cacheLagRetry is when a pass that found the cache behind the reconciler's own last write comes
+// back if the event of the cache catching up (ownWrites.caughtUp) did not bring it sooner: it may
+// have come between the pass's read and its look at what it wrote.
+const cacheLagRetry = 5 * time.Second
 
 // ownWrites remembers, by object UID, the resourceVersion of the reconciler's last write of each
 // object until the cache has caught up with it. A pass reads the object from the cache, which
@@ -20,33 +22,85 @@ const cacheLagRetry = 250 * time.Millisecond
 // right after a create) would redo the write from the object as it was before it (add the
 // finalizer again, compute status from the old one), and the API server would refuse it as a
 // conflict. When thousands of filters are created at once the cache lags by seconds, and each
-// such conflict cost a write and an error's back-off.
-type ownWrites struct{ versions sync.Map }
+// such conflict cost a write and an error's back-off. Such a pass waits instead, and the event of
+// the write, which userIntentChanged would drop, brings it back.
+type ownWrites struct {
+	mu       sync.Mutex
+	versions map[types.UID]ownWrite
+}
+
+type ownWrite struct {
+	version string
+	waiting bool // a pass found the cache behind it
+}
 
 // wrote records the object as the API server returned it from the reconciler's write. An object
 // without a UID (none the API server returns) is not recorded.
 func (w *ownWrites) wrote(obj client.Object) {
-	if obj.GetUID() != "" {
-		w.versions.Store(obj.GetUID(), obj.GetResourceVersion())
+	if obj.GetUID() == "" {
+		return
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.versions == nil {
+		w.versions = map[types.UID]ownWrite{}
+	}
+	w.versions[obj.GetUID()] = ownWrite{version: obj.GetResourceVersion()}
 }
 
 // forget drops what is known of an object that is gone.
-func (w *ownWrites) forget(uid types.UID) { w.versions.Delete(uid) }
+func (w *ownWrites) forget(uid types.UID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.versions, uid)
+}
 
-// behind reports whether obj, as the cache holds it, predates the reconciler's last write of it.
-// Once the cache holds that write or a later one, the object is forgotten. Versions that are not
-// the API server's comparable integers are never behind: the pass goes on as without this.
+// behind reports whether obj, as the cache holds it, predates the reconciler's last write of it;
+// caughtUp then passes the event of the cache catching up. Once the cache holds that write or a
+// later one, the object is forgotten. Versions that are not the API server's comparable integers
+// are never behind: the pass goes on as without this.
 func (w *ownWrites) behind(obj client.Object) bool {
-	v, ok := w.versions.Load(obj.GetUID())
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	own, ok := w.versions[obj.GetUID()]
 	if !ok {
 		return false
 	}
-	written, _ := v.(string)
-	c, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), written)
+	c, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), own.version)
 	if err != nil || c >= 0 {
-		w.versions.CompareAndDelete(obj.GetUID(), written)
+		delete(w.versions, obj.GetUID())
 		return false
 	}
+	own.waiting = true
+	w.versions[obj.GetUID()] = own
 	return true
+}
+
+// caughtUp reports whether obj, as the cache now holds it, is the reconciler's last write of it or
+// a later version, and a pass waits for it.
+func (w *ownWrites) caughtUp(obj client.Object) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	own, ok := w.versions[obj.GetUID()]
+	if !ok || !own.waiting {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), own.version)
+	if err != nil || c >= 0 {
+		delete(w.versions, obj.GetUID())
+		return true
+	}
+	return false
+}
+
+// caughtUpEvents passes the updates that bring the cache up to a write a pass waits for.
+func (w *ownWrites) caughtUpEvents() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc:  func(event.CreateEvent) bool { return false },
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectNew != nil && w.caughtUp(e.ObjectNew)
+		},
+	}
 }

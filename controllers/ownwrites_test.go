@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 )
@@ -47,6 +48,35 @@ func TestOwnWritesBehind(t *testing.T) {
 	w.wrote(filterAt("", "20"))
 	if w.behind(filterAt("", "19")) {
 		t.Error("an object without a UID was recorded")
+	}
+}
+
+// The cache's update to the reconciler's write passes when a pass waits for it, once; an update
+// before that write, or one no pass waits for, does not.
+func TestOwnWritesCaughtUpEvents(t *testing.T) {
+	var w ownWrites
+	p := w.caughtUpEvents()
+	update := func(v string) bool {
+		return p.Update(event.UpdateEvent{ObjectOld: filterAt("a", "1"), ObjectNew: filterAt("a", v)})
+	}
+	w.wrote(filterAt("a", "10"))
+	if update("10") {
+		t.Error("the update to the write passed while no pass waited for it")
+	}
+	if !w.behind(filterAt("a", "9")) {
+		t.Fatal("a read of version 9 is not behind the write of 10")
+	}
+	if update("9") {
+		t.Error("an update to a version before the write passed")
+	}
+	if !update("11") {
+		t.Error("the update past the write that a pass waits for did not pass")
+	}
+	if update("12") || w.behind(filterAt("a", "9")) {
+		t.Error("the write is still remembered once the cache caught up with it")
+	}
+	if p.Create(event.CreateEvent{Object: filterAt("a", "1")}) || p.Delete(event.DeleteEvent{Object: filterAt("a", "1")}) {
+		t.Error("a create or delete event passed")
 	}
 }
 
