@@ -123,9 +123,10 @@ var ErrPlacementUnsupported = errors.New("the pod's data plane does not report p
 
 // DefaultFilterReconciles is how many BloomFilters the operator reconciles at once when nothing
 // else says (its --max-concurrent-filter-reconciles flag). A filter's pass waits on the API
-// server and the pods, not on the CPU: its writes take tenths of a second when thousands of
-// filters are created at once, and 32 workers made about 28 filters a second Ready.
-const DefaultFilterReconciles = 128
+// server and the pods, not on the CPU, so the workers are many; but once the API server is the
+// limit, as when thousands of filters are created at once, more of them only lengthen its queue,
+// and with it the time the operator's lease renewals wait there.
+const DefaultFilterReconciles = 64
 
 // DefaultPodTimeout bounds each call to a pod when nothing else does (the operator's
 // --pod-timeout flag).
