@@ -208,8 +208,9 @@ func createScaleFilters(t *testing.T, c dynamic.Interface, namespace string, n i
 	})
 }
 
-// deleteScaleFilters deletes the benchmark's filters 0..n-1, each in its own request, as kubectl
-// delete does, without waiting for them to go.
+// deleteScaleFilters deletes the benchmark's filters 0..n-1, each in its own request as kubectl
+// delete sends them, scaleWorkers at a time, without waiting for them to go. (One DeleteCollection
+// took longer: the API server marks the objects for deletion one after the other.)
 func deleteScaleFilters(t *testing.T, c dynamic.Interface, namespace string, n int) {
 	t.Helper()
 	filters := c.Resource(bloomFilters).Namespace(namespace)
