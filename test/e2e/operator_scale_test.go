@@ -52,12 +52,14 @@ func measureOperatorScale(t *testing.T, filters int) {
 	api := scaleClient(t)
 	watch := watchScaleFilters(t, api, n.name)
 
+	writes := apiWrites(n)
 	created := time.Now()
 	createScaleFilters(t, api, n.name, filters)
 	applied := time.Since(created)
 	ready := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters Ready", filters), func(_, ready int) bool {
 		return ready == filters
 	}).Sub(created)
+	t.Logf("%d filters: API writes while they were created, until all Ready: %s", filters, writes.perFilter(apiWrites(n), filters))
 
 	pods := n.apis(podNames(sampleReplicas)...)
 	cpuBefore, apiBefore := processCPU(t, pid), apiRequests(n)
@@ -82,13 +84,15 @@ func measureOperatorScale(t *testing.T, filters int) {
 		filters, len(pods), applied.Round(time.Millisecond), ready.Round(time.Millisecond),
 		cpu, 100*cpu/60, apiPerMinute, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
 
+	writes = apiWrites(n)
 	deleted := time.Now()
 	deleteScaleFilters(t, api, n.name, filters)
 	requested := time.Since(deleted)
 	gone := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters gone", filters), func(exist, _ int) bool {
 		return exist == 0
 	}).Sub(deleted)
-	t.Logf("%d filters: deletes sent in %v, all gone after %v", filters, requested.Round(time.Millisecond), gone.Round(time.Millisecond))
+	t.Logf("%d filters: deletes sent in %v, all gone after %v; API writes until then: %s", filters,
+		requested.Round(time.Millisecond), gone.Round(time.Millisecond), writes.perFilter(apiWrites(n), filters))
 }
 
 // processCPU reads the CPU time, user and system, that process pid used so far.
@@ -135,13 +139,47 @@ func processRSS(t *testing.T, pid int) float64 {
 // apiRequests reads the API server's count of requests answered, from every client.
 func apiRequests(n namespace) float64 {
 	n.t.Helper()
+	return apiCount(n, apiMetrics(n))
+}
+
+func apiMetrics(n namespace) metricstest.Families {
+	n.t.Helper()
 	fs, err := metricstest.Parse([]byte(n.run("get", "--raw", "/metrics")), "text/plain", "")
 	if err != nil {
 		n.t.Fatalf("the API server's /metrics: %v", err)
 	}
+	return fs
+}
+
+// apiCount sums the API server's requests answered that have the given labels (name, value, ...).
+func apiCount(n namespace, fs metricstest.Families, labels ...string) float64 {
+	n.t.Helper()
 	var total float64
-	for _, m := range fs.Samples("apiserver_request_total") {
+	for _, m := range fs.Samples("apiserver_request_total", labels...) {
 		total += m.GetCounter().GetValue()
 	}
 	return total
+}
+
+// filterWrites are the API server's writes that follow from the benchmark's creates and deletes,
+// from every client: besides these, the benchmark writes nothing of BloomFilters, so the updates
+// (finalizers), status patches, events and refused writes (409) are the operator's.
+type filterWrites struct{ updates, statusPatches, events, conflicts float64 }
+
+func apiWrites(n namespace) filterWrites {
+	n.t.Helper()
+	fs := apiMetrics(n)
+	return filterWrites{
+		updates:       apiCount(n, fs, "resource", "bloomfilters", "subresource", "", "verb", "PUT"),
+		statusPatches: apiCount(n, fs, "resource", "bloomfilters", "subresource", "status", "verb", "PATCH"),
+		events:        apiCount(n, fs, "resource", "events", "verb", "POST"),
+		conflicts:     apiCount(n, fs, "resource", "bloomfilters", "code", "409"),
+	}
+}
+
+// perFilter is what each of filters cost from w to now.
+func (w filterWrites) perFilter(now filterWrites, filters int) string {
+	f := float64(filters)
+	return fmt.Sprintf("%.2f updates, %.2f status patches, %.2f events and %.2f conflicts a filter",
+		(now.updates-w.updates)/f, (now.statusPatches-w.statusPatches)/f, (now.events-w.events)/f, (now.conflicts-w.conflicts)/f)
 }
