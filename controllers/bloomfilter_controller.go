@@ -422,7 +422,9 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	r.countsWritten.Delete(bf.UID)
-	r.own.forget(bf.UID)
+	// A pass the pods' polls bring before the cache learns that the object went would delete the
+	// filter from the pods, and the finalizer, again.
+	r.own.wrote(bf)
 	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
 }
@@ -525,7 +527,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(predicate.Or(userIntentChanged, r.own.caughtUpEvents()))).
+		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(predicate.Or(r.own.caughtUpEvents(), userIntentChanged))).
 		WatchesRawSource(source.Channel(r.watch.requeue, &handler.EnqueueRequestForObject{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)

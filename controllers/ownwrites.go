@@ -93,11 +93,19 @@ func (w *ownWrites) caughtUp(obj client.Object) bool {
 	return false
 }
 
-// caughtUpEvents passes the updates that bring the cache up to a write a pass waits for.
+// caughtUpEvents passes the updates that bring the cache up to a write a pass waits for, and
+// forgets the objects that are gone: the last write of a finalized object (the finalizer removed)
+// is never followed by an update, only by its deletion. It passes no deletion itself, so it must
+// come first where predicates are or'ed.
 func (w *ownWrites) caughtUpEvents() predicate.Funcs {
 	return predicate.Funcs{
-		CreateFunc:  func(event.CreateEvent) bool { return false },
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			if e.Object != nil {
+				w.forget(e.Object.GetUID())
+			}
+			return false
+		},
 		GenericFunc: func(event.GenericEvent) bool { return false },
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			return e.ObjectNew != nil && w.caughtUp(e.ObjectNew)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -75,8 +76,15 @@ func TestOwnWritesCaughtUpEvents(t *testing.T) {
 	if update("12") || w.behind(filterAt("a", "9")) {
 		t.Error("the write is still remembered once the cache caught up with it")
 	}
-	if p.Create(event.CreateEvent{Object: filterAt("a", "1")}) || p.Delete(event.DeleteEvent{Object: filterAt("a", "1")}) {
-		t.Error("a create or delete event passed")
+	if p.Create(event.CreateEvent{Object: filterAt("a", "1")}) {
+		t.Error("a create event passed")
+	}
+	w.wrote(filterAt("a", "30"))
+	if p.Delete(event.DeleteEvent{Object: filterAt("a", "30")}) {
+		t.Error("a delete event passed")
+	}
+	if w.behind(filterAt("a", "29")) {
+		t.Error("an object that is gone is still remembered")
 	}
 }
 
@@ -178,5 +186,53 @@ func TestBloomFilterFirstCreationRecordsNoEvent(t *testing.T) {
 	}
 	if len(got) != 2 {
 		t.Errorf("recreating the filter on a pod that held it recorded %q, want Recreated and Created", got)
+	}
+}
+
+// A pass that reads a BloomFilter the reconciler already finalized, from a cache that has not yet
+// learnt it went, deletes nothing from the pods and writes nothing.
+func TestBloomFilterFinalizedIsNotFinalizedAgain(t *testing.T) {
+	dp := startRecordingDataPlane(t)
+	var stale client.Object
+	var writes int
+	bf := filterAt("f-uid", "")
+	bf.Namespace = "ns"
+	bf.Finalizers = []string{filterFinalizer}
+	bf.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	bf.Spec = bloomeryv1alpha1.BloomFilterSpec{ClusterRef: bloomeryv1alpha1.ClusterReference{Name: "c"}, Capacity: 1000, FalsePositiveRate: "0.01"}
+	k := fakeFilterWorld(t, dp, interceptor.Funcs{
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if f, ok := obj.(*bloomeryv1alpha1.BloomFilter); ok && stale != nil {
+				stale.(*bloomeryv1alpha1.BloomFilter).DeepCopyInto(f)
+				return nil
+			}
+			return c.Get(ctx, key, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes++
+			return c.Update(ctx, obj, opts...)
+		},
+	}, bf)
+	var before bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &before); err != nil {
+		t.Fatal(err)
+	}
+	r := &BloomFilterReconciler{Client: k}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
+	}
+	if writes != 1 || !slices.Contains(dp.served(), "DELETE /internal/v1/bloomfilter/f") {
+		t.Fatalf("finalizing made %d writes and called the pod %q; want the finalizer removed and the filter deleted", writes, dp.served())
+	}
+	calls := len(dp.served())
+
+	stale, writes = &before, 0
+	result, err := r.Reconcile(t.Context(), filterRequest)
+	if err != nil || result.RequeueAfter != cacheLagRetry {
+		t.Errorf("a pass that read the finalized object from before its finalizer went: %+v, %v; want a requeue after %v", result, err, cacheLagRetry)
+	}
+	if writes != 0 || len(dp.served()) != calls {
+		t.Errorf("a pass that read the finalized object from before its finalizer went made %d writes and %d pod calls, want none",
+			writes, len(dp.served())-calls)
 	}
 }
