@@ -424,7 +424,7 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 	r.countsWritten.Delete(bf.UID)
 	// A pass the pods' polls bring before the cache learns that the object went would delete the
 	// filter from the pods, and the finalizer, again.
-	r.own.wrote(bf)
+	r.own.removedFinalizer(bf, filterFinalizer)
 	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
 }

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
@@ -31,7 +32,22 @@ type ownWrites struct {
 
 type ownWrite struct {
 	version string
-	waiting bool // a pass found the cache behind it
+	// finalizer, when set, is the finalizer the write removed from an object being deleted, after
+	// which the object goes: the cache is behind while its object still has the finalizer. (The
+	// version of the answer to that write proved no guide: passes that read the object with the
+	// finalizer from the cache went on as if it were not behind.)
+	finalizer string
+	waiting   bool // a pass found the cache behind it
+}
+
+// stale reports whether obj, as the cache holds it, predates the write. Versions that are not the
+// API server's comparable integers are never stale: the pass goes on as without this.
+func (own ownWrite) stale(obj client.Object) bool {
+	if own.finalizer != "" {
+		return controllerutil.ContainsFinalizer(obj, own.finalizer)
+	}
+	c, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), own.version)
+	return err == nil && c < 0
 }
 
 // wrote records the object as the API server returned it from the reconciler's write. An object
@@ -48,6 +64,20 @@ func (w *ownWrites) wrote(obj client.Object) {
 	w.versions[obj.GetUID()] = ownWrite{version: obj.GetResourceVersion()}
 }
 
+// removedFinalizer records the reconciler's write that removed finalizer from obj, which is being
+// deleted.
+func (w *ownWrites) removedFinalizer(obj client.Object, finalizer string) {
+	if obj.GetUID() == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.versions == nil {
+		w.versions = map[types.UID]ownWrite{}
+	}
+	w.versions[obj.GetUID()] = ownWrite{finalizer: finalizer}
+}
+
 // forget drops what is known of an object that is gone.
 func (w *ownWrites) forget(uid types.UID) {
 	w.mu.Lock()
@@ -57,8 +87,7 @@ func (w *ownWrites) forget(uid types.UID) {
 
 // behind reports whether obj, as the cache holds it, predates the reconciler's last write of it;
 // caughtUp then passes the event of the cache catching up. Once the cache holds that write or a
-// later one, the object is forgotten. Versions that are not the API server's comparable integers
-// are never behind: the pass goes on as without this.
+// later one, the object is forgotten.
 func (w *ownWrites) behind(obj client.Object) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -66,8 +95,7 @@ func (w *ownWrites) behind(obj client.Object) bool {
 	if !ok {
 		return false
 	}
-	c, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), own.version)
-	if err != nil || c >= 0 {
+	if !own.stale(obj) {
 		delete(w.versions, obj.GetUID())
 		return false
 	}
@@ -82,20 +110,16 @@ func (w *ownWrites) caughtUp(obj client.Object) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	own, ok := w.versions[obj.GetUID()]
-	if !ok || !own.waiting {
+	if !ok || !own.waiting || own.stale(obj) {
 		return false
 	}
-	c, err := resourceversion.CompareResourceVersion(obj.GetResourceVersion(), own.version)
-	if err != nil || c >= 0 {
-		delete(w.versions, obj.GetUID())
-		return true
-	}
-	return false
+	delete(w.versions, obj.GetUID())
+	return true
 }
 
 // caughtUpEvents passes the updates that bring the cache up to a write a pass waits for, and
 // forgets the objects that are gone: the last write of a finalized object (the finalizer removed)
-// is never followed by an update, only by its deletion. It passes no deletion itself, so it must
+// is often followed by no update, only by its deletion. It passes no deletion itself, so it must
 // come first where predicates are or'ed.
 func (w *ownWrites) caughtUpEvents() predicate.Funcs {
 	return predicate.Funcs{

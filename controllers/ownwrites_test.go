@@ -79,6 +79,20 @@ func TestOwnWritesCaughtUpEvents(t *testing.T) {
 	if p.Create(event.CreateEvent{Object: filterAt("a", "1")}) {
 		t.Error("a create event passed")
 	}
+
+	// The finalizer removed: the cache is behind while its object has it, whatever its version.
+	withFinalizer := filterAt("a", "40")
+	withFinalizer.Finalizers = []string{filterFinalizer}
+	w.removedFinalizer(withFinalizer, filterFinalizer)
+	if !w.behind(withFinalizer) {
+		t.Error("the object with the finalizer removed is not behind")
+	}
+	if p.Update(event.UpdateEvent{ObjectOld: withFinalizer, ObjectNew: withFinalizer}) {
+		t.Error("an update that still has the removed finalizer passed")
+	}
+	if !p.Update(event.UpdateEvent{ObjectOld: withFinalizer, ObjectNew: filterAt("a", "40")}) {
+		t.Error("the update without the finalizer did not pass")
+	}
 	w.wrote(filterAt("a", "30"))
 	if p.Delete(event.DeleteEvent{Object: filterAt("a", "30")}) {
 		t.Error("a delete event passed")
