@@ -65,6 +65,9 @@ type BloomFilterReconciler struct {
 
 	// countsWritten holds, by BloomFilter UID, when its counts were last written.
 	countsWritten sync.Map
+	// own holds the versions of the BloomFilters the reconciler wrote that the cache has not
+	// caught up with.
+	own ownWrites
 	// tlsSecrets holds the clusters' spec.tls Secrets, read past the cache, for a few seconds.
 	tlsSecrets tlsSecrets
 	// watch polls the pods for their filters' statuses (statuswatch.go); nil, as in a reconciler
@@ -115,6 +118,9 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if err := r.Client.Get(ctx, req.NamespacedName, &bf); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	if r.own.behind(&bf) {
+		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
+	}
 	if !bf.DeletionTimestamp.IsZero() {
 		return r.finalize(ctx, &bf)
 	}
@@ -147,6 +153,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 		if err := r.Client.Update(ctx, bf); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adding finalizer to BloomFilter: %w", err)
 		}
+		r.own.wrote(bf)
 	}
 	bf.Status.ObservedGeneration = gen
 	cluster, err := r.clusterOf(ctx, bf)
@@ -316,8 +323,10 @@ func (r *BloomFilterReconciler) filterStatus(ctx context.Context, pod *corev1.Po
 // what changed on the pods. What it writes is decided by summarize and the condition functions.
 func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster *bloomeryv1alpha1.BloomCluster, observed []podObservation) {
 	wasPresent := map[string]bool{}
+	heldBefore := false
 	for _, p := range bf.Status.Pods {
 		wasPresent[p.Pod] = p.Present
+		heldBefore = heldBefore || p.Present
 	}
 	s := summarize(cluster.Name, cluster.DesiredReplicas(), observed, wasPresent)
 	bf.Status.Pods = append(bf.Status.Pods[:0], s.pods...)
@@ -327,7 +336,10 @@ func (r *BloomFilterReconciler) report(bf *bloomeryv1alpha1.BloomFilter, cluster
 		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Recreated", "Recreate",
 			"Recreated the filter on pod %s, which had lost it (expired or restarted without its volume)", pod)
 	}
-	if len(s.created) > 0 {
+	// A filter's first creation on its pods is what its BloomFilter asked for, and Ready says it is
+	// done: an event of it would be one more API write per filter, thousands when thousands of
+	// filters are created at once. A pod that gets it later (the cluster grew) is news.
+	if len(s.created) > 0 && heldBefore {
 		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Created", "Create", "Created the filter on pods %s", strings.Join(s.created, ", "))
 	}
 	bf.Status.Items, bf.Status.SizeBytes, bf.Status.Partitions = s.items, s.size, s.partitions
@@ -381,6 +393,7 @@ func (r *BloomFilterReconciler) patchStatus(ctx context.Context, original, bf *b
 		}
 		return fmt.Errorf("writing BloomFilter status: %w", err)
 	}
+	r.own.wrote(bf)
 	return nil
 }
 
@@ -409,6 +422,9 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	r.countsWritten.Delete(bf.UID)
+	// A pass the pods' polls bring before the cache learns that the object went would delete the
+	// filter from the pods, and the finalizer, again.
+	r.own.removedFinalizer(bf, filterFinalizer)
 	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
 }
@@ -459,9 +475,7 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	}
 	_ = g.Wait()
 	slices.Sort(failed)
-	if len(failed) == 0 && len(pods) > 0 {
-		r.events().Eventf(bf, nil, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted the filter from %d pods", len(pods))
-	}
+	// No event of a deletion that went as asked: the BloomFilter goes with it, and the log says so.
 	return failed, nil
 }
 
@@ -513,7 +527,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(userIntentChanged)).
+		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(predicate.Or(r.own.caughtUpEvents(), userIntentChanged))).
 		WatchesRawSource(source.Channel(r.watch.requeue, &handler.EnqueueRequestForObject{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)

@@ -121,6 +121,13 @@ type DataPlane interface {
 // before placement, so it holds whatever it owns in any move.
 var ErrPlacementUnsupported = errors.New("the pod's data plane does not report placement: it holds every partition")
 
+// DefaultFilterReconciles is how many BloomFilters the operator reconciles at once when nothing
+// else says (its --max-concurrent-filter-reconciles flag). A filter's pass waits on the API
+// server and the pods, not on the CPU, so the workers are many; but once the API server is the
+// limit, as when thousands of filters are created at once, more of them only lengthen its queue,
+// and with it the time the operator's lease renewals wait there.
+const DefaultFilterReconciles = 64
+
 // DefaultPodTimeout bounds each call to a pod when nothing else does (the operator's
 // --pod-timeout flag).
 const DefaultPodTimeout = 5 * time.Second
@@ -144,7 +151,7 @@ func NewHTTPDataPlane(timeout time.Duration) *HTTPDataPlane {
 		TLSHandshakeTimeout: 2 * time.Second,
 		MaxIdleConns:        256,
 		// As many as the filters' workers call a pod at once, so that they keep their connections.
-		MaxIdleConnsPerHost: 64,
+		MaxIdleConnsPerHost: DefaultFilterReconciles,
 	}
 	return &HTTPDataPlane{HTTP: client.NewHTTPClient(transport), Timeout: timeout, transport: transport}
 }

@@ -34,6 +34,7 @@ type operatorFlags struct {
 	metricsSecure    bool
 	enableHTTP2      bool
 	probeAddr        string
+	pprofAddr        string
 	leaderElect      bool
 	leaderElectionID string
 	leaderElectionNS string
@@ -77,6 +78,7 @@ func NewCommand(version string) *cobra.Command {
 	fs.BoolVar(&f.metricsSecure, "metrics-secure", true, "serve metrics over HTTPS, for authenticated and authorized callers only")
 	fs.BoolVar(&f.enableHTTP2, "enable-http2", false, "serve metrics over HTTP/2 too (off: HTTP/2 stream attacks, CVE-2023-44487)")
 	fs.StringVar(&f.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	fs.StringVar(&f.pprofAddr, "pprof-bind-address", "0", "address of Go's profiles (/debug/pprof/), without authentication; 0 turns them off")
 	fs.BoolVar(&f.leaderElect, "leader-elect", false, "elect a leader, so that only one replica reconciles")
 	fs.StringVar(&f.leaderElectionID, "leader-election-id", "operator.bloomery.io", "name of the leader election lease")
 	fs.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the lease (default: the operator's own, in a cluster)")
@@ -85,9 +87,7 @@ func NewCommand(version string) *cobra.Command {
 	fs.StringVar(&f.watchNamespaces, "watch-namespace", os.Getenv("WATCH_NAMESPACE"),
 		"comma-separated namespaces to watch (default: all; env WATCH_NAMESPACE)")
 	fs.IntVar(&f.maxReconciles, "max-concurrent-reconciles", 4, "BloomClusters reconciled at once")
-	// A filter's pass waits on the pods and the API server, not on the CPU: with four workers,
-	// about 25 filters a second became Ready (issue 35).
-	fs.IntVar(&f.filterReconciles, "max-concurrent-filter-reconciles", 32, "BloomFilters reconciled at once")
+	fs.IntVar(&f.filterReconciles, "max-concurrent-filter-reconciles", controllers.DefaultFilterReconciles, "BloomFilters reconciled at once")
 	fs.StringVar(&f.dataPlaneImage, "dataplane-image", dataPlaneImage(version),
 		"image of BloomClusters that name none (default: env DATAPLANE_IMAGE, or the operator's version)")
 	fs.DurationVar(&f.resync, "resync", 30*time.Second, "period of the BloomClusters' passes that keep status true between events")
@@ -139,6 +139,7 @@ func runOperator(cmd *cobra.Command, f operatorFlags, operatorPods map[string]st
 		Scheme:                        scheme,
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        f.probeAddr,
+		PprofBindAddress:              f.pprofAddr,
 		LeaderElection:                f.leaderElect,
 		LeaderElectionID:              f.leaderElectionID,
 		LeaderElectionNamespace:       f.leaderElectionNS,

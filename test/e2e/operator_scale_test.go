@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
-	"github.com/bloomery/bloomery/internal/await"
 )
 
 // benchOperatorEnv holds the numbers of filters of the operator's scale benchmark, comma-separated
@@ -23,10 +21,6 @@ const benchOperatorEnv = "E2E_BENCH_OPERATOR"
 // scaleTimeout bounds each phase of the benchmark: far past its targets, so that a slow run still
 // reports its numbers.
 const scaleTimeout = 15 * time.Minute
-
-// deleteTimeout bounds the deletion of all filters, polled: a hundredth of it is the most the
-// poll pauses, and so how late the benchmark may see them gone.
-const deleteTimeout = 5 * time.Minute
 
 // TestOperatorScale is the operator's scale benchmark, not a test: for each number of filters it
 // creates that many BloomFilters on the sample cluster of 3 pods and reports how long until all
@@ -55,27 +49,17 @@ func measureOperatorScale(t *testing.T, filters int) {
 	n.applySamples()
 	operator := h.clusterWideOperator()
 	pid := operator.cmd.Process.Pid
+	api := scaleClient(t)
+	watch := watchScaleFilters(t, api, n.name)
 
+	writes := apiWrites(n)
 	created := time.Now()
-	const chunk = 500
-	for first := 0; first < filters; first += chunk {
-		var manifest strings.Builder
-		for i := first; i < min(first+chunk, filters); i++ {
-			fmt.Fprintf(&manifest, "---\napiVersion: bloomery.io/v1alpha1\nkind: BloomFilter\nmetadata:\n  name: scale-%05d\n"+
-				"spec:\n  clusterRef:\n    name: example\n  capacity: 1000\n  falsePositiveRate: \"0.01\"\n", i)
-		}
-		n.apply(manifest.String())
-	}
+	createScaleFilters(t, api, n.name, filters)
 	applied := time.Since(created)
-	// kubectl wait watches, and is told of each filter as it becomes Ready; the suite's own
-	// kubectl calls are bounded far below the scale's times.
-	ctx, cancel := context.WithTimeout(t.Context(), scaleTimeout+time.Minute)
-	defer cancel()
-	if _, _, err := h.kubectl.run(ctx, "", "--namespace", n.name, "wait", "--for=condition=Ready", "bloomfilter", "--all",
-		"--timeout="+scaleTimeout.String()); err != nil {
-		t.Fatalf("%d filters not all Ready within %v: %v", filters, scaleTimeout, err)
-	}
-	ready := time.Since(created)
+	ready := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters Ready", filters), func(_, ready int) bool {
+		return ready == filters
+	}).Sub(created)
+	t.Logf("%d filters: API writes while they were created, until all Ready: %s", filters, writes.perFilter(apiWrites(n), filters))
 
 	pods := n.apis(podNames(sampleReplicas)...)
 	cpuBefore, apiBefore := processCPU(t, pid), apiRequests(n)
@@ -87,7 +71,7 @@ func measureOperatorScale(t *testing.T, filters int) {
 	time.Sleep(time.Minute)
 	minutes := time.Since(quiet).Minutes()
 	cpu := (processCPU(t, pid) - cpuBefore).Seconds() / minutes
-	api := (apiRequests(n) - apiBefore) / minutes
+	apiPerMinute := (apiRequests(n) - apiBefore) / minutes
 	var perFilter, polls float64
 	for i, p := range pods {
 		calls := p.operatorCalls()
@@ -95,21 +79,20 @@ func measureOperatorScale(t *testing.T, filters int) {
 		polls += calls.polls - callsBefore[i].polls
 	}
 	rss := processRSS(t, pid)
-	t.Logf("%d filters on %d pods: applied in %v, all Ready after %v; a quiet minute: operator CPU %.2f s (%.1f%% of a core), "+
-		"%.0f API requests (every client), %.2f pod calls a second per pod (%.0f about one filter, %.0f polls in all); operator RSS %.0f MiB",
+	t.Logf("%d filters on %d pods: created in %v, all Ready after %v; a quiet minute: operator CPU %.2f s (%.1f%% of a core), "+
+		"%.0f API requests (every client), %.2f pod calls a second per pod (%.0f about filters, %.0f polls in all); operator RSS %.0f MiB",
 		filters, len(pods), applied.Round(time.Millisecond), ready.Round(time.Millisecond),
-		cpu, 100*cpu/60, api, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
+		cpu, 100*cpu/60, apiPerMinute, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
 
+	writes = apiWrites(n)
 	deleted := time.Now()
-	// kubectl's --wait watches the objects one after the other, minutes for thousands: the count
-	// is polled instead.
-	n.run("delete", "bloomfilter", "--all", "--wait=false")
-	await.Until(t, deleteTimeout, "every BloomFilter gone", func() (bool, string) {
-		left := strings.Count(n.run("get", "bloomfilters", "-o", "name"), "\n")
-		return left == 0, fmt.Sprintf("%d left", left)
-	})
-	t.Logf("%d filters: all gone %v after kubectl delete (polled every %v at most)", filters,
-		time.Since(deleted).Round(time.Millisecond), deleteTimeout/100)
+	deleteScaleFilters(t, api, n.name, filters)
+	requested := time.Since(deleted)
+	gone := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters gone", filters), func(exist, _ int) bool {
+		return exist == 0
+	}).Sub(deleted)
+	t.Logf("%d filters: deletes sent in %v, all gone after %v; API writes until then: %s", filters,
+		requested.Round(time.Millisecond), gone.Round(time.Millisecond), writes.perFilter(apiWrites(n), filters))
 }
 
 // processCPU reads the CPU time, user and system, that process pid used so far.
@@ -156,13 +139,47 @@ func processRSS(t *testing.T, pid int) float64 {
 // apiRequests reads the API server's count of requests answered, from every client.
 func apiRequests(n namespace) float64 {
 	n.t.Helper()
+	return apiCount(n, apiMetrics(n))
+}
+
+func apiMetrics(n namespace) metricstest.Families {
+	n.t.Helper()
 	fs, err := metricstest.Parse([]byte(n.run("get", "--raw", "/metrics")), "text/plain", "")
 	if err != nil {
 		n.t.Fatalf("the API server's /metrics: %v", err)
 	}
+	return fs
+}
+
+// apiCount sums the API server's requests answered that have the given labels (name, value, ...).
+func apiCount(n namespace, fs metricstest.Families, labels ...string) float64 {
+	n.t.Helper()
 	var total float64
-	for _, m := range fs.Samples("apiserver_request_total") {
+	for _, m := range fs.Samples("apiserver_request_total", labels...) {
 		total += m.GetCounter().GetValue()
 	}
 	return total
+}
+
+// filterWrites are the API server's writes that follow from the benchmark's creates and deletes,
+// from every client: besides these, the benchmark writes nothing of BloomFilters, so the updates
+// (finalizers), status patches, events and refused writes (409) are the operator's.
+type filterWrites struct{ updates, statusPatches, events, conflicts float64 }
+
+func apiWrites(n namespace) filterWrites {
+	n.t.Helper()
+	fs := apiMetrics(n)
+	return filterWrites{
+		updates:       apiCount(n, fs, "resource", "bloomfilters", "subresource", "", "verb", "PUT"),
+		statusPatches: apiCount(n, fs, "resource", "bloomfilters", "subresource", "status", "verb", "PATCH"),
+		events:        apiCount(n, fs, "resource", "events", "verb", "POST"),
+		conflicts:     apiCount(n, fs, "resource", "bloomfilters", "code", "409"),
+	}
+}
+
+// perFilter is what each of filters cost from w to now.
+func (w filterWrites) perFilter(now filterWrites, filters int) string {
+	f := float64(filters)
+	return fmt.Sprintf("%.2f updates, %.2f status patches, %.2f events and %.2f conflicts a filter",
+		(now.updates-w.updates)/f, (now.statusPatches-w.statusPatches)/f, (now.events-w.events)/f, (now.conflicts-w.conflicts)/f)
 }
