@@ -41,7 +41,8 @@ const (
 const maxCapacity = 1 << 53
 
 // defaults are the options of a filter that BF.ADD, BF.MADD or BF.INSERT creates: the
-// configuration's, as for a create over HTTP that gives none.
+// configuration's, as for a create over HTTP that gives none, in RedisBloom's layout, so that
+// its dumps load into RedisBloom and RedisBloom's into it.
 func (s *Server) defaults() filter.Options {
 	cfg := s.opts.Config
 	return filter.Options{
@@ -51,6 +52,7 @@ func (s *Server) defaults() filter.Options {
 		Growth:           filter.DefaultGrowth,
 		Tightening:       filter.DefaultTightening,
 		ValidAfterCreate: cfg.DefaultValidAfterCreate,
+		Layout:           filter.LayoutRedisBloom,
 	}
 }
 

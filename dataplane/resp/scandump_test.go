@@ -1,0 +1,238 @@
+package resp_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/test/dataplane"
+)
+
+// redisBloomFilter is one filter of testdata/redisbloom (its README says what each field is).
+type redisBloomFilter struct {
+	Name      string   `json:"name"`
+	Reserve   []string `json:"reserve"`
+	ItemCount int      `json:"itemCount"`
+	Chunks    []struct {
+		Iterator int64  `json:"iterator"`
+		Data     string `json:"data"`
+	} `json:"chunks"`
+	AbsentAnsweringOne []string `json:"absentAnsweringOne"`
+}
+
+func (f redisBloomFilter) items() []string  { return names(f.Name+"-item-", f.ItemCount) }
+func (f redisBloomFilter) absent() []string { return names(f.Name+"-absent-", 10000) }
+
+func names(prefix string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%d", prefix, i)
+	}
+	return out
+}
+
+// chunk is a chunk's data, decoded.
+func (f redisBloomFilter) chunk(t *testing.T, i int) []byte {
+	b, err := base64.StdEncoding.DecodeString(f.Chunks[i].Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func readRedisBloomFixture(t *testing.T) []redisBloomFilter {
+	t.Helper()
+	file, err := os.Open("testdata/redisbloom/redisbloom-scandump.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = file.Close() }()
+	gz, err := gzip.NewReader(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fixture struct {
+		Filters []redisBloomFilter `json:"filters"`
+	}
+	if err := json.NewDecoder(gz).Decode(&fixture); err != nil {
+		t.Fatal(err)
+	}
+	if len(fixture.Filters) != 6 {
+		t.Fatalf("the fixture holds %d filters, want 6", len(fixture.Filters))
+	}
+	return fixture.Filters
+}
+
+// redisBloomDefaults are RedisBloom's options of a filter BF.ADD or BF.MADD creates, which the
+// fixture's implicit filter has.
+func redisBloomDefaults(cfg *config.Config) {
+	cfg.DefaultExpectedInsertions = 100
+	cfg.DefaultFPP = 0.01
+}
+
+// Each filter RedisBloom dumped loads with BF.LOADCHUNK, and answers every item it added 1 and
+// exactly the absent probes RedisBloom answered 1: the same bits, hashed the same way.
+func TestLoadChunkOfRedisBloomDumps(t *testing.T) {
+	t.Parallel()
+	ts := dataplane.Start(t, redisBloomDefaults)
+	ctx := t.Context()
+	rdb := dataplane.RedisClient(t, ts)
+	for _, f := range readRedisBloomFixture(t) {
+		key := "loaded-" + f.Name
+		for i, c := range f.Chunks {
+			if err := rdb.BFLoadChunk(ctx, key, c.Iterator, f.chunk(t, i)).Err(); err != nil {
+				t.Fatalf("%s: BF.LOADCHUNK of chunk %d (iterator %d): %v", f.Name, i, c.Iterator, err)
+			}
+		}
+		if missed := answering(t, rdb, key, f.items(), false); len(missed) > 0 {
+			t.Errorf("%s: %d of %d added items answer 0, first %q", f.Name, len(missed), f.ItemCount, missed[0])
+		}
+		if got := answering(t, rdb, key, f.absent(), true); !slices.Equal(sorted(got), sorted(f.AbsentAnsweringOne)) {
+			t.Errorf("%s: %d absent probes answer 1, RedisBloom's %d did; got %v, want %v", f.Name, len(got), len(f.AbsentAnsweringOne), head(got), head(f.AbsentAnsweringOne))
+		}
+		// The filter dumps back to the very chunks it was loaded from.
+		if got := scandump(t, rdb, key); !sameChunks(t, f, got) {
+			t.Errorf("%s: the dump of the loaded filter differs from RedisBloom's", f.Name)
+		}
+	}
+}
+
+// The same BF.RESERVE and BF.MADD as RedisBloom's make the same filter: its dump has the same
+// header fields and bits as RedisBloom's, byte for byte.
+func TestScanDumpMatchesRedisBloom(t *testing.T) {
+	t.Parallel()
+	ts := dataplane.Start(t, redisBloomDefaults)
+	ctx := t.Context()
+	rdb := dataplane.RedisClient(t, ts)
+	for _, f := range readRedisBloomFixture(t) {
+		key := "filled-" + f.Name
+		if f.Reserve != nil {
+			args := []any{"BF.RESERVE", key}
+			for _, a := range f.Reserve[2:] {
+				args = append(args, a)
+			}
+			if err := rdb.Do(ctx, args...).Err(); err != nil {
+				t.Fatalf("%s: %v: %v", f.Name, args, err)
+			}
+		}
+		items := f.items()
+		for start := 0; start < len(items); start += 10000 {
+			batch := items[start:min(start+10000, len(items))]
+			if err := rdb.BFMAdd(ctx, key, toAny(batch)...).Err(); err != nil {
+				t.Fatalf("%s: BF.MADD: %v", f.Name, err)
+			}
+		}
+		if got := scandump(t, rdb, key); !sameChunks(t, f, got) {
+			t.Errorf("%s: the dump differs from RedisBloom's", f.Name)
+		}
+	}
+}
+
+// dumped is one BF.SCANDUMP answer.
+type dumped struct {
+	iter int64
+	data []byte
+}
+
+// scandump dumps key from iterator 0 until the iterator answered is 0, that last answer left out.
+func scandump(t *testing.T, rdb *redis.Client, key string) []dumped {
+	t.Helper()
+	var out []dumped
+	for iter := int64(0); ; {
+		res, err := rdb.BFScanDump(t.Context(), key, iter).Result()
+		if err != nil {
+			t.Fatalf("BF.SCANDUMP %s %d: %v", key, iter, err)
+		}
+		if res.Iter == 0 {
+			return out
+		}
+		out = append(out, dumped{res.Iter, []byte(res.Data)})
+		iter = res.Iter
+		if len(out) > 1000 {
+			t.Fatalf("BF.SCANDUMP %s: no end after 1000 chunks", key)
+		}
+	}
+}
+
+// sameChunks compares a dump with the fixture's, field by field for the header.
+func sameChunks(t *testing.T, f redisBloomFilter, got []dumped) bool {
+	t.Helper()
+	if len(got) != len(f.Chunks) {
+		t.Errorf("%s: %d chunks, RedisBloom's dump has %d", f.Name, len(got), len(f.Chunks))
+		return false
+	}
+	same := true
+	for i, c := range f.Chunks {
+		want := f.chunk(t, i)
+		if got[i].iter != c.Iterator {
+			t.Errorf("%s: chunk %d has iterator %d, RedisBloom's %d", f.Name, i, got[i].iter, c.Iterator)
+			same = false
+		}
+		if !bytes.Equal(got[i].data, want) {
+			same = false
+			if i == 0 {
+				t.Errorf("%s: header\n got %s\nwant %s", f.Name, describeHeader(got[i].data), describeHeader(want))
+			} else {
+				t.Errorf("%s: chunk %d: %d bytes differ of %d (%d bytes got)", f.Name, i, differing(got[i].data, want), len(want), len(got[i].data))
+			}
+		}
+	}
+	return same
+}
+
+func describeHeader(b []byte) string { return fmt.Sprintf("%x", b) }
+
+func differing(a, b []byte) int {
+	n := max(len(a), len(b)) - min(len(a), len(b))
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			n++
+		}
+	}
+	return n
+}
+
+// answering is those of items that BF.MEXISTS answers present (or absent when !present).
+func answering(t *testing.T, rdb *redis.Client, key string, items []string, present bool) []string {
+	t.Helper()
+	var out []string
+	for start := 0; start < len(items); start += 10000 {
+		batch := items[start:min(start+10000, len(items))]
+		got, err := rdb.BFMExists(t.Context(), key, toAny(batch)...).Result()
+		if err != nil {
+			t.Fatalf("BF.MEXISTS %s: %v", key, err)
+		}
+		for i, p := range got {
+			if p == present {
+				out = append(out, batch[i])
+			}
+		}
+	}
+	return out
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
+
+func sorted(s []string) []string { return slices.Sorted(slices.Values(s)) }
+
+func head(s []string) string {
+	if len(s) > 5 {
+		return strings.Join(s[:5], " ") + " …"
+	}
+	return strings.Join(s, " ")
+}
