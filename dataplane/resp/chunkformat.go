@@ -198,7 +198,9 @@ func decodeRedisBloomHeader(size uint64, options, growth uint32, links []chainLi
 		if err := checkLink(o, i, l, true); err != nil {
 			return filter.State{}, err
 		}
-		if l.size > math.MaxUint64-sum {
+		// RedisBloom adds a layer when the newest holds its entries: every other one holds exactly
+		// that many, which is all Bloomery keeps of them.
+		if l.size > l.entries || i < len(links)-1 && l.size != l.entries || l.size > math.MaxUint64-sum {
 			return filter.State{}, errBadData
 		}
 		sum += l.size

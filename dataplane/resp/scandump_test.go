@@ -2,8 +2,10 @@ package resp_test
 
 import (
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
 	"github.com/bloomery/bloomery/test/dataplane"
 )
@@ -235,4 +238,108 @@ func head(s []string) string {
 		return strings.Join(s[:5], " ") + " …"
 	}
 	return strings.Join(s, " ")
+}
+
+// A filter created over HTTP, in bits-and-blooms' layout and of several partitions, dumps in
+// Bloomery's own header and loads back into a filter that answers every value as it does; a
+// filter created over HTTP in RedisBloom's layout dumps as RedisBloom's do.
+func TestScanDumpRoundTripsHTTPFilters(t *testing.T) {
+	t.Parallel()
+	ts := dataplane.Start(t, nil)
+	ctx := t.Context()
+	rdb := dataplane.RedisClient(t, ts)
+	capacity, partitions := uint64(500), 4
+	values, probes := names("v", 2000), names("p", 5000)
+	for _, layout := range []string{"", "redisbloom"} {
+		name := "http-" + layout
+		opts := client.CreateOptions{ExpectedInsertions: &capacity, Layout: layout}
+		if layout == "" {
+			opts.Partitions = &partitions
+		}
+		created := dataplane.Create(t, ts, name, opts)
+		if want := cmp.Or(layout, "bitsandblooms"); created.Layout != want {
+			t.Errorf("%s: created with layout %q, want %q", name, created.Layout, want)
+		}
+		if err := ts.Client.MultiSet(ctx, name, values); err != nil {
+			t.Fatal(err)
+		}
+		chunks := scandump(t, rdb, name)
+		options := binary.LittleEndian.Uint32(chunks[0].data[12:])
+		if redisBloom := options == 5; redisBloom != (layout == "redisbloom") {
+			t.Errorf("%s: header options %#x", name, options)
+		}
+		copyName := "copy-" + name
+		for _, c := range chunks {
+			if err := rdb.BFLoadChunk(ctx, copyName, c.iter, c.data).Err(); err != nil {
+				t.Fatalf("%s: BF.LOADCHUNK %d: %v", name, c.iter, err)
+			}
+		}
+		if !slices.EqualFunc(scandump(t, rdb, copyName), chunks, func(a, b dumped) bool { return a.iter == b.iter && bytes.Equal(a.data, b.data) }) {
+			t.Errorf("%s: the copy dumps otherwise than the original", name)
+		}
+		orig, cp := dataplane.Get(t, ts, name), dataplane.Get(t, ts, copyName)
+		if cp.Items != orig.Items || cp.Layers != orig.Layers || cp.Partitions != orig.Partitions || cp.Layout != orig.Layout {
+			t.Errorf("%s: the copy is %+v, the original %+v", name, cp, orig)
+		}
+		if got := dataplane.MultiCheck(t, ts, copyName, values); slices.Contains(got, false) {
+			t.Errorf("%s: a value of the original answers false in the copy", name)
+		}
+		if got, want := dataplane.MultiCheck(t, ts, copyName, probes), dataplane.MultiCheck(t, ts, name, probes); !slices.Equal(got, want) {
+			t.Errorf("%s: the probes answer otherwise in the copy", name)
+		}
+	}
+}
+
+// Until every byte of its layers is loaded, a filter's keys are neither checked nor added over
+// RESP; once loaded, they are. RedisBloom's checks and texts refuse chunks that do not fit.
+func TestLoadChunkProgressAndRefusals(t *testing.T) {
+	t.Parallel()
+	ts := dataplane.Start(t, redisBloomDefaults)
+	ctx := t.Context()
+	rdb := dataplane.RedisClient(t, ts)
+	f := readRedisBloomFixture(t)[1] // grown: a header and three chunks
+	key := "partial"
+	load := func(i int) error { return rdb.BFLoadChunk(ctx, key, f.Chunks[i].Iterator, f.chunk(t, i)).Err() }
+	if err := load(0); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range [][]any{{"BF.EXISTS", key, "a"}, {"BF.MEXISTS", key, "a"}, {"BF.ADD", key, "a"}, {"BF.MADD", key, "a"}, {"BF.SCANDUMP", key, 0}} {
+		if err := rdb.Do(ctx, cmd...).Err(); err == nil || !strings.HasPrefix(err.Error(), "LOADING") {
+			t.Errorf("%v during the load: %v, want LOADING", cmd, err)
+		}
+	}
+	if err := rdb.Do(ctx, "BF.INFO", key).Err(); err != nil {
+		t.Errorf("BF.INFO during the load: %v", err)
+	}
+	for name, tc := range map[string]struct {
+		iter int64
+		data []byte
+		want string
+	}{
+		"header again":     {1, f.chunk(t, 0), "ERR received bad data"},
+		"past the end":     {1 << 30, []byte("x"), "ERR invalid offset - no link found"},
+		"over two layers":  {f.Chunks[1].Iterator + 8, bytes.Repeat([]byte{0}, int(f.Chunks[1].Iterator)+7), "ERR invalid chunk - Too big for current filter"},
+		"negative":         {-5, []byte("x"), "ERR received bad data"},
+		"not a number":     {0, nil, "ERR Second argument must be numeric"},
+		"iterator of data": {3, []byte("xyz"), "ERR invalid offset - no link found"},
+	} {
+		args := []any{"BF.LOADCHUNK", key, tc.iter, tc.data}
+		if name == "not a number" {
+			args[2] = "x"
+		}
+		if err := rdb.Do(ctx, args...).Err(); err == nil || err.Error() != tc.want {
+			t.Errorf("%s: %v, want %q", name, err, tc.want)
+		}
+	}
+	if err := rdb.BFLoadChunk(ctx, "missing", 5, []byte("x")).Err(); err == nil || err.Error() != "ERR not found" {
+		t.Errorf("a data chunk for a missing key: %v", err)
+	}
+	for i := 1; i < len(f.Chunks); i++ {
+		if err := load(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := answering(t, rdb, key, f.items(), false); len(got) > 0 {
+		t.Errorf("%d items answer 0 once loaded", len(got))
+	}
 }
