@@ -23,6 +23,8 @@ func sampleOps() []Op {
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000,
 			Expiry: &filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(0, 1_800_000_000_000_000_000), Stamp: 1_700_000_000_000_000_001, Origin: "pod-b"}},
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: 7, Origin: ""}},
+		// A create carries the filter's layout, so that every replica hashes its keys alike.
+		{Kind: OpCreate, Name: "r", Generation: 5, Options: &filter.Options{Capacity: 100, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Layout: filter.LayoutRedisBloom}},
 	}
 }
 
