@@ -14,7 +14,8 @@ import (
 
 // headerSeeds are headers of every kind: RedisBloom's, scaling and not, of one layer and of
 // several, and Bloomery's own of a partitioned filter.
-func headerSeeds(t testing.TB) [][]byte {
+func headerSeeds(tb testing.TB) [][]byte {
+	tb.Helper()
 	var out [][]byte
 	for _, o := range []filter.Options{
 		{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Layout: filter.LayoutRedisBloom},
@@ -24,7 +25,7 @@ func headerSeeds(t testing.TB) [][]byte {
 	} {
 		st, err := filter.EmptyState("k", o, time.Unix(0, 0))
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		if o.Scalable && o.Layout == filter.LayoutRedisBloom { // a second layer, the first full
 			shape, _ := o.LayerShape(1)

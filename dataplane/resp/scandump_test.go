@@ -45,6 +45,7 @@ func names(prefix string, n int) []string {
 
 // chunk is a chunk's data, decoded.
 func (f redisBloomFilter) chunk(t *testing.T, i int) []byte {
+	t.Helper()
 	b, err := base64.StdEncoding.DecodeString(f.Chunks[i].Data)
 	if err != nil {
 		t.Fatal(err)
