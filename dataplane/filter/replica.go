@@ -192,6 +192,7 @@ func (s *Store) Merge(st State) (MergeResult, error) {
 	}
 	res, err := f.merge(st)
 	res.Installed = installed
+	f.mergedFromElsewhere(res)
 	return res, err
 }
 
@@ -206,7 +207,18 @@ func (f *Filter) MergeBits(st State) (MergeResult, error) {
 		return MergeResult{}, fmt.Errorf("%w: the dump's filter (capacity %d, fpp %g, scalable %t, partitions %d, layout %s) has another shape than %q (capacity %d, fpp %g, scalable %t, partitions %d, layout %s)",
 			ErrInvalidOptions, b.Capacity, b.FPP, b.Scalable, b.PartitionCount(), b.Layout, f.name, a.Capacity, a.FPP, a.Scalable, a.PartitionCount(), a.Layout)
 	}
-	return f.merge(st)
+	res, err := f.merge(st)
+	f.mergedFromElsewhere(res)
+	return res, err
+}
+
+// mergedFromElsewhere ends the tracking of a load (LoadProgress) when a merge changed bits: which
+// of the load's bytes the filter holds is no longer known, and a pod that missed a piece of the
+// load would otherwise wait for it for good, while anti-entropy brought its bits.
+func (f *Filter) mergedFromElsewhere(res MergeResult) {
+	if res.LayersChanged > 0 {
+		f.loading.Store(nil)
+	}
 }
 
 // SameShape reports whether filters of options o and other have layers of the same shapes and hash

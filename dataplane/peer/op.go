@@ -14,6 +14,9 @@ const (
 	// OpExpire changes the expiry of the op's incarnation to Expiry, if that is newer than the
 	// one it holds (filter.Expiry.Newer).
 	OpExpire = "expire"
+	// OpLoad applies a piece of a dump loaded into the op's incarnation (filter.Load): its head,
+	// or bytes ORed into one layer.
+	OpLoad = "load"
 )
 
 // Op is one write, as a pod forwards it to its peers (wire.ApplyRequest). Generation names the
@@ -26,6 +29,7 @@ type Op struct {
 	Options    *filter.Options `json:"options,omitempty"` // create
 	Keys       []string        `json:"keys,omitempty"`    // add
 	Expiry     *filter.Expiry  `json:"expiry,omitempty"`  // expire
+	Load       *filter.Load    `json:"load,omitempty"`    // load
 	// packed is an add's keys as a binary batch carries them (each a uvarint length, then its
 	// bytes), which DecodeOps keeps in one string rather than as Keys: a string header for each
 	// of millions of empty keys would take sixteen times the batch. Keys reads either form.

@@ -5,9 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/dataplane/writes"
 )
 
 // dumpCommands are RedisBloom's BF.SCANDUMP and BF.LOADCHUNK, with its chunk protocol and byte
@@ -18,96 +19,22 @@ var dumpCommands = map[string]command{
 }
 
 // Loading a filter from chunks. The header chunk creates the filter, replicated as any create,
-// with every layer it describes, empty; each data chunk ORs its bytes into its layer. Bits are
-// only ever set, so a chunk loaded twice, or a key added meanwhile, changes nothing a later
-// chunk needs. Until every byte of the header's layers was loaded, a check could answer 0 for
-// a key of the dump: RedisBloom serves such a filter as it is, this port answers its commands
-// that check or add keys (loadGuarded) with LOADING and how much is loaded, as Redis answers
-// while it loads a dataset. That is this pod's knowledge: the HTTP API, other pods and this pod
-// after a restart serve a filter whose load did not finish as it is.
+// then applies the header (filter.Load), which adds every layer it describes, empty; each data
+// chunk ORs its bytes into its layer. Both are writes of the write service (writes.Service.Load):
+// journaled, replicated to every pod holding the filter and acknowledged at the port's write
+// consistency, raised to quorum as an add of new items is (writes.CheckAndSetLevel), so that
+// the pod that serves an item's next BF.ADD holds the loaded bits. Bits are only ever set, so a
+// chunk loaded twice, or a key added meanwhile, changes nothing a later chunk needs.
 //
-// The loaded bits are made durable (a snapshot) before each chunk is answered, and reach the
-// other pods through anti-entropy, as the bits of a merge do.
+// Until every byte of the header's layers was loaded, a check could answer 0 for a key of the
+// dump: RedisBloom serves such a filter as it is, this port answers its commands that check or
+// add keys (loadGuarded) with LOADING and how much is loaded, as Redis answers while it loads a
+// dataset, on every pod that applied the header (filter.Filter.LoadProgress says when that
+// ends).
 
 // loadGuarded are the commands refused on a filter whose load is not finished.
 var loadGuarded = map[string]bool{
 	"bf.add": true, "bf.madd": true, "bf.insert": true, "bf.exists": true, "bf.mexists": true, "bf.scandump": true,
-}
-
-// loads are the filters being loaded through this port, by name.
-type loads struct {
-	mu sync.Mutex
-	m  map[string]*load
-}
-
-// load is one filter's progress: the byte ranges of all its layers together that were loaded.
-type load struct {
-	generation int64
-	total      uint64
-	// done are disjoint, sorted ranges [start, end) of loaded bytes.
-	done [][2]uint64
-}
-
-// begin starts tracking the load of the incarnation generation of name, of total bytes.
-func (l *loads) begin(name string, generation int64, total uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.m == nil {
-		l.m = map[string]*load{}
-	}
-	if total == 0 {
-		delete(l.m, name)
-		return
-	}
-	l.m[name] = &load{generation: generation, total: total}
-}
-
-// loaded records bytes [start, end) of the incarnation generation of name as loaded, and ends
-// the tracking once all are.
-func (l *loads) loaded(name string, generation int64, start, end uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ld, ok := l.m[name]
-	if !ok || ld.generation != generation || start >= end {
-		return
-	}
-	merged := [][2]uint64{}
-	for _, r := range ld.done {
-		if r[1] < start || r[0] > end { // disjoint and not touching
-			merged = append(merged, r)
-			continue
-		}
-		start, end = min(start, r[0]), max(end, r[1])
-	}
-	merged = append(merged, [2]uint64{start, end})
-	ld.done = merged
-	var sum uint64
-	for _, r := range merged {
-		sum += r[1] - r[0]
-	}
-	if sum >= ld.total {
-		delete(l.m, name)
-	}
-}
-
-// pending is the refusal of a command on name while its load (of the incarnation f is) is not
-// finished; nil otherwise.
-func (l *loads) pending(f *filter.Filter) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	ld, ok := l.m[f.Name()]
-	switch {
-	case !ok:
-		return nil
-	case ld.generation != f.Generation(): // replaced since
-		delete(l.m, f.Name())
-		return nil
-	}
-	var sum uint64
-	for _, r := range ld.done {
-		sum += r[1] - r[0]
-	}
-	return replyError(fmt.Sprintf("LOADING the filter is being loaded by BF.LOADCHUNK: %d of %d bytes loaded", sum, ld.total))
 }
 
 // loadPending is the refusal of cmd on the filter its first argument names while that filter's
@@ -120,7 +47,11 @@ func (s *Server) loadPending(c *call, cmd command) error {
 	if !ok {
 		return nil
 	}
-	return s.loads.pending(f)
+	done, total, loading := f.LoadProgress()
+	if !loading {
+		return nil
+	}
+	return replyError(fmt.Sprintf("LOADING the filter is being loaded by BF.LOADCHUNK: %d of %d bytes loaded", done, total))
 }
 
 // dumpHead is the state of f without its bits, of every partition: a dump is of a whole filter.
@@ -239,18 +170,36 @@ func loadchunk(ctx context.Context, s *Server, c *call) error {
 	case uint64(len(data)) > size-offset:
 		return replyError("ERR invalid chunk - Too big for current filter")
 	}
-	if _, err := f.OrLayerBytes(i, offset, data); err != nil {
-		if errors.Is(err, filter.ErrInvalidOptions) {
-			return errBadData
-		}
-		return err
+	partition, layer := partitionLayer(st, i)
+	err = s.opts.Writes.Load(ctx, s.loadLevel(), f, filter.Load{Partition: partition, Layer: layer, Offset: offset, Bytes: data})
+	if err != nil {
+		return loadError(err)
 	}
-	if err := s.durable(); err != nil {
-		return err
-	}
-	s.loads.loaded(name, f.Generation(), pos-1, pos-1+uint64(len(data)))
 	c.w.WriteString("OK")
 	return nil
+}
+
+// partitionLayer is the partition of layer i of st in AllLayers' order, and its index there.
+func partitionLayer(st filter.State, i int) (partition, layer int) {
+	for p, part := range st.Parts {
+		if i < len(part.Layers) {
+			return p, i
+		}
+		i -= len(part.Layers)
+	}
+	return len(st.Parts), i // past the layers: refused by the filter
+}
+
+// loadLevel is the consistency a piece of a load waits for: the port's, raised as an add of new
+// items is, for loaded bits are new items' bits.
+func (s *Server) loadLevel() wire.Consistency { return writes.CheckAndSetLevel(s.level, false) }
+
+// loadError maps a piece the filter refused to RedisBloom's answer to bad data.
+func loadError(err error) error {
+	if errors.Is(err, filter.ErrInvalidOptions) || errors.Is(err, filter.ErrNoSuchLayer) {
+		return errBadData
+	}
+	return err
 }
 
 // loadHeader creates the filter name that the header chunk data describes, with all its layers.
@@ -276,25 +225,5 @@ func (s *Server) loadHeader(ctx context.Context, name string, data []byte) error
 	if !f.Options().SameShape(st.Options) {
 		return errBadData
 	}
-	st.Created, st.LastAccess = f.Created(), f.Created()
-	var total uint64
-	for _, l := range st.AllLayers() {
-		total += uint64(l.WordCount()) * 8
-	}
-	s.loads.begin(name, f.Generation(), total)
-	if _, err := f.MergeBits(st); err != nil {
-		return err
-	}
-	return s.durable()
-}
-
-// durable makes what a load changed survive a crash before it is answered.
-func (s *Server) durable() error {
-	if s.opts.Durable == nil {
-		return nil
-	}
-	if err := s.opts.Durable(); err != nil {
-		return fmt.Errorf("loaded, but not yet durable: %w", err)
-	}
-	return nil
+	return loadError(s.opts.Writes.Load(ctx, s.loadLevel(), f, filter.LoadHeadOf(st)))
 }

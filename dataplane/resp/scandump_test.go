@@ -17,6 +17,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/config"
+	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/test/dataplane"
 )
 
@@ -342,5 +343,50 @@ func TestLoadChunkProgressAndRefusals(t *testing.T) {
 	}
 	if got := answering(t, rdb, key, f.items(), false); len(got) > 0 {
 		t.Errorf("%d items answer 0 once loaded", len(got))
+	}
+}
+
+// In a cluster, a load through one pod is a replicated write: the other pod answers LOADING from
+// the header on, and every item of the dump once the last chunk is acknowledged, with no
+// anti-entropy pass between them.
+func TestLoadChunkReachesEveryPod(t *testing.T) {
+	t.Parallel()
+	// The loading pod sends batches of 16 KiB: a chunk travels in several ops.
+	small := func(cfg *config.Config) { redisBloomDefaults(cfg); cfg.MaxHTTPRequestLength = 16 << 10 }
+	a, b := dataplane.Start(t, small), dataplane.Start(t, redisBloomDefaults)
+	ctx := t.Context()
+	members := []wire.Member{{Name: "a", URL: a.Internal.URL}, {Name: "b", URL: b.Internal.URL}}
+	for self, ts := range map[string]*dataplane.Server{"a": a, "b": b} {
+		if err := ts.Internal.Client.SetMembership(ctx, wire.Membership{Epoch: 1, Self: self, Members: members}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dataplane.WaitUntilReady(t, a)
+	dataplane.WaitUntilReady(t, b)
+	loader, reader := dataplane.RedisClient(t, a), dataplane.RedisClient(t, b)
+	f := readRedisBloomFixture(t)[1] // grown: a header and three chunks
+	if size := len(f.chunk(t, len(f.Chunks)-1)); size <= 8<<10 {
+		t.Fatalf("the last chunk has %d bytes, which one op carries", size)
+	}
+	// Two filters, homed on either pod, whichever it is.
+	for _, key := range []string{"spread-0", "spread-1"} {
+		if err := loader.BFLoadChunk(ctx, key, f.Chunks[0].Iterator, f.chunk(t, 0)).Err(); err != nil {
+			t.Fatal(err)
+		}
+		err := reader.BFExists(ctx, key, "x").Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "LOADING") || !strings.Contains(err.Error(), " 0 of ") {
+			t.Errorf("%s: BF.EXISTS on the other pod after the header = %v, want LOADING with 0 bytes loaded", key, err)
+		}
+		for i := 1; i < len(f.Chunks); i++ {
+			if err := loader.BFLoadChunk(ctx, key, f.Chunks[i].Iterator, f.chunk(t, i)).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if missed := answering(t, reader, key, f.items(), false); len(missed) > 0 {
+			t.Errorf("%s: %d of %d loaded items answer 0 on the other pod, first %q", key, len(missed), f.ItemCount, missed[0])
+		}
+		if got := scandump(t, reader, key); !sameChunks(t, f, got) {
+			t.Errorf("%s: the other pod's dump differs from RedisBloom's", key)
+		}
 	}
 }

@@ -36,9 +36,6 @@ type Options struct {
 	// Budget, shared with the HTTP client port, is charged the commands read and not yet
 	// answered beyond each connection's base; nil is no limit.
 	Budget Budget
-	// Durable makes the store's current state survive a crash, for the bits BF.LOADCHUNK sets,
-	// which no log records; nil when nothing is persisted.
-	Durable func() error
 }
 
 // Server answers RESP commands. Serve it on a listener; Drain before the final snapshot.
@@ -70,9 +67,6 @@ type Server struct {
 	// command.
 	budget        Budget
 	authenticated limits
-
-	// loads are the filters BF.LOADCHUNK is loading (scandump.go).
-	loads loads
 
 	// txMu is the transaction lock: EXEC holds it alone, every other command on the filters
 	// shared (multi.go).

@@ -155,7 +155,6 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 		Loading:  func() bool { return d.api.Phase() == httpapi.Recovering || !d.node.Ready() },
 		Password: respPassword,
 		Budget:   d.api.Budget(),
-		Durable:  d.durable,
 	})
 	return d, nil
 }
