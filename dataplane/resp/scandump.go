@@ -124,13 +124,23 @@ func scandump(_ context.Context, s *Server, c *call) error {
 	return nil
 }
 
-// dumpChunk is the largest data chunk: RedisBloom's, or the port's bulk string limit if smaller.
+// dumpChunk is the largest data chunk: RedisBloom's, or what the port's limits let a
+// BF.LOADCHUNK carry if that is smaller, so that a dump taken here loads into a port of the same
+// limits: a bulk string of the chunk, in a command of the chunk and loadChunkFraming.
 func (s *Server) dumpChunk() int64 {
-	if b := s.authenticated.bulk; b > 0 && b < maxDumpChunk {
-		return b
+	size := int64(maxDumpChunk)
+	if b := s.authenticated.bulk; b > 0 {
+		size = min(size, b)
 	}
-	return maxDumpChunk
+	if c := s.authenticated.command; c > 0 {
+		size = min(size, c-loadChunkFraming)
+	}
+	return max(size, 8)
 }
+
+// loadChunkFraming bounds what a BF.LOADCHUNK command takes besides its chunk's bytes: the array
+// and bulk string headers, the command's name, the longest filter name and the largest iterator.
+const loadChunkFraming = 512
 
 // BF.LOADCHUNK key iterator data: iterator 1 on a missing key creates the filter the header data
 // describes; any other loads a data chunk into the filter's bits, with RedisBloom's checks and

@@ -390,3 +390,32 @@ func TestLoadChunkReachesEveryPod(t *testing.T) {
 		}
 	}
 }
+
+// A dump taken at the port's default limits loads at the same limits: a layer larger than
+// respMaxBulkLength is dumped in chunks that a BF.LOADCHUNK, framing included, may carry.
+func TestScanDumpOfALargeLayerLoadsAtTheDefaultLimits(t *testing.T) {
+	t.Parallel()
+	ts := dataplane.Start(t, nil)
+	ctx := t.Context()
+	rdb := dataplane.RedisClient(t, ts)
+	// 1e7 items at 0.001: one layer of 17 MiB, over the default respMaxBulkLength of 10 MiB.
+	if err := rdb.Do(ctx, "BF.RESERVE", "large", 0.001, 10_000_000, "NONSCALING").Err(); err != nil {
+		t.Fatal(err)
+	}
+	items := names("large-item-", 1000)
+	if err := rdb.BFMAdd(ctx, "large", toAny(items)...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	chunks := scandump(t, rdb, "large")
+	if len(chunks) < 3 {
+		t.Fatalf("%d chunks, want the header and the layer in two at least", len(chunks))
+	}
+	for i, c := range chunks {
+		if err := rdb.BFLoadChunk(ctx, "copy", c.iter, c.data).Err(); err != nil {
+			t.Fatalf("BF.LOADCHUNK of chunk %d of %d (%d bytes): %v", i, len(chunks), len(c.data), err)
+		}
+	}
+	if missed := answering(t, rdb, "copy", items, false); len(missed) > 0 {
+		t.Errorf("%d of %d items answer 0 in the copy, first %q", len(missed), len(items), missed[0])
+	}
+}
