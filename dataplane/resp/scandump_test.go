@@ -419,3 +419,50 @@ func TestScanDumpOfALargeLayerLoadsAtTheDefaultLimits(t *testing.T) {
 		t.Errorf("%d of %d items answer 0 in the copy, first %q", len(missed), len(items), missed[0])
 	}
 }
+
+// Under placement (three pods, two replicas of each partition), a load through a pod that holds
+// the filter reaches its other owner: every pod answers every item, reads being routed to the
+// owners.
+func TestLoadChunkUnderPlacement(t *testing.T) {
+	t.Parallel()
+	c := dataplane.NewCluster(t, 3, func(cfg *config.Config) {
+		redisBloomDefaults(cfg)
+		cfg.WriteConsistency = wire.ConsistencyAll
+	})
+	c.Push(wire.Placement{ReplicationFactor: 2}, nil)
+	for _, ts := range c.Pods {
+		dataplane.WaitUntilReady(t, ts)
+	}
+	ctx := t.Context()
+	f := readRedisBloomFixture(t)[1]
+	// The pod that loads must hold the filter: one of three does not, and answers so.
+	loaded := false
+	for i, ts := range c.Pods {
+		rdb := dataplane.RedisClient(t, ts)
+		err := rdb.BFLoadChunk(ctx, "placed", f.Chunks[0].Iterator, f.chunk(t, 0)).Err()
+		if err != nil && strings.Contains(err.Error(), "holds 0 of the filter's 1 partitions") {
+			if err := rdb.Del(ctx, "placed").Err(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("the header through %s: %v", c.Names[i], err)
+		}
+		for j := 1; j < len(f.Chunks); j++ {
+			if err := rdb.BFLoadChunk(ctx, "placed", f.Chunks[j].Iterator, f.chunk(t, j)).Err(); err != nil {
+				t.Fatalf("chunk %d through %s: %v", j, c.Names[i], err)
+			}
+		}
+		loaded = true
+		break
+	}
+	if !loaded {
+		t.Fatal("no pod took the load")
+	}
+	for i, ts := range c.Pods {
+		if missed := answering(t, dataplane.RedisClient(t, ts), "placed", f.items(), false); len(missed) > 0 {
+			t.Errorf("through %s, %d of %d loaded items answer 0, first %q", c.Names[i], len(missed), f.ItemCount, missed[0])
+		}
+	}
+}
