@@ -376,7 +376,8 @@ func (pr *loadProgress) sum() uint64 {
 // LoadProgress reports, while a load whose head this pod applied is not finished, how many of
 // its bytes this pod holds of how many (loading true). A load ends when every byte was applied,
 // or when bits merged from elsewhere (anti-entropy, a merge) changed the filter: its progress is
-// then unknown, and the filter is served as it is. A restart forgets it as well.
+// then unknown, and the filter is served as it is. A restart keeps it only as far as the log
+// replays the head and the pieces after it: a snapshot keeps the bits, not the progress.
 func (f *Filter) LoadProgress() (done, total uint64, loading bool) {
 	pr := f.loading.Load()
 	if pr == nil {
