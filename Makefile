@@ -181,7 +181,7 @@ node-deps: ## Install the Debian packages the image and node tests need (buildah
 
 # Every decoder of untrusted bytes has a fuzz target (package:Target); crashers found land in the
 # package's testdata/fuzz.
-FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/persist:FuzzMerge ./dataplane/httpapi:FuzzFastPath ./dataplane/filter:FuzzLocations ./dataplane/peer:FuzzDecodeOps ./dataplane/peer:FuzzStreamServer ./dataplane/resp:FuzzReader ./dataplane/resp:FuzzDispatch ./dataplane/resp:FuzzDispatchBeforeAuth ./dataplane/resp:FuzzPipeline ./dataplane/resp:FuzzTransaction
+FUZZ_TARGETS ?= ./dataplane/persist:FuzzSnapshot ./dataplane/persist:FuzzLog ./dataplane/persist:FuzzDump ./dataplane/persist:FuzzMerge ./dataplane/httpapi:FuzzFastPath ./dataplane/filter:FuzzLocations ./dataplane/peer:FuzzDecodeOps ./dataplane/peer:FuzzStreamServer ./dataplane/resp:FuzzReader ./dataplane/resp:FuzzDispatch ./dataplane/resp:FuzzDispatchBeforeAuth ./dataplane/resp:FuzzPipeline ./dataplane/resp:FuzzTransaction ./dataplane/resp:FuzzLoadChunk
 # make test gives each target a count of executions, not a duration: with a duration, Go 1.26's
 # fuzzing coordinator can fail at the deadline with "context deadline exceeded" and no crasher
 # (golang/go#75804, fixed in Go 1.27) when the machine is loaded.

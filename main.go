@@ -1,8 +1,8 @@
 // Command bloomery is the one binary of Bloomery, a Kubernetes-native bloom filter service. Its
 // subcommands are its roles: `bloomery dataplane` serves the filters over HTTP, `bloomery
 // operator` runs them on Kubernetes from BloomCluster and BloomFilter resources, `bloomery
-// kubectl` is the kubectl plugin (also run as kubectl-bloomery), and `bloomery version` prints
-// the version. Operator and data plane always ship as the same version.
+// kubectl` is the kubectl plugin (also run as kubectl-bloomery), `bloomery move-from-redis` moves
+// RedisBloom's filters into Bloomery, and `bloomery version` prints the version. Operator and data plane always ship as the same version.
 //
 // Exit status: 0 on success (and for -h and --version), 2 for a usage error (a bad flag or
 // argument, or a bad configuration), 1 for any other failure.
@@ -17,6 +17,7 @@ import (
 
 	"github.com/bloomery/bloomery/dataplane/run"
 	"github.com/bloomery/bloomery/internal/cli"
+	"github.com/bloomery/bloomery/internal/redismove"
 	"github.com/bloomery/bloomery/kubectlplugin"
 	"github.com/bloomery/bloomery/operator"
 )
@@ -64,6 +65,7 @@ func newRootCommand() *cobra.Command {
 		run.NewCommand(version),
 		operator.NewCommand(version),
 		kubectlplugin.NewCommand(version),
+		redismove.NewCommand(),
 		&cobra.Command{
 			Use:   "version",
 			Short: "Print the version",

@@ -120,6 +120,9 @@ type CreateOptions struct {
 	// Partitions splits the filter's values into that many partitions by a hash of the value;
 	// absent, the server picks the fewest whose partition fits its maxFilterBytes.
 	Partitions *int `json:"partitions,omitempty"`
+	// Layout is how values are hashed and layers sized: "bitsandblooms" (absent: the default)
+	// or "redisbloom", RedisBloom's own, whose BF.SCANDUMP chunks RedisBloom loads.
+	Layout string `json:"layout,omitempty"`
 }
 
 // Error is a non-2xx answer of the server.

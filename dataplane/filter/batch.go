@@ -37,7 +37,7 @@ const warmOlder = 2
 // rather than testing leaves no branch on memory for the CPU to wait on. It loads every word of
 // the newest layer when all are needed (check-and-set), and only the first warmOlder otherwise;
 // warmCandidates then loads the rest for the keys that may be present.
-func (s *scratch) locate(layers []*bloom.BloomFilter, stride uint, keys []string, all bool) {
+func (s *scratch) locate(layout Layout, layers []*bloom.BloomFilter, stride uint, keys []string, all bool) {
 	s.stride = int(stride)
 	need := len(keys) * int(stride)
 	if cap(s.raw) < need {
@@ -47,11 +47,8 @@ func (s *scratch) locate(layers []*bloom.BloomFilter, stride uint, keys []string
 	newest := layers[len(layers)-1]
 	m, k := uint64(newest.Cap()), newest.K()
 	for j, key := range keys {
-		h := baseHashes(key)
 		raw, idx := s.raw[j*int(stride):][:stride], s.idx[j*int(stride):][:stride]
-		for i := range stride {
-			raw[i] = location(&h, i)
-		}
+		layout.fillLocations(raw, key)
 		for i := range k {
 			idx[i] = raw[i] % m
 		}

@@ -44,6 +44,10 @@ type Filter struct {
 	// store; it then no longer grows, so the memory it gave back cannot be taken again behind the
 	// store's back. holdMu or any one partition's lock suffices to read it.
 	dropped bool
+
+	// loading is the progress of a load from a dump (Load) while it is not finished; nil
+	// otherwise.
+	loading atomic.Pointer[loadProgress]
 }
 
 // Holds says which partitions of a filter this pod holds; nil holds them all.

@@ -67,6 +67,9 @@ type Options struct {
 	// Partitions splits the filter's keys by a hash of the key (PartitionOf) into that
 	// many partitions, each a filter of ⌈Capacity/Partitions⌉ keys at FPP; 0 and 1 both mean one.
 	Partitions uint32
+	// Layout is how keys are hashed and layers sized (see Layout); the zero value is the layout
+	// of every filter made before there were others.
+	Layout Layout
 }
 
 // MaxPartitions bounds the partitions of one filter: enough to spread a filter over many pods
@@ -81,9 +84,10 @@ func (o Options) PartitionCount() int { return max(1, int(o.Partitions)) }
 const (
 	OptionsBinarySize     = 8 + 8 + 1 + 8 + 8 + 8 + 8
 	optionsPartitionsSize = 4
-	// flagScalable and flagPartitioned are the bits of the options' flags byte.
+	// flagScalable, flagPartitioned and flagRedisBloom are the bits of the options' flags byte.
 	flagScalable    = 1
 	flagPartitioned = 2
+	flagRedisBloom  = 4
 )
 
 // OptionsBinaryLen is the length of the encoding whose first OptionsBinarySize bytes are head.
@@ -96,10 +100,13 @@ func OptionsBinaryLen(head []byte) int {
 
 // AppendBinary appends the binary encoding of the options, which snapshots, the log and the
 // batches replicated to peers share: a change of it is a change of all three formats. Capacity,
-// FPP (float64 bits), a flags byte (flagScalable, flagPartitioned), Growth, Tightening (float64
-// bits), ValidAfterCreate and ValidAfterAccess (nanoseconds), each in 8 bytes, little endian, but
-// the flags; then, for a filter of more than one partition only, Partitions in 4 bytes. Files
-// written before partitions existed read as filters of one partition. It never fails.
+// FPP (float64 bits), a flags byte (flagScalable, flagPartitioned, flagRedisBloom), Growth,
+// Tightening (float64 bits), ValidAfterCreate and ValidAfterAccess (nanoseconds), each in 8
+// bytes, little endian, but the flags; then, for a filter of more than one partition only,
+// Partitions in 4 bytes. Files written before partitions existed read as filters of one
+// partition, and those written before layouts existed as LayoutBitsAndBlooms (no flagRedisBloom);
+// a version without flagRedisBloom refuses the options of a redisbloom filter as unknown flags
+// rather than read them as another layout. It never fails.
 func (o Options) AppendBinary(b []byte) ([]byte, error) {
 	var flags byte
 	if o.Scalable {
@@ -107,6 +114,9 @@ func (o Options) AppendBinary(b []byte) ([]byte, error) {
 	}
 	if o.Partitions > 1 {
 		flags |= flagPartitioned
+	}
+	if o.Layout == LayoutRedisBloom {
+		flags |= flagRedisBloom
 	}
 	b = binary.LittleEndian.AppendUint64(b, o.Capacity)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.FPP))
@@ -128,7 +138,7 @@ func (o *Options) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("options take %d bytes, got %d", OptionsBinaryLen(b), len(b))
 	}
 	u64 := func(at int) uint64 { return binary.LittleEndian.Uint64(b[at:]) }
-	if flags := b[16]; flags&^(flagScalable|flagPartitioned) != 0 {
+	if flags := b[16]; flags&^(flagScalable|flagPartitioned|flagRedisBloom) != 0 {
 		return fmt.Errorf("options flags %#x has unknown bits", flags)
 	}
 	if growth := u64(17); growth > math.MaxUint32 {
@@ -142,6 +152,9 @@ func (o *Options) UnmarshalBinary(b []byte) error {
 		Tightening:       math.Float64frombits(u64(25)),
 		ValidAfterCreate: time.Duration(u64(33)),
 		ValidAfterAccess: time.Duration(u64(41)),
+	}
+	if b[16]&flagRedisBloom != 0 {
+		o.Layout = LayoutRedisBloom
 	}
 	if b[16]&flagPartitioned != 0 {
 		if o.Partitions = binary.LittleEndian.Uint32(b[OptionsBinarySize:]); o.Partitions < 2 {
@@ -165,6 +178,13 @@ func (o Options) Validate() error {
 		return fmt.Errorf("%w: validity periods must not be negative", ErrInvalidOptions)
 	case o.Partitions > MaxPartitions:
 		return fmt.Errorf("%w: partitions must be between 1 and %d, got %d", ErrInvalidOptions, MaxPartitions, o.Partitions)
+	case o.Layout > LayoutRedisBloom:
+		return fmt.Errorf("%w: unknown layout %d", ErrInvalidOptions, o.Layout)
+	case o.Layout == LayoutRedisBloom && o.Partitions > 1:
+		// RedisBloom's filter is one chain of layers: its dump has no place for partitions.
+		return fmt.Errorf("%w: a filter of layout %s has one partition, got %d", ErrInvalidOptions, o.Layout, o.Partitions)
+	case o.Layout == LayoutRedisBloom && o.Scalable && o.Tightening != redisBloomTightening:
+		return fmt.Errorf("%w: a filter of layout %s tightens by %v, got %v", ErrInvalidOptions, o.Layout, redisBloomTightening, o.Tightening)
 	}
 	if o.Scalable {
 		if o.Growth < 1 || o.Growth > MaxGrowth {
@@ -203,7 +223,12 @@ func (l LayerShape) SizeBytes() uint64 { return uint64((l.Bits+63)/64) * 8 }
 // shape-defining options and the index, so two replicas that grew independently hold layers of
 // identical shape, which makes them mergeable with OR. A partition holds ⌈Capacity/Partitions⌉
 // keys at FPP: a key is tested in its partition only, so the filter's rate is the partitions'.
+//
+// A filter of LayoutRedisBloom has RedisBloom's shapes instead (redisBloomShape).
 func (o Options) LayerShape(i int) (LayerShape, error) {
+	if o.Layout == LayoutRedisBloom {
+		return o.redisBloomShape(i)
+	}
 	capacity, fpp := float64(o.partitionCapacity()), o.FPP
 	if o.Scalable {
 		// p0 = p·(1−r) and p_i = p0·r^i: the compound error of all layers stays under p.
@@ -226,9 +251,13 @@ func (o Options) partitionCapacity() uint64 {
 }
 
 // AutoPartitions is the fewest partitions, a power of two, whose partitions' first layers fit
-// maxPartitionBytes (0: no limit), or MaxPartitions when none do.
+// maxPartitionBytes (0: no limit), or MaxPartitions when none do; always one for a layout that
+// has no partitions.
 func (o Options) AutoPartitions(maxPartitionBytes uint64) uint32 {
 	p := uint32(1)
+	if o.Layout == LayoutRedisBloom {
+		return p
+	}
 	for ; p < MaxPartitions && maxPartitionBytes > 0; p *= 2 {
 		o.Partitions = p
 		if shape, err := o.LayerShape(0); err == nil && shape.SizeBytes() <= maxPartitionBytes {

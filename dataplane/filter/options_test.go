@@ -24,6 +24,11 @@ func TestOptionsBinaryRoundTrip(t *testing.T) {
 			Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Partitions: 8},
 			"e803000000000000" + "7b14ae47e17a843f" + "03" + "0200000000000000" + "000000000000e03f" + strings.Repeat("00", 16) + "08000000",
 		},
+		// RedisBloom's layout sets the flags' third bit; bits-and-blooms', the zero layout, none.
+		{
+			Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Layout: LayoutRedisBloom},
+			"e803000000000000" + "7b14ae47e17a843f" + "05" + "0200000000000000" + "000000000000e03f" + strings.Repeat("00", 16),
+		},
 	} {
 		b, err := tc.o.AppendBinary([]byte("prefix"))
 		if err != nil {
@@ -44,7 +49,7 @@ func TestOptionsUnmarshalBinaryRefusesWhatAppendBinaryDoesNotMake(t *testing.T) 
 	partitionedShort := append([]byte(nil), good...)
 	partitionedShort[16] = flagPartitioned
 	unknownFlag := append([]byte(nil), good...)
-	unknownFlag[16] = 4
+	unknownFlag[16] = 8
 	onePartition := append(append([]byte(nil), partitionedShort...), 1, 0, 0, 0)
 	growth := append([]byte(nil), good...)
 	growth[17+4] = 1 // 2^32

@@ -112,7 +112,7 @@ func (p *partition) checkMany(keys []string, out []bool) {
 	p.checked.Add(uint64(len(keys)))
 	for start := 0; start < len(keys); start += batchChunk {
 		chunk := keys[start:min(start+batchChunk, len(keys))]
-		s.locate(p.layers, p.maxHashes, chunk, false)
+		s.locate(p.f.opts.Layout, p.layers, p.maxHashes, chunk, false)
 		s.warmCandidates(p.layers, len(chunk))
 		for j := range chunk {
 			out[start+j] = s.containsAt(p.layers, j)
@@ -151,7 +151,7 @@ func (p *partition) checkAndSetManyLocked(keys []string, out []bool) (int, error
 	defer scratchPool.Put(s)
 	for start := 0; start < len(keys); {
 		chunk := keys[start:min(start+batchChunk, len(keys))]
-		s.locate(p.layers, p.maxHashes, chunk, true)
+		s.locate(p.f.opts.Layout, p.layers, p.maxHashes, chunk, true)
 		layers := len(p.layers)
 		next := start + len(chunk)
 		for j, key := range chunk {
@@ -227,10 +227,10 @@ func (p *partition) growIfFullLocked() error {
 	return p.addLayer(next, nil)
 }
 
-// locations appends key's locations for every layer to dst, as bloom.Locations computes them,
-// without allocating when dst has room. The caller holds mu, so maxHashes is stable.
+// locations appends key's locations for every layer to dst, as the filter's layout computes
+// them, without allocating when dst has room. The caller holds mu, so maxHashes is stable.
 func (p *partition) locations(dst []uint64, key string) []uint64 {
-	return appendLocations(dst, key, p.maxHashes)
+	return p.f.opts.Layout.appendLocations(dst, key, p.maxHashes)
 }
 
 func (p *partition) contains(locs []uint64) bool {

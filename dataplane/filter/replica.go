@@ -192,6 +192,7 @@ func (s *Store) Merge(st State) (MergeResult, error) {
 	}
 	res, err := f.merge(st)
 	res.Installed = installed
+	f.mergedFromElsewhere(res)
 	return res, err
 }
 
@@ -202,12 +203,30 @@ func (f *Filter) MergeBits(st State) (MergeResult, error) {
 		return MergeResult{}, err
 	}
 	a, b := f.opts, st.Options
-	if a.Capacity != b.Capacity || a.FPP != b.FPP || a.Scalable != b.Scalable || (a.Scalable && (a.Growth != b.Growth || a.Tightening != b.Tightening)) ||
-		a.PartitionCount() != b.PartitionCount() {
-		return MergeResult{}, fmt.Errorf("%w: the dump's filter (capacity %d, fpp %g, scalable %t, partitions %d) has another shape than %q (capacity %d, fpp %g, scalable %t, partitions %d)",
-			ErrInvalidOptions, b.Capacity, b.FPP, b.Scalable, b.PartitionCount(), f.name, a.Capacity, a.FPP, a.Scalable, a.PartitionCount())
+	if !a.SameShape(b) {
+		return MergeResult{}, fmt.Errorf("%w: the dump's filter (capacity %d, fpp %g, scalable %t, partitions %d, layout %s) has another shape than %q (capacity %d, fpp %g, scalable %t, partitions %d, layout %s)",
+			ErrInvalidOptions, b.Capacity, b.FPP, b.Scalable, b.PartitionCount(), b.Layout, f.name, a.Capacity, a.FPP, a.Scalable, a.PartitionCount(), a.Layout)
 	}
-	return f.merge(st)
+	res, err := f.merge(st)
+	f.mergedFromElsewhere(res)
+	return res, err
+}
+
+// mergedFromElsewhere ends the tracking of a load (LoadProgress) when a merge changed bits: which
+// of the load's bytes the filter holds is no longer known, and a pod that missed a piece of the
+// load would otherwise wait for it for good, while anti-entropy brought its bits.
+func (f *Filter) mergedFromElsewhere(res MergeResult) {
+	if res.LayersChanged > 0 {
+		f.loading.Store(nil)
+	}
+}
+
+// SameShape reports whether filters of options o and other have layers of the same shapes and hash
+// keys to the same bits, so that the bits of one may be ORed into the other.
+func (o Options) SameShape(other Options) bool {
+	return o.Capacity == other.Capacity && o.FPP == other.FPP && o.Scalable == other.Scalable &&
+		(!o.Scalable || (o.Growth == other.Growth && o.Tightening == other.Tightening)) &&
+		o.PartitionCount() == other.PartitionCount() && o.Layout == other.Layout
 }
 
 // merge ORs st's layers into f's, partition by partition, adding the layers f lacks. What can
@@ -335,6 +354,9 @@ func (p *partition) merge(st PartState, spares *spareLayers, res *MergeResult) {
 	}
 	for i, layer := range st.Layers {
 		if i < len(p.layers) {
+			if layer.Words == nil { // a layer of zeros: nothing to OR
+				continue
+			}
 			if added := orWords(p.layers[i].BitSet().Words(), layer.Words); added > 0 {
 				p.ones[i] += added
 				res.LayersChanged++

@@ -116,6 +116,10 @@ type Journal interface {
 	// ExpiryChanged is called before the override e of the incarnation of name at generation
 	// takes effect; an error aborts the change.
 	ExpiryChanged(name string, generation int64, e Expiry) error
+	// Loaded is called before a piece of a dump is applied to the incarnation of name at
+	// generation, as Added is before keys: after a nil error the piece is applied, then Applied
+	// is called.
+	Loaded(name string, generation int64, l Load) error
 }
 
 // Store holds the filters of one data plane by name. Lookups take no lock shared by all filters.

@@ -26,6 +26,7 @@ func (j *countingJournal) Applied()                    {}
 func (j *countingJournal) ExpiryChanged(string, int64, Expiry) error {
 	return nil
 }
+func (j *countingJournal) Loaded(string, int64, Load) error { return nil }
 func (j *countingJournal) Added(_ string, keys []string) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -19,7 +19,7 @@ import (
 
 // Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.
 var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
-	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "partitions", "failIfExists"}
+	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "partitions", "failIfExists", "layout"}
 
 // filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
 // validated.
@@ -94,6 +94,7 @@ func differences(b body, asked, existing filter.Options) []string {
 		{[]string{"growth"}, asked.Growth != existing.Growth},
 		{[]string{"tightening"}, asked.Tightening != existing.Tightening},
 		{[]string{"partitions"}, asked.PartitionCount() != existing.PartitionCount()},
+		{[]string{"layout"}, asked.Layout != existing.Layout},
 	} {
 		for _, field := range d.fields {
 			if _, given := b.field(field); given && d.differ {
@@ -151,6 +152,16 @@ func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err
 		return opts, false, err
 	}
 	opts.Partitions = uint32(partitions)
+	// Left out: bits-and-blooms, the layout of every filter made before there were others.
+	if _, given := b.field("layout"); given {
+		name, err := b.string("layout")
+		if err != nil {
+			return opts, false, err
+		}
+		if opts.Layout, err = filter.ParseLayout(name); err != nil {
+			return opts, false, invalidParameter("layout", fmt.Sprintf("must be %q or %q", filter.LayoutNameBitsAndBlooms, filter.LayoutNameRedisBloom))
+		}
+	}
 	overwrite, err = b.bool("overwrite", false)
 	return opts, overwrite, err
 }
@@ -570,6 +581,7 @@ func (s *Server) describe(info filter.Info) wire.Filter {
 	if o.Scalable {
 		out.Growth, out.Tightening = o.Growth, o.Tightening
 	}
+	out.Layout = o.Layout.String()
 	if s.LastSnapshot != nil {
 		if at := s.LastSnapshot(); !at.IsZero() {
 			out.LastSnapshot = at.UTC().Format(wire.TimeFormat)

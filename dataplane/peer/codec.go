@@ -17,16 +17,16 @@ import (
 //
 //	magic        4 bytes, "BOP1" (the format's version is its last byte)
 //	count        uvarint: the number of ops
-//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add, 4 expire, 5 a home's add),
-//	             name (uvarint length and bytes), generation (int64, little endian), then for a
-//	             create the options (filter.Options.AppendBinary, as in snapshots), for an add the
-//	             keys (uvarint count, then each key as uvarint length and bytes), for a home's add
-//	             the home's epoch (uvarint) and name (uvarint length and bytes) then the keys as
-//	             an add's, and for an expire the override: mode (1 byte: 1 a deadline, 2 never),
+//	ops          count times: kind (1 byte: 1 create, 2 delete, 3 add, 4 expire, 5 a home's add,
+//	             6 load), name (uvarint length and bytes), generation (int64, little endian), then
+//	             for a create the options (filter.Options.AppendBinary, as in snapshots), for an add
+//	             the keys (uvarint count, then each key as uvarint length and bytes), for a home's
+//	             add the home's epoch (uvarint) and name (uvarint length and bytes) then the keys
+//	             as an add's, for an expire the override: mode (1 byte: 1 a deadline, 2 never),
 //	             deadline (int64 Unix ns, 0 for never), stamp (int64) and origin (uvarint length
-//	             and bytes)
+//	             and bytes), and for a load the piece (filter.Load.AppendBinary, as in the log)
 //
-// A pod of a version without kind 4 or 5 refuses a batch that holds one as malformed;
+// A pod of a version without kinds 4 to 6 refuses a batch that holds one as malformed;
 // anti-entropy brings it the change once it is upgraded. Kind 3 and kind 5 differ only in the
 // home's epoch and name: an add without them (Op.HomeEpoch 0) is encoded as kind 3, as before.
 
@@ -38,6 +38,7 @@ const (
 	wireAdd     = 3
 	wireExpire  = 4
 	wireHomeAdd = 5
+	wireLoad    = 6
 )
 
 // ErrMalformedOps refuses a batch that does not decode.
@@ -55,6 +56,8 @@ func AppendOps(dst []byte, ops []Op) []byte {
 			dst = append(dst, wireDelete)
 		case OpExpire:
 			dst = append(dst, wireExpire)
+		case OpLoad:
+			dst = append(dst, wireLoad)
 		default:
 			if op.HomeEpoch != 0 {
 				dst = append(dst, wireHomeAdd)
@@ -93,6 +96,12 @@ func AppendOps(dst []byte, ops []Op) []byte {
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(at))
 			dst = binary.LittleEndian.AppendUint64(dst, uint64(e.Stamp))
 			dst = appendString(dst, e.Origin)
+		case OpLoad:
+			var l filter.Load
+			if op.Load != nil {
+				l = *op.Load
+			}
+			dst = l.AppendBinary(dst)
 		}
 	}
 	return dst
@@ -108,6 +117,9 @@ func encodedSizeHint(ops []Op) int {
 			2*binary.MaxVarintLen64 + len(op.Home)
 		for k := range op.EachKey {
 			size += uvarintSize(len(k)) + len(k)
+		}
+		if op.Load != nil {
+			size += 1 + 4*binary.MaxVarintLen64 + len(op.Load.Bytes) + 3*binary.MaxVarintLen64*len(op.Load.Head)
 		}
 	}
 	return size
@@ -228,8 +240,8 @@ func (d *opsDecoder) keys(op uint64) packedKeys {
 }
 
 // DecodeOps decodes a batch encoded by AppendOps. It checks the encoding only; Apply checks
-// what the ops say. The keys of the ops it answers are read from b, in place: b must not change
-// while the ops are in use.
+// what the ops say. The keys and loaded bytes of the ops it answers are read from b, in place: b
+// must not change while the ops are in use.
 func DecodeOps(b []byte) ([]Op, error) {
 	if len(b) < len(opsMagic) || [4]byte(b[:4]) != opsMagic {
 		return nil, fmt.Errorf("%w: does not start with %q", ErrMalformedOps, opsMagic[:])
@@ -295,6 +307,18 @@ func (d *opsDecoder) op(i uint64) Op {
 		e.Stamp = int64(d.u64("stamp"))
 		e.Origin = d.string("origin")
 		op.Expiry = e
+	case wireLoad:
+		op.Kind = OpLoad
+		if d.err != nil {
+			break
+		}
+		l, n, err := filter.DecodeLoad(d.b)
+		if err != nil {
+			d.fail("op %d: %v", i, err)
+			break
+		}
+		d.b = d.b[n:]
+		op.Load = &l
 	default:
 		d.fail("op %d: unknown kind %d", i, kind)
 	}

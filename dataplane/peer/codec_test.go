@@ -24,6 +24,11 @@ func sampleOps() []Op {
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000,
 			Expiry: &filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(0, 1_800_000_000_000_000_000), Stamp: 1_700_000_000_000_000_001, Origin: "pod-b"}},
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: 7, Origin: ""}},
+		// A create carries the filter's layout, so that every replica hashes its keys alike.
+		{Kind: OpCreate, Name: "r", Generation: 5, Options: &filter.Options{Capacity: 100, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Layout: filter.LayoutRedisBloom}},
+		// The pieces of a dump loaded in chunks: its head, and bytes ORed into a layer.
+		{Kind: OpLoad, Name: "r", Generation: 5, Load: &filter.Load{Head: []filter.LoadHead{{Layers: 3, Items: 700, NewestItems: 100}}}},
+		{Kind: OpLoad, Name: "r", Generation: 5, Load: &filter.Load{Partition: 0, Layer: 2, Offset: 1 << 40, Bytes: []byte{0, 1, 0xff, 7}}},
 	}
 }
 
@@ -53,6 +58,12 @@ func TestDecodeOpsRefusesMalformedBatches(t *testing.T) {
 		"huge key count":        append([]byte("BOP1"), 1, 3, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff, 0x0f, 0, 0),
 		"unknown kind":          append([]byte("BOP1"), 1, 9, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1),
 		"home's add at epoch 0": append([]byte("BOP1"), 1, 5, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 0, 1, 'a', 0),
+		// A load whose piece is of no known kind, declares more bytes than it has, or a head of
+		// more layers than a filter may have.
+		"unknown piece":      append([]byte("BOP1"), 1, wireLoad, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 9),
+		"bytes past the end": append([]byte("BOP1"), 1, wireLoad, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 2, 0, 0, 0, 100, 0xff),
+		"too many layers":    append([]byte("BOP1"), 1, wireLoad, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 49, 0, 0),
+		"no piece":           append([]byte("BOP1"), 1, wireLoad, 1, 'f', 0, 0, 0, 0, 0, 0, 0, 1),
 	} {
 		if _, err := DecodeOps(b); !errors.Is(err, ErrMalformedOps) {
 			t.Errorf("%s: %v, want ErrMalformedOps", name, err)
@@ -130,6 +141,7 @@ func allocatedBy(fn func()) uint64 {
 // differ: a varint has several spellings).
 func FuzzDecodeOps(f *testing.F) {
 	f.Add(AppendOps(nil, sampleOps()))
+	f.Add(AppendOps(nil, sampleOps()[len(sampleOps())-2:])) // the loads alone
 	f.Add([]byte("BOP1"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -185,6 +197,8 @@ func TestEncodedSizeHintHoldsABatchOfAdds(t *testing.T) {
 		{Kind: OpAdd, Name: "f", Generation: 1, Keys: valuesFor("k", 300)},
 		{Kind: OpAdd, Name: strings.Repeat("n", 200), Generation: 2, Keys: []string{"", strings.Repeat("x", 1<<14)}},
 		{Kind: OpCreate, Name: "g", Generation: 3, Options: &filter.Options{Capacity: 10, FPP: 0.01, Partitions: 8}},
+		{Kind: OpLoad, Name: "g", Generation: 3, Load: &filter.Load{Head: make([]filter.LoadHead, 8)}},
+		{Kind: OpLoad, Name: "g", Generation: 3, Load: &filter.Load{Partition: 7, Layer: 47, Offset: 1 << 60, Bytes: make([]byte, 1<<14)}},
 	}
 	hint := encodedSizeHint(ops)
 	if got := len(AppendOps(nil, ops)); got > hint {

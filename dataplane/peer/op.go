@@ -15,6 +15,9 @@ const (
 	// OpExpire changes the expiry of the op's incarnation to Expiry, if that is newer than the
 	// one it holds (filter.Expiry.Newer).
 	OpExpire = "expire"
+	// OpLoad applies a piece of a dump loaded into the op's incarnation (filter.Load): its head,
+	// or bytes ORed into one layer.
+	OpLoad = "load"
 )
 
 // Op is one write, as a pod forwards it to its peers (wire.ApplyRequest). Generation names the
@@ -30,8 +33,9 @@ type Op struct {
 	// HomeEpoch, on an add, says that Home served it as a check-and-set, as the home of its
 	// keys' partitions under the membership of that epoch: a pod that holds a higher epoch under
 	// which Home is not their home refuses it (Fenced). Zero for any other write.
-	HomeEpoch uint64 `json:"homeEpoch,omitempty"`
-	Home      string `json:"home,omitempty"`
+	HomeEpoch uint64       `json:"homeEpoch,omitempty"`
+	Home      string       `json:"home,omitempty"`
+	Load      *filter.Load `json:"load,omitempty"` // load
 	// packed is an add's keys as a binary batch carries them (each a uvarint length, then its
 	// bytes), which DecodeOps keeps in one string rather than as Keys: a string header for each
 	// of millions of empty keys would take sixteen times the batch. Keys reads either form.

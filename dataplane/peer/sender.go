@@ -21,11 +21,15 @@ const (
 )
 
 // encodedSize bounds an op's size in JSON, the larger of the two encodings a pod accepts: a key's
-// bytes may each take six (\u00XX), and the fields around them less than 200.
+// bytes may each take six (\u00XX), and the fields around them less than 200; a load's bytes
+// take four for every three (base64), and each partition of its head less than 100.
 func encodedSize(op Op) int64 {
 	size := int64(200 + 6*len(op.Name))
 	for k := range op.EachKey {
 		size += int64(3 + 6*len(k))
+	}
+	if op.Load != nil {
+		size += int64(4*(len(op.Load.Bytes)+2)/3 + 100*len(op.Load.Head))
 	}
 	return size
 }

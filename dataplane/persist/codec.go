@@ -31,6 +31,9 @@ const (
 	// so that a sealed segment cut short or zeroed is damage, not a clean end. Segments of
 	// older versions start without it and are read as before, unchecked.
 	kindSegmentStart = 9
+	// kindLoad is a piece of a dump loaded into a filter (filter.Load) in the log: name,
+	// generation, then the piece's binary form (filter.Load.AppendBinary). Older files have none.
+	kindLoad = 10
 )
 
 // snapshotHeader opens every snapshot: the first log segment the snapshot does not cover.
@@ -51,6 +54,7 @@ type change struct {
 	// the incarnation whose expiry changed.
 	generation int64
 	expiry     filter.Expiry // kindExpiry
+	load       filter.Load   // kindLoad, whose generation is the incarnation loaded into
 	// segment and previousBytes are kindSegmentStart's: the segment's number, and the bytes of
 	// records of the segment before it.
 	segment       uint64
@@ -169,6 +173,15 @@ func appendAdd(dst []byte, name string, keys []string) []byte {
 	for _, k := range keys {
 		e.str(k)
 	}
+	return e.buf
+}
+
+func encodeLoad(name string, generation int64, l filter.Load) []byte {
+	e := encoder{}
+	e.u8(kindLoad)
+	e.str(name)
+	e.i64(generation)
+	e.buf = l.AppendBinary(e.buf)
 	return e.buf
 }
 
@@ -432,6 +445,26 @@ func (d *decoder) keys() []string {
 	return keys
 }
 
+// load decodes the rest of a kindLoad record: one piece, which takes every byte left.
+func (d *decoder) load() filter.Load {
+	if d.err != nil {
+		return filter.Load{}
+	}
+	b := make([]byte, d.left)
+	d.read(b)
+	if d.err != nil {
+		return filter.Load{}
+	}
+	l, n, err := filter.DecodeLoad(b)
+	switch {
+	case err != nil:
+		d.fail("%v", err)
+	case n != len(b):
+		d.fail("%d bytes after the loaded piece", len(b)-n)
+	}
+	return l
+}
+
 // change decodes a log record of any kind but the snapshot's.
 func (d *decoder) change() change {
 	c := change{kind: d.u8()}
@@ -458,6 +491,8 @@ func (d *decoder) change() change {
 		c.at = d.time()
 	case kindExpiry:
 		c.generation, c.expiry = d.expiry()
+	case kindLoad:
+		c.generation, c.load = d.i64(), d.load()
 	default:
 		d.fail("unknown log record kind %d", c.kind)
 	}

@@ -31,6 +31,10 @@ func TestDataDirectoryOfTheFormerFormatLoads(t *testing.T) {
 		if f.Items() != items || f.ExpiryOverride().Mode != filter.ExpiryByOptions {
 			t.Errorf("%s: %d items, override %+v; want %d and none", name, f.Items(), f.ExpiryOverride(), items)
 		}
+		// Written before layouts existed: bits-and-blooms', which hashes keys as they were.
+		if f.Options().Layout != filter.LayoutBitsAndBlooms {
+			t.Errorf("%s: layout %s, want %s", name, f.Options().Layout, filter.LayoutBitsAndBlooms)
+		}
 	}
 	if f, _ := store.Get("expires"); f != nil && !f.Expiry().Equal(f.Created().Add(f.Options().ValidAfterCreate)) {
 		t.Errorf("expires: expiry %v, want its options'", f.Expiry())

@@ -46,6 +46,8 @@ func FuzzLog(f *testing.F) {
 	seed = appendRecord(seed, appendAdd(nil, "f", []string{"a", "", "日本"}))
 	seed = appendRecord(seed, encodeAccess("f", time.Unix(5, 0)))
 	seed = appendRecord(seed, encodeExpiry("f", 1e9, filter.Expiry{Mode: filter.ExpiryAt, At: time.Unix(60, 0), Stamp: 6, Origin: "pod-0"}))
+	seed = appendRecord(seed, encodeLoad("f", 1e9, filter.Load{Head: []filter.LoadHead{{Layers: 1, Items: 3, NewestItems: 3}}}))
+	seed = appendRecord(seed, encodeLoad("f", 1e9, filter.Load{Offset: 8, Bytes: []byte{1, 2, 3, 4, 5, 6, 7, 8}}))
 	seed = appendRecord(seed, encodeDelete("f"))
 	seed = appendRecord(seed, encodeTombstone(filter.Tombstone{Name: "f", Generation: 7, DeletedAt: time.Unix(8, 0)}))
 	f.Add(seed)

@@ -94,7 +94,8 @@ func stateOf(t *testing.T, s *filter.Store, name string) filter.State {
 	return f.State()
 }
 
-// populate makes a fixed, a grown scalable, an expiring, a sliding and a grown partitioned filter.
+// populate makes a fixed, a grown scalable, an expiring, a sliding, a grown partitioned filter and
+// a grown filter of RedisBloom's layout.
 func populate(t *testing.T, s *filter.Store) map[string]filter.State {
 	t.Helper()
 	fixed := mustCreate(t, s, "fixed", filter.Options{Capacity: 1000, FPP: 0.01})
@@ -104,7 +105,10 @@ func populate(t *testing.T, s *filter.Store) map[string]filter.State {
 	split := scalable(100, 0.01)
 	split.Partitions = 4
 	grownSplit := mustCreate(t, s, "split", split)
-	for _, f := range []*filter.Filter{fixed, grown, expiring, sliding, grownSplit} {
+	redisBloom := scalable(100, 0.01)
+	redisBloom.Layout = filter.LayoutRedisBloom
+	grownRedisBloom := mustCreate(t, s, "redisbloom", redisBloom)
+	for _, f := range []*filter.Filter{fixed, grown, expiring, sliding, grownSplit, grownRedisBloom} {
 		if err := f.AddMany(keys(f.Name()+"-", 700)); err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +165,7 @@ func TestLogReplayWithoutSnapshot(t *testing.T) {
 	_ = p.lock.release()
 
 	_, recovered, rep := open(t, dir)
-	if got := recovered.Names(); fmt.Sprint(got) != "[fixed grown sliding split]" {
+	if got := recovered.Names(); fmt.Sprint(got) != "[fixed grown redisbloom sliding split]" {
 		t.Fatalf("names after replay = %v", got)
 	}
 	if rep.LogRecords == 0 || rep.Skipped != 0 {

@@ -495,6 +495,10 @@ func apply(store *filter.Store, c change) error {
 		if f, ok := store.Lookup(c.name); ok && f.Generation() == c.generation {
 			f.RestoreExpiry(c.expiry)
 		}
+	case kindLoad:
+		if f, ok := store.Lookup(c.name); ok && f.Generation() == c.generation {
+			return f.ReplayLoad(c.load)
+		}
 	}
 	return nil
 }
@@ -702,6 +706,20 @@ func (p *Persister) Accessed(name string, at time.Time) {
 // ExpiryChanged records a filter's new expiry override.
 func (p *Persister) ExpiryChanged(name string, generation int64, e filter.Expiry) error {
 	return p.record(encodeExpiry(name, generation, e), 1)
+}
+
+// Loaded records a piece of a dump about to be loaded into a filter, as Added records keys:
+// Applied must follow a nil error.
+func (p *Persister) Loaded(name string, generation int64, l filter.Load) error {
+	if err := p.stats.LogBroken(); err != nil {
+		return fmt.Errorf("%w: %w", filter.ErrNotJournaled, err)
+	}
+	p.applying.RLock()
+	err := p.record(encodeLoad(name, generation, l), 1)
+	if err != nil {
+		p.applying.RUnlock()
+	}
+	return err
 }
 
 // Purged counts an expired filter's removal as an update; expiry itself needs no record.

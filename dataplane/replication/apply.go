@@ -50,6 +50,9 @@ func (n *Node) Apply(ops []peer.Op) ([]peer.Outcome, error) {
 			held, err := n.opts.Store.ExpireReplica(op.Name, op.Generation, *op.Expiry)
 			applied[i] = outcome(n.logFailure(op, err) && held)
 			i++
+		case peer.OpLoad:
+			applied[i] = outcome(n.applyLoad(op))
+			i++
 		case peer.OpAdd:
 			j := i + 1
 			for j < len(ops) && ops[j].Kind == peer.OpAdd && ops[j].Name == op.Name && ops[j].Generation == op.Generation && applied[j] != peer.Fenced {
@@ -106,6 +109,23 @@ func (n *Node) applyAdds(run []peer.Op) bool {
 	}
 	if len(chunk) > 0 {
 		err = n.add(f, chunk)
+	}
+	return n.logFailure(op, err)
+}
+
+// applyLoad applies a piece of a dump loaded into an incarnation, as applyAdds applies keys.
+func (n *Node) applyLoad(op peer.Op) bool {
+	f, ok := n.opts.Store.Lookup(op.Name)
+	switch {
+	case !ok || f.Generation() < op.Generation:
+		return false // missed the create: repair will bring the filter
+	case f.Generation() > op.Generation:
+		return true // the filter was replaced: the write's incarnation is gone everywhere
+	}
+	err := f.Load(*op.Load)
+	if errors.Is(err, filter.ErrNotHeld) {
+		n.arrangeFilter(f)
+		err = f.Load(*op.Load)
 	}
 	return n.logFailure(op, err)
 }
@@ -167,6 +187,10 @@ func checkOp(op peer.Op) error {
 		// A stamp far ahead would win over every later change, as a generation would.
 		if err := checkGeneration(op.Expiry.Stamp, time.Now()); err != nil {
 			return fmt.Errorf("%w: expire of %q: stamp: %w", ErrBadOp, op.Name, err)
+		}
+	case peer.OpLoad:
+		if op.Load == nil {
+			return fmt.Errorf("%w: load of %q without a piece", ErrBadOp, op.Name)
 		}
 	case peer.OpDelete, peer.OpAdd:
 	default:

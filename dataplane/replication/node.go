@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,3 +361,69 @@ func (n *Node) awaitTallies(ctx context.Context, acks <-chan peer.Ack, tallies [
 		return short
 	}
 }
+
+// ReplicateAll is Replicate for ops applied here that make one write together, such as the
+// pieces of one chunk of a load, each small enough for a batch: every peer gets them all, in
+// order, and counts toward level once it acknowledged every one. writers, when not nil, are
+// the pods that hold the write (a placed filter's partitions): only they get it and count.
+func (n *Node) ReplicateAll(ctx context.Context, ops []peer.Op, level wire.Consistency, writers []string) error {
+	senders, mine := n.currentSenders(), 1
+	if writers != nil {
+		if !slices.Contains(writers, n.members.Self()) {
+			mine = 0
+		}
+		senders = slices.DeleteFunc(slices.Clone(senders), func(s *peer.Sender) bool { return !slices.Contains(writers, s.Name()) })
+	}
+	need := level.Count(len(senders) + mine)
+	if writers != nil {
+		need = level.Count(len(writers))
+	}
+	if len(senders) == 0 && mine >= need {
+		return nil
+	}
+	n.stats.ReplicatedOps.Add(int64(len(ops)))
+	raw := make(chan peer.Ack, len(senders)*len(ops))
+	for i, s := range senders {
+		for _, op := range ops {
+			s.Enqueue(op, peer.AckTo{Ch: raw, Peer: i})
+		}
+	}
+	// Each peer's acknowledgements become one: its first failure, or success once all arrived.
+	acks, done := make(chan peer.Ack, len(senders)), make(chan struct{})
+	defer close(done)
+	go func() {
+		left, pending := make([]int, len(senders)), len(senders)
+		for i := range left {
+			left[i] = len(ops)
+		}
+		for pending > 0 {
+			select {
+			case a := <-raw:
+				switch {
+				case left[a.Peer] == 0: // already answered for
+				case a.Err != nil:
+					left[a.Peer], pending = 0, pending-1
+					acks <- a
+				default:
+					if left[a.Peer]--; left[a.Peer] == 0 {
+						pending--
+						acks <- peer.Ack{Peer: a.Peer}
+					}
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	t := []tally{{need: need, mine: mine, acked: mine, sent: len(senders)}}
+	only := []int{0}
+	if n.awaitTallies(ctx, acks, t, func(int) []int { return only }) < 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the write is applied on this pod, but consistency %q needs %d of %d pods and %d acknowledged (%s)",
+		ErrReplication, level, need, mine+len(senders), t[0].acked, strings.Join(t[0].failures, "; "))
+}
+
+// MaxOpBytes is the most bytes of bits one replicated op should carry: half a batch, so that a
+// peer's limit (peer.ApplyBodyLimit) takes it in either encoding.
+func (n *Node) MaxOpBytes() int { return int(max(n.opts.MaxBatchBytes/2, 4096)) }

@@ -51,8 +51,9 @@ const errNotInserted = "ERR problem inserting into filter: "
 const maxCapacity = 1 << 53
 
 // defaults are the options of a filter that BF.ADD, BF.MADD or BF.INSERT creates: RedisBloom's
-// defaults as configured (respInitialSize, respErrorRate), its expansion, and the expiry of a
-// create over HTTP that gives none.
+// defaults as configured (respInitialSize, respErrorRate), its expansion, the expiry of a create
+// over HTTP that gives none, and RedisBloom's layout, so that its dumps load into RedisBloom and
+// RedisBloom's into it.
 func (s *Server) defaults() filter.Options {
 	cfg := s.opts.Config
 	return filter.Options{
@@ -62,6 +63,7 @@ func (s *Server) defaults() filter.Options {
 		Growth:           filter.DefaultGrowth,
 		Tightening:       filter.DefaultTightening,
 		ValidAfterCreate: cfg.DefaultValidAfterCreate,
+		Layout:           filter.LayoutRedisBloom,
 	}
 }
 

@@ -35,8 +35,9 @@ func numbered(prefix string, n int) []string {
 
 // BF.DEBUG answers RedisBloom's lines: the items, then each layer's bytes, bits, hashes, hash
 // width, capacity, items and error rate. A filter of 10 at 0.01 takes 100 items in four layers of
-// 10, 20, 40 and 80, the error rate halving from 0.005; the first layer has ⌈10·ln(200)/ln²2⌉ =
-// 111 bits in two words and ⌈ln 2·111/10⌉ = 8 hashes.
+// 10, 20, 40 and 80, the error rate halving from 0.005; the first layer needs 10·ln(200)/ln²2 =
+// 110.3 bits, which RedisBloom's layout rounds up to a power of two, 128 in two words, and
+// ⌈ln(200)/ln 2⌉ = 8 hashes.
 func TestDebug(t *testing.T) {
 	s := newTestServer(t)
 	sess := &session{authenticated: true}
@@ -50,7 +51,7 @@ func TestDebug(t *testing.T) {
 	if lines[0] != "size:"+card {
 		t.Errorf("BF.DEBUG's first line %q, want size:%s, BF.CARD's", lines[0], card)
 	}
-	if want := "bytes:16 bits:111 hashes:8 hashwidth:64 capacity:10 size:10 ratio:0.005"; lines[1] != want {
+	if want := "bytes:16 bits:128 hashes:8 hashwidth:64 capacity:10 size:10 ratio:0.005"; lines[1] != want {
 		t.Errorf("the first layer: %q, want %q", lines[1], want)
 	}
 	items := 0

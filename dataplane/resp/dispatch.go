@@ -94,7 +94,7 @@ const maxNameLength = 16
 
 func init() {
 	commands = map[string]command{}
-	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, expireCommands, connectionCommands, serverCommands, transactionCommands} {
+	for _, table := range []map[string]command{bloomCommands, keyspaceCommands, expireCommands, connectionCommands, serverCommands, transactionCommands, dumpCommands} {
 		maps.Copy(commands, table)
 	}
 	commandNames = slices.Sorted(maps.Keys(commands))
@@ -208,7 +208,7 @@ func (s *Server) admissible(c *call, cmd command, known bool) error {
 	case cmd.filters && s.opts.Loading():
 		return errLoading
 	}
-	return nil
+	return s.loadPending(c, cmd)
 }
 
 // unknownCommand is Redis's text: the name and the start of the arguments, each quoted and

@@ -180,13 +180,16 @@ func (s *Server) addAtHome(ctx context.Context, name string, create *filter.Opti
 // home answers 201 for a new filter and 200 for one that exists. Expiry is left to the home's
 // configured default, as this pod's defaults() would set it.
 func (s *Server) forwardCreate(ctx context.Context, name string, opts filter.Options) *client.Answer {
-	// Numbers in (0, 1) and a bool: Marshal cannot fail.
+	// Numbers, a bool and a string: Marshal cannot fail.
 	body, _ := json.Marshal(struct {
 		ExpectedInsertions uint64  `json:"expectedInsertions"`
 		FPP                float64 `json:"fpp"`
 		Scalable           bool    `json:"scalable"`
 		Growth             uint    `json:"growth"`
-	}{opts.Capacity, opts.FPP, opts.Scalable, opts.Growth})
+		Tightening         float64 `json:"tightening,omitempty"`
+		Partitions         uint32  `json:"partitions,omitempty"`
+		Layout             string  `json:"layout"`
+	}{opts.Capacity, opts.FPP, opts.Scalable, opts.Growth, opts.Tightening, opts.Partitions, opts.Layout.String()})
 	return s.opts.Writes.ForwardToHome(ctx, name, writes.Request{
 		Method: http.MethodPut, URI: wire.FilterPath(name), ContentType: "application/json", Body: body,
 	})

@@ -45,9 +45,13 @@ type Filter struct {
 	// a filter that is not split. Fixed at creation.
 	Partitions int `json:"partitions"`
 
-	Scalable     bool    `json:"scalable"`
-	Growth       uint    `json:"growth,omitempty"`
-	Tightening   float64 `json:"tightening,omitempty"`
+	Scalable   bool    `json:"scalable"`
+	Growth     uint    `json:"growth,omitempty"`
+	Tightening float64 `json:"tightening,omitempty"`
+	// Layout is how values are hashed and layers sized: "bitsandblooms" (the default of a
+	// create) or "redisbloom" (RedisBloom's, which filters created over RESP have). Fixed at
+	// creation.
+	Layout       string  `json:"layout"`
 	Items        uint64  `json:"items"`
 	Bits         uint64  `json:"bits"`
 	Hashes       uint    `json:"hashes"`

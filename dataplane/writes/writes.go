@@ -1,7 +1,7 @@
-// Package writes runs every write of the data plane — create, delete, set, check-and-set and
-// their batch forms — the same way: the engine applies it and journals it (the store's journal
-// is the persister), then the write goes to the peers and waits for the acknowledgements of the
-// request's consistency level. It also decides which pod serves the writes that only a filter's
+// Package writes runs every write of the data plane — create, delete, set, check-and-set, their
+// batch forms and the pieces of a dump loaded in chunks — the same way: the engine applies it
+// and journals it (the store's journal is the persister), then the write goes to the peers and
+// waits for the acknowledgements of the request's consistency level. It also decides which pod serves the writes that only a filter's
 // home may serve. The HTTP handlers decode requests and encode what it returns.
 package writes
 
@@ -229,12 +229,17 @@ func (s *Service) replicate(ctx context.Context, level wire.Consistency, op peer
 	if errors.Is(err, peer.ErrFenced) {
 		return fenced(err)
 	}
+	return s.unacknowledged(ctx, op.Name, op.Kind, err)
+}
+
+// unacknowledged warns of err, a write's replication, when it fell short, and answers it.
+func (s *Service) unacknowledged(ctx context.Context, name, kind string, err error) error {
 	if errors.Is(err, replication.ErrReplication) {
 		// Each such write is answered 503 and counted (bloomery_replication_write_failures_total);
 		// while a peer is down that is every write, so the warning is spaced out.
 		s.log.Log(ctx, s.spacedLevel("write not acknowledged"),
 			"Write not acknowledged by enough pods (warned at most every 10 s; bloomery_replication_write_failures_total counts them all)",
-			"filter", op.Name, "op", op.Kind, "error", err.Error())
+			"filter", name, "op", kind, "error", err.Error())
 	}
 	return err
 }
@@ -332,4 +337,63 @@ func (s *Service) spacedLevel(kind string) slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelWarn
+}
+
+// Load applies a piece of a dump to f (filter.Load, journaled) and replicates it as any write:
+// its bytes go in ops of at most replication.Node.MaxOpBytes, and level counts the pods that
+// acknowledged them all. A head travels behind the filter's create, so that a peer that has not
+// yet heard of the create from the filter's home applies the head all the same; a create of an
+// incarnation a pod holds changes nothing. Under a placed membership the write goes to the
+// writers of its partitions only. The peers get a copy of l's bytes: the caller may reuse them
+// once Load returns, while a peer beyond the level's count may still be sent them.
+func (s *Service) Load(ctx context.Context, level wire.Consistency, f *filter.Filter, l filter.Load) error {
+	if s.node.Replicating() {
+		l.Bytes = slices.Clone(l.Bytes)
+	}
+	var ops []peer.Op
+	if l.Head != nil {
+		o := f.Options()
+		ops = append(ops, peer.Op{Kind: peer.OpCreate, Name: f.Name(), Generation: f.Generation(), Options: &o})
+	}
+	for _, piece := range splitLoad(l, s.node.MaxOpBytes()) {
+		if err := f.Load(piece); err != nil {
+			return err
+		}
+		ops = append(ops, peer.Op{Kind: peer.OpLoad, Name: f.Name(), Generation: f.Generation(), Load: &piece})
+	}
+	if !s.node.Replicating() {
+		return nil
+	}
+	var writers []string
+	if s.node.Placed() {
+		rt := s.node.Route(f.Name(), f.Partitions())
+		writers = rt.Writers(l.Partition)
+		if l.Head != nil {
+			writers = nil
+			for p := range f.Partitions() {
+				for _, w := range rt.Writers(p) {
+					if !slices.Contains(writers, w) {
+						writers = append(writers, w)
+					}
+				}
+			}
+		}
+	}
+	return s.unacknowledged(ctx, f.Name(), peer.OpLoad, s.node.ReplicateAll(ctx, ops, level, writers))
+}
+
+// splitLoad splits a piece's bytes into pieces of at most size bytes, whole words each but the
+// last, so that they are ORed a word at a time; a head stays whole.
+func splitLoad(l filter.Load, size int) []filter.Load {
+	size = max(8, size/8*8)
+	if l.Head != nil || len(l.Bytes) <= size {
+		return []filter.Load{l}
+	}
+	pieces := make([]filter.Load, 0, (len(l.Bytes)+size-1)/size)
+	for at := 0; at < len(l.Bytes); at += size {
+		piece := l
+		piece.Offset, piece.Bytes = l.Offset+uint64(at), l.Bytes[at:min(at+size, len(l.Bytes))]
+		pieces = append(pieces, piece)
+	}
+	return pieces
 }

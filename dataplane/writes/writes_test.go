@@ -50,6 +50,10 @@ func (j *journal) ExpiryChanged(name string, _ int64, e filter.Expiry) error {
 	j.record("expiry " + e.Mode.String() + " " + name)
 	return nil
 }
+func (j *journal) Loaded(name string, _ int64, _ filter.Load) error {
+	j.record("load " + name)
+	return nil
+}
 
 func (j *journal) record(op string) {
 	j.mu.Lock()

@@ -39,7 +39,9 @@ antiEntropyIntervalSeconds: %d
 // as a StatefulSet pod keeps its name, address and volume.
 type replica struct {
 	name, port, internalPort, dir string
-	dp                            *dataPlane
+	// respPort is the pod's RESP port when its cluster opens one (startRESPCluster); "" for none.
+	respPort string
+	dp       *dataPlane
 	// scheme is https when the cluster runs over TLS, with tlsArgs naming the pod's files and hc
 	// the HTTP client that trusts the cluster's CA.
 	scheme  string
@@ -67,6 +69,8 @@ type testCluster struct {
 	pods   []*replica
 	// tls, when set, runs the pods over TLS with certificates of the cluster's CA.
 	tls *clusterTLS
+	// resp opens a RESP port on every pod.
+	resp bool
 }
 
 // newTestCluster starts n pods, tells each the membership of all n, and waits until they are
@@ -80,12 +84,24 @@ func newTestCluster(t *testing.T, n, antiEntropy int) *testCluster {
 // configuration.
 func startTestCluster(t *testing.T, n, antiEntropy int, tls *clusterTLS, extra ...string) *testCluster {
 	t.Helper()
+	return startCluster(t, &testCluster{tls: tls}, n, antiEntropy, extra...)
+}
+
+// startRESPCluster is startTestCluster of pods that open a RESP port each, over plain TCP.
+func startRESPCluster(t *testing.T, n, antiEntropy int, extra ...string) *testCluster {
+	t.Helper()
+	return startCluster(t, &testCluster{resp: true}, n, antiEntropy, extra...)
+}
+
+// startCluster starts the n pods of c, as startTestCluster says.
+func startCluster(t *testing.T, c *testCluster, n, antiEntropy int, extra ...string) *testCluster {
+	t.Helper()
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	content := fmt.Sprintf(replicaConfig, antiEntropy) + strings.Join(extra, "\n") + "\n"
 	if err := os.WriteFile(config, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := &testCluster{t: t, config: config, tls: tls}
+	c.t, c.config = t, config
 	for i := range n {
 		c.pods = append(c.pods, c.newReplica(fmt.Sprintf("pod-%d", i)))
 	}
@@ -114,6 +130,9 @@ func (c *testCluster) newReplica(name string) *replica {
 	t := c.t
 	t.Helper()
 	p := &replica{name: name, port: "0", internalPort: "0", dir: t.TempDir(), scheme: "http"}
+	if c.resp { // respPort 0 opens no RESP port: the test picks one
+		p.respPort = portOf(t, freeAddress(t))
+	}
 	if c.tls != nil {
 		p.scheme = "https"
 		files := c.tls.issueFiles(t, name)
@@ -129,6 +148,9 @@ func (c *testCluster) newReplica(name string) *replica {
 func (c *testCluster) launch(p *replica) {
 	c.t.Helper()
 	args := append([]string{"-p", p.port, "--internal-port", p.internalPort, "-c", c.config}, p.tlsArgs...)
+	if p.respPort != "" {
+		args = append(args, "--resp-port", p.respPort)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		dp, err := tryLaunch(c.t, nil, p.dir, args...)

@@ -1,0 +1,136 @@
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"testing"
+)
+
+func TestLoadBinaryRoundTrip(t *testing.T) {
+	for _, l := range []Load{
+		{Head: []LoadHead{{Layers: 3, Items: 7000, NewestItems: 4000}, {Layers: 0}}},
+		{Partition: 3, Layer: 47, Offset: 1 << 40, Bytes: []byte{1, 2, 3}},
+		{Bytes: []byte{}},
+	} {
+		b := append(l.AppendBinary([]byte("prefix")), "trailer"...)
+		got, n, err := DecodeLoad(b[len("prefix"):])
+		if err != nil || n != len(b)-len("prefix")-len("trailer") || !reflect.DeepEqual(got, l) {
+			t.Errorf("%+v: decoded %+v, %d bytes, %v", l, got, n, err)
+		}
+	}
+	for name, b := range map[string][]byte{
+		"empty":           nil,
+		"unknown kind":    {3},
+		"no partitions":   {loadHead, 0},
+		"a torn head":     {loadHead, 2, 1, 0, 0},
+		"too many layers": {loadHead, 1, MaxLayers + 1, 0, 0},
+		"bytes past end":  {loadBytes, 0, 0, 0, 5, 1, 2},
+		"layer too high":  {loadBytes, 0, MaxLayers, 0, 0},
+		"torn varint":     {loadBytes, 0x80},
+	} {
+		if _, _, err := DecodeLoad(b); !errors.Is(err, ErrMalformedLoad) {
+			t.Errorf("%s: %v, want ErrMalformedLoad", name, err)
+		}
+	}
+}
+
+// A dump's head adds its layers and starts the load's progress; its bytes, ORed in any order and
+// in pieces, make the loaded filter answer every key of the dumped one, and end the progress once
+// all are loaded.
+func TestLoadPiecesMakeTheDumpedFilter(t *testing.T) {
+	opts := Options{Capacity: 100, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Layout: LayoutRedisBloom}
+	s := NewStore(Limits{}, nil)
+	src, _, _ := s.Create("src", opts, false)
+	keys := make([]string, 500) // three layers
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	if err := src.AddMany(keys); err != nil {
+		t.Fatal(err)
+	}
+	st := src.State()
+	dst, _, _ := s.Create("dst", opts, false)
+	if err := dst.Load(LoadHeadOf(st)); err != nil {
+		t.Fatal(err)
+	}
+	var total uint64
+	for _, l := range st.AllLayers() {
+		total += uint64(l.WordCount()) * 8
+	}
+	if done, all, loading := dst.LoadProgress(); !loading || done != 0 || all != total {
+		t.Fatalf("after the head: %d of %d loaded, loading %t; want 0 of %d", done, all, loading, total)
+	}
+	if got := dst.Info().Items; got != src.Info().Items {
+		t.Errorf("the head's items: %d, want %d", got, src.Info().Items)
+	}
+	layers := st.Parts[0].Layers
+	for i, layer := range slices.Backward(layers) { // the last layer first, in two uneven pieces
+		b := wordBytes(layer.Words)
+		for _, piece := range [][2]int{{5, len(b)}, {0, 5}} {
+			if err := dst.Load(Load{Layer: i, Offset: uint64(piece[0]), Bytes: b[piece[0]:piece[1]]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, loading := dst.LoadProgress(); loading != (i > 0) {
+			t.Errorf("layers %d and up loaded: loading %t", i, loading)
+		}
+	}
+	for i, present := range dst.CheckMany(keys) {
+		if !present {
+			t.Fatalf("key %q answers false once loaded", keys[i])
+		}
+	}
+	if !reflect.DeepEqual(dst.State().Parts, st.Parts) {
+		t.Error("the loaded filter's bits differ from the dumped one's")
+	}
+}
+
+func TestLoadRefusesPiecesThatDoNotFit(t *testing.T) {
+	s := NewStore(Limits{}, nil)
+	// RedisBloom's layers are whole words (m = 960 here); bits-and-blooms' need not be (m = 959).
+	fixed, _, _ := s.Create("fixed", Options{Capacity: 100, FPP: 0.01, Layout: LayoutRedisBloom}, false)
+	odd, _, _ := s.Create("odd", Options{Capacity: 100, FPP: 0.01}, false)
+	shape, _ := odd.Options().LayerShape(0)
+	size := int(shape.Bits+63) / 64 * 8
+	for name, tc := range map[string]struct {
+		f    *Filter
+		l    Load
+		want error
+	}{
+		"a second layer of a fixed filter": {fixed, Load{Layer: 1, Bytes: []byte{1}}, ErrNoSuchLayer},
+		"a partition it lacks":             {fixed, Load{Partition: 1, Bytes: []byte{1}}, ErrNoSuchLayer},
+		"past the layer's end":             {fixed, Load{Offset: 119, Bytes: []byte{1, 1}}, ErrInvalidOptions},
+		"bits past m":                      {odd, Load{Offset: uint64(size - 1), Bytes: []byte{0x80}}, ErrInvalidOptions},
+		"a head of two partitions":         {fixed, Load{Head: make([]LoadHead, 2)}, ErrInvalidOptions},
+		"a head of two layers, fixed":      {fixed, Load{Head: []LoadHead{{Layers: 2}}}, ErrInvalidOptions},
+		"more newest items than items":     {fixed, Load{Head: []LoadHead{{Layers: 1, Items: 1, NewestItems: 2}}}, ErrInvalidOptions},
+	} {
+		if err := tc.f.Load(tc.l); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	if err := odd.Load(Load{Offset: uint64(size - 1), Bytes: []byte{0x7f}}); err != nil {
+		t.Errorf("the last bits below m: %v", err)
+	}
+}
+
+// A merge that brings bits ends a load's progress: a pod that missed a piece is repaired by
+// anti-entropy, and would otherwise answer LOADING for good.
+func TestMergeEndsALoad(t *testing.T) {
+	opts := Options{Capacity: 100, FPP: 0.01, Layout: LayoutRedisBloom}
+	s := NewStore(Limits{}, nil)
+	src, _, _ := s.Create("src", opts, false)
+	_ = src.Add("x")
+	dst, _, _ := s.Create("dst", opts, false)
+	if err := dst.Load(Load{Head: []LoadHead{{Layers: 1, Items: 1, NewestItems: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dst.MergeBits(src.State()); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, loading := dst.LoadProgress(); loading {
+		t.Error("still loading after a merge brought the bits")
+	}
+}
