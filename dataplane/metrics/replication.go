@@ -10,7 +10,7 @@ import (
 type replicationCollector struct {
 	node *replication.Node
 
-	queued, replicated, failures, dropped, batches, streamed, forwarded, homeUnavailable, merges, mergedBytes, passes, differences, epoch, peers, standingIn *prometheus.Desc
+	queued, replicated, failures, dropped, batches, streamed, forwarded, homeUnavailable, merges, mergedBytes, passes, differences, epoch, peers, standingIn, peersDown, failedFast *prometheus.Desc
 	// Of the placement: partitions by state, bytes pulled by moves, whether the pod caught up.
 	partitions, movedBytes, caughtUp *prometheus.Desc
 }
@@ -35,6 +35,8 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 		differences:     desc("differences_total", "Filters found missing, older, different or deleted by catch-up and anti-entropy."),
 		epoch:           desc("membership_epoch", "Epoch of the membership the operator last told this pod; 0 before the first."),
 		peers:           desc("peers", "Peers in the current membership."),
+		peersDown:       desc("peers_down", "Peers held down: their last call got no answer and they have not answered a probe since, so calls to them fail at once."),
+		failedFast:      desc("failed_fast_calls_total", "Calls to a peer failed at once, without being made, while it was held down.", "peer"),
 		standingIn:      desc("standing_in", "1 while this pod, a new home under the membership's epoch, merges from a quorum of owners before serving the check-and-sets it gained (answered 503 code 13 meanwhile), else 0."),
 		partitions: prometheus.NewDesc(prometheus.BuildFQName(namespace, "placement", "partitions"),
 			"Partitions of all filters (pairs of filter and partition) by state: owned under the membership's placement, moving (owned anew and not pulled yet), held here.", []string{"state"}, nil),
@@ -47,7 +49,7 @@ func newReplicationCollector(node *replication.Node) *replicationCollector {
 
 // Describe implements prometheus.Collector.
 func (r *replicationCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.streamed, r.forwarded, r.homeUnavailable, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.standingIn, r.partitions, r.movedBytes, r.caughtUp} {
+	for _, d := range []*prometheus.Desc{r.queued, r.replicated, r.failures, r.dropped, r.batches, r.streamed, r.forwarded, r.homeUnavailable, r.merges, r.mergedBytes, r.passes, r.differences, r.epoch, r.peers, r.standingIn, r.peersDown, r.failedFast, r.partitions, r.movedBytes, r.caughtUp} {
 		ch <- d
 	}
 }
@@ -77,6 +79,10 @@ func (r *replicationCollector) Collect(ch chan<- prometheus.Metric) {
 		standingIn = 1
 	}
 	ch <- prometheus.MustNewConstMetric(r.standingIn, prometheus.GaugeValue, standingIn)
+	ch <- prometheus.MustNewConstMetric(r.peersDown, prometheus.GaugeValue, float64(len(r.node.PeersDown())))
+	for peer, n := range r.node.FailedFastCalls() {
+		ch <- prometheus.MustNewConstMetric(r.failedFast, prometheus.CounterValue, float64(n), peer)
+	}
 	for peer, n := range r.node.QueuedWrites() {
 		ch <- prometheus.MustNewConstMetric(r.queued, prometheus.GaugeValue, float64(n), peer)
 	}

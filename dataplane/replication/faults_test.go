@@ -86,6 +86,7 @@ func TestWritesAcrossAPartitionAndTheirRepair(t *testing.T) {
 		t.Fatal("a repair of c from a across the cut: no error")
 	}
 	net.Heal()
+	await.True(t, 10*time.Second, "c's probe to find a again", func() bool { return !c.peerDown("a") })
 	if rep, err := c.Repair(t.Context(), member("a"), 0); err != nil || rep.Merged != 1 {
 		t.Fatalf("a repair of c from a once healed: %+v, %v; want f merged", rep, err)
 	}

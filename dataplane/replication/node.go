@@ -66,7 +66,9 @@ type Node struct {
 	opts      Options
 	members   *Membership
 	transport peer.Transport
-	stats     Stats
+	// breaker is the transport's: it holds the peers that got no answer down (breaker.go).
+	breaker *breaker
+	stats   Stats
 
 	mu      sync.Mutex
 	senders map[wire.Member]*peer.Sender
@@ -128,6 +130,8 @@ func NewNode(opts Options) *Node {
 		n.transport = peer.NewHTTP(peer.HTTPOptions{Token: opts.Token, TLS: opts.TLS, DialTimeout: opts.Timeout,
 			Log: opts.Log, Streamed: &n.stats.StreamedBatches})
 	}
+	n.breaker = newBreaker(ctx, n.transport, opts.Timeout, opts.Log)
+	n.transport = n.breaker
 	// A value may grow sixfold as JSON (\u escapes): the checks that go together fit a request.
 	n.checks = newCheckBatcher(int(opts.MaxBatchBytes/8), n.sendChecks)
 	n.caughtUp.Store(!opts.AwaitMembership)
@@ -186,6 +190,7 @@ func (n *Node) SetMembership(m wire.Membership) error {
 		return err
 	}
 	n.changed(before, m)
+	n.breaker.wakeAll()
 	return nil
 }
 
@@ -207,6 +212,7 @@ func (n *Node) changed(before, m wire.Membership) {
 // syncSenders keeps one sender per current peer.
 func (n *Node) syncSenders() {
 	peers := n.members.Peers()
+	n.breaker.keep(peers)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	keep := make(map[wire.Member]bool, len(peers))

@@ -12,17 +12,13 @@ import (
 	"github.com/bloomery/bloomery/dataplane/replication"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/dataplane/writes"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
-// memPods are write services of three pods, a, b and c, that reach each other through a network
-// in memory, all holding a filter whose home is a (the one answered, a's).
-func memPods(t *testing.T) (*dppeer.Network, map[string]*writes.Service, *filter.Filter) {
-	t.Helper()
-	return memPodsWith(t, nil)
-}
-
-// memPodsWith is memPods with each node's options changed by configure, when not nil.
-func memPodsWith(t *testing.T, configure func(name string, o *replication.Options)) (*dppeer.Network, map[string]*writes.Service, *filter.Filter) {
+// memPodsWith are write services of three pods, a, b and c, and their nodes, that reach each
+// other through a network in memory, all holding a filter whose home is a (the one answered,
+// a's); each node's options are changed by configure, when not nil.
+func memPodsWith(t *testing.T, configure func(name string, o *replication.Options)) (*dppeer.Network, map[string]*writes.Service, map[string]*replication.Node, *filter.Filter) {
 	t.Helper()
 	net := dppeer.NewNetwork()
 	names := []string{"a", "b", "c"}
@@ -41,7 +37,7 @@ func memPodsWith(t *testing.T, configure func(name string, o *replication.Option
 		}
 		name = "f" + strconv.Itoa(i)
 	}
-	services := map[string]*writes.Service{}
+	services, nodes := map[string]*writes.Service{}, map[string]*replication.Node{}
 	var fa *filter.Filter
 	for _, pod := range names {
 		store := filter.NewStore(filter.Limits{}, nil)
@@ -55,6 +51,7 @@ func memPodsWith(t *testing.T, configure func(name string, o *replication.Option
 		if err := node.SetMembership(wire.Membership{Epoch: 1, Self: pod, Members: members}); err != nil {
 			t.Fatal(err)
 		}
+		nodes[pod] = node
 		services[pod] = writes.New(store, node, slog.New(slog.DiscardHandler))
 		f, _, err := store.Create(name, filter.Options{Capacity: 1000, FPP: 0.01}, false)
 		if err != nil {
@@ -64,14 +61,14 @@ func memPodsWith(t *testing.T, configure func(name string, o *replication.Option
 			fa = f
 		}
 	}
-	return net, services, fa
+	return net, services, nodes, fa
 }
 
 // A check-and-set that answers false waits for a quorum of the pods whatever the level it asks,
 // so that no later check-and-set of the value, on any pod, answers false again; one that answers
 // true, and a set, wait for no more than they ask.
 func TestAFalseIsAnsweredOnlyOnceAQuorumHoldsIt(t *testing.T) {
-	net, pods, f := memPods(t)
+	net, pods, nodes, f := memPodsWith(t, nil)
 	net.Cut("a", "b")
 	net.Cut("a", "c")
 	a := pods["a"]
@@ -90,6 +87,8 @@ func TestAFalseIsAnsweredOnlyOnceAQuorumHoldsIt(t *testing.T) {
 	}
 
 	net.Heal()
+	// a holds b and c down until a probe finds them: it does not call them meanwhile.
+	await.True(t, 10*time.Second, "a to call its peers again", func() bool { return len(nodes["a"].PeersDown()) == 0 })
 	if present, err := a.CheckAndSet(t.Context(), wire.ConsistencyOne, f, "newer"); present || err != nil {
 		t.Errorf("a check-and-set of a new value at one, healed = %v, %v; want false", present, err)
 	}

@@ -53,7 +53,7 @@ func leaseCode(err error) int {
 // again once the lease is renewed; what it applied meanwhile may be present.
 func TestAHomeWhoseLeaseLapsedAnswersNoFalse(t *testing.T) {
 	lease := &fakeLease{now: time.Unix(1000, 0)}
-	_, pods, f := memPodsWith(t, func(name string, o *replication.Options) {
+	_, pods, _, f := memPodsWith(t, func(name string, o *replication.Options) {
 		if name == "a" {
 			o.HomeLease = lease.held
 		}
@@ -89,7 +89,7 @@ func TestAHomeWhoseLeaseLapsedAnswersNoFalse(t *testing.T) {
 // the lease as it is when its answer is decided.
 func TestTheLeaseIsCheckedWhenTheCheckAndSetIsApplied(t *testing.T) {
 	lease := &fakeLease{now: time.Unix(1000, 0)}
-	_, pods, f := memPodsWith(t, func(name string, o *replication.Options) {
+	_, pods, _, f := memPodsWith(t, func(name string, o *replication.Options) {
 		if name == "a" {
 			o.HomeLease = lease.held
 		}

@@ -231,8 +231,10 @@ func (c *Cluster) Partition(a *Pod, others ...*Pod) {
 	}
 }
 
-// Heal lets every proxy pass again.
+// Heal lets every proxy pass again, and waits until every running pod calls its peers again
+// (AwaitReachable).
 func (c *Cluster) Heal() {
+	c.t.Helper()
 	c.mu.Lock()
 	proxies := make([]*Proxy, 0, len(c.proxies))
 	for _, p := range c.proxies {
@@ -242,6 +244,34 @@ func (c *Cluster) Heal() {
 	for _, p := range proxies {
 		p.Set(Pass())
 	}
+	var running []*Pod
+	for _, p := range c.Pods() {
+		if !p.stopped.Load() {
+			running = append(running, p)
+		}
+	}
+	c.AwaitReachable(running...)
+}
+
+// AwaitReachable waits until none of pods holds a peer down (bloomery_replication_peers_down is
+// 0): a pod that got no answer from a peer fails its calls to it at once until a probe, up to a
+// probe interval later, finds it again. A call cut by a change of fault may hold its peer down a moment
+// after that change: a test that cut one waits for the pod to hold the peer down first.
+func (c *Cluster) AwaitReachable(pods ...*Pod) {
+	c.t.Helper()
+	for _, p := range pods {
+		await.True(c.t, WaitTimeout, p.Name+" to call its peers again", func() bool {
+			return p.Metric(c.t, "bloomery_replication_peers_down") == 0
+		})
+	}
+}
+
+// AwaitDown waits until pod holds n of its peers down (AwaitReachable).
+func (c *Cluster) AwaitDown(pod *Pod, n int) {
+	c.t.Helper()
+	await.True(c.t, WaitTimeout, fmt.Sprintf("%s to hold %d peers down", pod.Name, n), func() bool {
+		return pod.Metric(c.t, "bloomery_replication_peers_down") == float64(n)
+	})
 }
 
 func (c *Cluster) others(p *Pod) []*Pod {

@@ -141,7 +141,8 @@ func TestHomeCatchingUpDoesNotServe(t *testing.T) {
 
 	c.SetFault(cluster.Pass(), joiner) // cuts the stalled call: the catch-up goes on
 	c.WaitReady(joiner)
-	c.AwaitHomes(joiner) // it stands in for every value it is the home of: it joined
+	c.AwaitReachable(joiner) // the cut calls held its peers down
+	c.AwaitHomes(joiner)     // it stands in for every value it is the home of: it joined
 	create(t, from, name, client.CreateOptions{})
 	before = counters(t, writesTotal, order...)
 	if present, err := from.Client.CheckAndSet(t.Context(), name, "v1"); err != nil || present {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ type Pod struct {
 	done   chan error
 
 	stopOnce sync.Once
+	stopped  atomic.Bool
 	runErr   error
 }
 
@@ -45,6 +47,7 @@ func (p *Pod) With(level wire.Consistency) *client.Client {
 // returns the same.
 func (p *Pod) Stop() error {
 	p.stopOnce.Do(func() {
+		p.stopped.Store(true)
 		p.cancel()
 		select {
 		case p.runErr = <-p.done:

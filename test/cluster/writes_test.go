@@ -149,8 +149,19 @@ func TestWriteThatCannotMeetItsConsistencyStaysAndIsRepaired(t *testing.T) {
 		t.Errorf("a quorum write with both peers refusing: %q, want it to start %q and name both peers, refused", msg, want)
 	}
 
+	// While a holds its peers down, its writes do not call them: a's calls to them pass until a
+	// calls them again (their calls to a stay refused: their anti-entropy must not pull the
+	// writes).
+	reach := func() {
+		c.Proxy(a, b).Set(cluster.Pass())
+		c.Proxy(a, d).Set(cluster.Pass())
+		c.AwaitReachable(a)
+	}
+	reach()
+
 	// A peer that does not answer holds the write for the replication timeout...
 	c.Proxy(a, b).Set(cluster.Stall())
+	c.Proxy(a, d).Set(cluster.Refuse())
 	err = a.Client.Set(t.Context(), name, "stalled")
 	msg = cluster.WantError(t, err, 503, wire.CodeReplication)
 	// The stalled peer's part fails at the replication timeout, by the writer's clock ("no answer
@@ -160,7 +171,12 @@ func TestWriteThatCannotMeetItsConsistencyStaysAndIsRepaired(t *testing.T) {
 		t.Errorf("a quorum write with a peer stalled and one refusing: %q", msg)
 	}
 	// ...unless so many peers failed that the level cannot be reached any more: the answer comes
-	// at once, without waiting for the stalled one.
+	// at once, without waiting for the stalled one. The stalled peer is called again, not held
+	// down, once the stalled write's batch has failed and a calls it again.
+	c.AwaitDown(a, 2)
+	reach()
+	c.Proxy(a, b).Set(cluster.Stall())
+	c.Proxy(a, d).Set(cluster.Refuse())
 	err = a.With(wire.ConsistencyAll).Set(t.Context(), name, "early")
 	msg = cluster.WantError(t, err, 503, wire.CodeReplication)
 	if !strings.Contains(msg, `consistency "all" needs 3 of 3 pods and 1 acknowledged (pod-2: `) || strings.Contains(msg, "no answer within") {
