@@ -7,7 +7,8 @@
 #    alone, then through pod 0 of a 3-pod cluster with ?consistency=one, quorum and all (W = 1, 2,
 #    3; a check at quorum or all asks the peers). The 3-pod runs include the forwarding of
 #    check-and-sets to the filter's home pod when pod 0 is not it.
-#    With 2 or more cores the pods share core 0 and wrk runs on core 1.
+#    With 2 or more cores the pods share core 0 and wrk runs on core 1. Each row also shows the
+#    pods' CPU time per request (user and system, all pods together, from /proc/PID/stat).
 # 2. Catch-up: a pod holding 1 GiB of filters (CATCHUP_MIB, default 1024), a new empty pod told
 #    the membership; the time until the new pod's /readyz answers 200. CATCHUP_MIB=0 skips it.
 #
@@ -30,17 +31,32 @@ stop_all() {
 	rm -rf "${work:?}"/*
 }
 
-# load SCRIPT QUERY [ARGS]: runs wrk against pod a; prints "requests/s p50 p99".
+# cpu_ticks prints the CPU time (user and system, in clock ticks) the pods running have used.
+cpu_ticks() {
+	local pid total=0
+	for pid in "${pids[@]}"; do
+		# Fields 14 and 15 of /proc/PID/stat; the command name, field 2, holds no space.
+		[[ -r /proc/$pid/stat ]] && total=$((total + $(awk '{print $14 + $15}' "/proc/$pid/stat")))
+	done
+	echo "$total"
+}
+
+# load SCRIPT QUERY [ARGS]: runs wrk against pod a; prints "requests/s p50 p99 cpu", cpu being
+# the pods' CPU time per request, all pods together, in microseconds.
 load() {
-	local script=$1 query=$2 out
+	local script=$1 query=$2 out before after
 	shift 2
 	curl -sSf -X PUT -H 'Content-Type: application/json' -d '{"expectedInsertions":10000000,"fpp":0.001}' \
 		"http://127.0.0.1:$port_a/v1/bloomfilter/bench" >/dev/null
+	before=$(cpu_ticks)
 	out=$(BENCH_QUERY=$query "${client_pin[@]}" wrk --latency -t "$threads" -c "$connections" -d "$duration" -s "bench/$script.lua" "http://127.0.0.1:$port_a" -- "$@")
+	after=$(cpu_ticks)
 	if grep -qE 'Non-2xx|Socket errors' <<<"$out"; then
 		die "wrk saw errors: $out"
 	fi
-	awk '/^Requests\/sec:/ {r=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2} END {print r, p50, p99}' <<<"$out"
+	awk -v ticks=$((after - before)) -v hz="$(getconf CLK_TCK)" '
+		/ requests in / {n=$1} /^Requests\/sec:/ {r=$2} /^ +50%/ {p50=$2} /^ +99%/ {p99=$2}
+		END {printf "%s %s %s %.0f\n", r, p50, p99, ticks / hz * 1e6 / n}' <<<"$out"
 }
 
 declare -A result
@@ -71,12 +87,12 @@ for level in one quorum all; do
 done
 stop_all
 
-printf '\n%-22s %-8s %12s %10s %10s %8s\n' "setup" "request" "requests/s" "p50" "p99" "ratio"
+printf '\n%-22s %-8s %12s %10s %10s %8s %12s\n' "setup" "request" "requests/s" "p50" "p99" "ratio" "CPU µs/req"
 for label in "1 pod" "3 pods, one" "3 pods, quorum" "3 pods, all"; do
 	for kind in cas mcas check; do
-		read -r rps p50 p99 <<<"${result["$label $kind"]}"
-		read -r base _ _ <<<"${result["1 pod $kind"]}"
-		printf '%-22s %-8s %12s %10s %10s %8s\n' "$label" "$kind" "$rps" "$p50" "$p99" "$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.2f", a / b}')"
+		read -r rps p50 p99 cpu <<<"${result["$label $kind"]}"
+		read -r base _ _ _ <<<"${result["1 pod $kind"]}"
+		printf '%-22s %-8s %12s %10s %10s %8s %12s\n' "$label" "$kind" "$rps" "$p50" "$p99" "$(awk -v a="$rps" -v b="$base" 'BEGIN {printf "%.2f", a / b}')" "$cpu"
 	done
 done
 
