@@ -48,8 +48,11 @@ type breaker struct {
 	patience time.Duration
 	log      *slog.Logger
 
-	mu    sync.Mutex
-	peers map[string]*peerState // by member name
+	mu sync.Mutex
+	// peers are the states of the current peers (keep), by name and URL: a pod back at another
+	// address is a new peer. Calls to others, which only a pod that left or is leaving makes,
+	// hold no one down.
+	peers map[wire.Member]*peerState
 }
 
 // peerState is what the breaker knows of one peer. Its fields are guarded by breaker.mu.
@@ -65,27 +68,16 @@ type peerState struct {
 
 func newBreaker(ctx context.Context, inner peer.Transport, timeout time.Duration, log *slog.Logger) *breaker {
 	return &breaker{inner: inner, ctx: ctx, probe: min(max(timeout/2, 100*time.Millisecond), time.Second), patience: timeout / 2,
-		log: log, peers: map[string]*peerState{}}
+		log: log, peers: map[wire.Member]*peerState{}}
 }
 
 func (b *breaker) Peer(m wire.Member) peer.Peer { return &guarded{Peer: b.inner.Peer(m), b: b, m: m} }
 
-// state is the peer's state, made on first use. b.mu is held.
-func (b *breaker) state(name string) *peerState {
-	st := b.peers[name]
-	if st == nil {
-		st = &peerState{}
-		b.peers[name] = st
-	}
-	return st
-}
-
-// refuse answers the error that fails a call to the member named name at once, nil when the call
-// may be made.
-func (b *breaker) refuse(name string) error {
+// refuse answers the error that fails a call to m at once, nil when the call may be made.
+func (b *breaker) refuse(m wire.Member) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	st := b.peers[name]
+	st := b.peers[m]
 	if st == nil || !st.down {
 		return nil
 	}
@@ -99,7 +91,7 @@ func (b *breaker) refuse(name string) error {
 // owed. Any other failure is no answer, and holds m down until a probe gets one.
 func (b *breaker) observe(ctx context.Context, start time.Time, m wire.Member, err error) {
 	if _, answered := errors.AsType[*client.Error](err); err == nil || answered {
-		b.up(m.Name, "an answer to a call", nil)
+		b.up(m, "an answer to a call", nil)
 		return
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
@@ -109,7 +101,11 @@ func (b *breaker) observe(ctx context.Context, start time.Time, m wire.Member, e
 		}
 	}
 	b.mu.Lock()
-	st := b.state(m.Name)
+	st := b.peers[m]
+	if st == nil {
+		b.mu.Unlock()
+		return // not a peer (keep): not probed
+	}
 	already := st.down
 	if !already {
 		st.down, st.since, st.cause = true, time.Now(), err
@@ -128,12 +124,12 @@ func (b *breaker) observe(ctx context.Context, start time.Time, m wire.Member, e
 	}
 }
 
-// up lets calls to the peer named name through again, if it was down, on the evidence of how.
+// up lets calls to m through again, if it was down, on the evidence of how.
 // A probe that got an answer ends (probed): under the same lock, so that a peer held down again
 // from then on is probed again.
-func (b *breaker) up(name, how string, probed *peerState) {
+func (b *breaker) up(m wire.Member, how string, probed *peerState) {
 	b.mu.Lock()
-	st := b.peers[name]
+	st := b.peers[m]
 	if probed != nil {
 		probed.wake = nil
 	}
@@ -144,7 +140,7 @@ func (b *breaker) up(name, how string, probed *peerState) {
 	st.down = false
 	down := time.Since(st.since)
 	b.mu.Unlock()
-	b.log.Info("Peer reachable again", "peer", name, "by", how, "down", down.String())
+	b.log.Info("Peer reachable again", "peer", m.Name, "by", how, "down", down.String())
 }
 
 // probeUntilUp asks m its membership every probe, or at once when woken, until it answers or
@@ -162,7 +158,7 @@ func (b *breaker) probeUntilUp(m wire.Member, st *peerState, wake chan struct{})
 		case <-wake:
 		}
 		b.mu.Lock()
-		if !st.down || b.peers[m.Name] != st {
+		if !st.down || b.peers[m] != st {
 			st.wake = nil
 			b.mu.Unlock()
 			return
@@ -172,7 +168,7 @@ func (b *breaker) probeUntilUp(m wire.Member, st *peerState, wake chan struct{})
 		_, err := link.Membership(ctx)
 		cancel()
 		if _, answered := errors.AsType[*client.Error](err); err == nil || answered {
-			b.up(m.Name, "a probe", st)
+			b.up(m, "a probe", st)
 			return
 		}
 	}
@@ -198,13 +194,15 @@ func (b *breaker) wakeAll() {
 func (b *breaker) keep(peers []wire.Member) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for name := range b.peers {
-		if !slices.ContainsFunc(peers, func(p wire.Member) bool { return p.Name == name }) {
-			delete(b.peers, name)
+	for m := range b.peers {
+		if !slices.Contains(peers, m) {
+			delete(b.peers, m)
 		}
 	}
 	for _, p := range peers {
-		b.state(p.Name)
+		if b.peers[p] == nil {
+			b.peers[p] = &peerState{}
+		}
 	}
 }
 
@@ -213,9 +211,9 @@ func (b *breaker) down() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []string
-	for name, st := range b.peers {
+	for m, st := range b.peers {
 		if st.down {
-			out = append(out, name)
+			out = append(out, m.Name)
 		}
 	}
 	slices.Sort(out)
@@ -227,8 +225,8 @@ func (b *breaker) failedFast() map[string]int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make(map[string]int64, len(b.peers))
-	for name, st := range b.peers {
-		out[name] = st.failedFast
+	for m, st := range b.peers {
+		out[m.Name] = st.failedFast
 	}
 	return out
 }
@@ -249,7 +247,7 @@ type guarded struct {
 
 // through makes call under ctx unless the peer is down, and observes its outcome.
 func through[T any](ctx context.Context, g *guarded, call func() (T, error)) (T, error) {
-	if err := g.b.refuse(g.m.Name); err != nil {
+	if err := g.b.refuse(g.m); err != nil {
 		var zero T
 		return zero, err
 	}

@@ -110,3 +110,25 @@ func TestOnlyACallWithoutAnAnswerHoldsAPeerDown(t *testing.T) {
 		t.Errorf("calls failed fast: %d, want 1", got)
 	}
 }
+
+// A peer held down that comes back at another address, as a restarted pod does, is a new peer:
+// it is called at once.
+func TestAPeerBackAtAnotherAddressIsNotHeldDown(t *testing.T) {
+	net := peer.NewNetwork()
+	home := joinFake(net, "home", &fakePeer{}, func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("false")) })
+	n := nodeIn(t, net, "self", Options{Timeout: 100 * time.Millisecond}, 1, home)
+	net.Delay("self", "home", time.Hour)
+	if _, err := n.Forward(t.Context(), home, http.MethodPost, "/v1/bloomfilter/f/check-and-set", "application/json", []byte(`{}`)); err == nil {
+		t.Fatal("a forward to a home that does not answer: no error")
+	}
+	if down := n.PeersDown(); !slices.Equal(down, []string{"home"}) {
+		t.Fatalf("peers held down: %v, want home", down)
+	}
+	moved := wire.Member{Name: "home", URL: "http://home-again:8090"}
+	if err := n.SetMembership(wire.Membership{Epoch: 2, Self: "self", Members: []wire.Member{member("self"), moved}}); err != nil {
+		t.Fatal(err)
+	}
+	if down := n.PeersDown(); len(down) != 0 {
+		t.Errorf("peers held down once the home is at another address: %v, want none", down)
+	}
+}
