@@ -232,7 +232,7 @@ func (c *Cluster) Partition(a *Pod, others ...*Pod) {
 }
 
 // Heal lets every proxy pass again, and waits until every running pod calls its peers again
-// (AwaitReachable).
+// (AwaitReachable): the pods' memberships must name no pod stopped.
 func (c *Cluster) Heal() {
 	c.t.Helper()
 	c.mu.Lock()
@@ -255,8 +255,9 @@ func (c *Cluster) Heal() {
 
 // AwaitReachable waits until none of pods holds a peer down (bloomery_replication_peers_down is
 // 0): a pod that got no answer from a peer fails its calls to it at once until a probe, up to a
-// probe interval later, finds it again. A call cut by a change of fault may hold its peer down a moment
-// after that change: a test that cut one waits for the pod to hold the peer down first.
+// probe interval later, finds it again. A call cut by a change of fault may hold its peer down a
+// moment after that change: a test that cut one waits for the pod to hold the peer down first
+// (AwaitDown). A pod whose membership names a pod stopped holds that one down for good.
 func (c *Cluster) AwaitReachable(pods ...*Pod) {
 	c.t.Helper()
 	for _, p := range pods {
