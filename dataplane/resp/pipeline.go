@@ -96,6 +96,12 @@ func (s *Server) commandContext() (context.Context, context.CancelFunc) {
 // batch, and says how many commands it answered: 0 when there is no run of two or more, or when
 // its commands would not answer alike one by one and together (see batchable).
 func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
+	return s.batchedUnder(sess, w, cmds, true)
+}
+
+// batchedUnder is batched; shared says it takes the transaction lock shared for the batch, as
+// each of its commands would one by one (EXEC, which holds it exclusively, says false).
+func (s *Server) batchedUnder(sess *session, w replier, cmds []redcon.Command, shared bool) int {
 	if len(cmds) < 2 { // an unpipelined command: Dispatch looks it up
 		return 0
 	}
@@ -126,9 +132,13 @@ func (s *Server) batched(sess *session, w replier, cmds []redcon.Command) int {
 		return 0
 	}
 	start := time.Now()
-	s.txMu.RLock() // as each of its commands would, one by one
+	if shared {
+		s.txMu.RLock()
+	}
 	answers, err := s.runBatch(sess, first.add, string(key), itemStrings(cmds[:n], items, first.add))
-	s.txMu.RUnlock()
+	if shared {
+		s.txMu.RUnlock()
+	}
 	var stopped *stoppedError
 	if err != nil && len(answers) < items {
 		// The engine stopped part-way (a memory limit). The commands whose items it answered all
