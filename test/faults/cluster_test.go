@@ -17,6 +17,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/test/history"
 )
 
 // token is the internal port's token of every pod.
@@ -185,6 +186,15 @@ func (c *cluster) tellOne(p *pod) {
 	if err := p.inner.SetMembership(ctx, m); err != nil {
 		c.t.Fatalf("telling %s its membership: %v", p.name, err)
 	}
+}
+
+// targets are the pods as the workload sends to them.
+func (c *cluster) targets() []history.Pod {
+	out := make([]history.Pod, len(c.pods))
+	for i, p := range c.pods {
+		out[i] = history.Pod{Name: p.name, API: p.api}
+	}
+	return out
 }
 
 // restart kills p with SIGKILL, starts it again on its data directory, and tells it its

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/test/history"
 )
 
 // filterName is the filter every scenario writes to.
@@ -30,10 +32,10 @@ func (s scenario) run(t *testing.T) {
 	pods := cmp.Or(s.pods, 3)
 	c := newCluster(t, s.subnet, pods, s.factor, filterName)
 	home := c.home(filterName)
-	w := &workload{name: filterName, pods: c.pods}
+	w := &history.Workload{Filter: filterName, Pods: c.targets()}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); w.run(ctx, 6) }()
+	go func() { defer close(done); w.Run(ctx, 6) }()
 	phase := func(d time.Duration) {
 		select {
 		case <-time.After(d):
@@ -50,15 +52,15 @@ func (s scenario) run(t *testing.T) {
 	cancel()
 	<-done
 
-	ops := w.history.all()
-	found, counts := violations(ops, cmp.Or(s.factor, pods))
+	ops := w.History.All()
+	counts := history.Counts(ops)
 	t.Logf("%s, home %s: %v", s.name, home.name, counts)
-	t.Logf("check-and-sets before the fault %s", latencies(ops, time.Time{}, injected))
-	t.Logf("check-and-sets during the fault %s", latencies(ops, injected, healed))
-	if counts["check-and-set ok"] == 0 || counts["check ok"] == 0 {
+	t.Logf("check-and-sets before the fault %s", history.Latencies(ops, time.Time{}, injected))
+	t.Logf("check-and-sets during the fault %s", history.Latencies(ops, injected, healed))
+	if history.Served(ops, history.CheckAndSet) == 0 || history.Served(ops, history.Check) == 0 {
 		t.Errorf("the workload was not served: %v", counts)
 	}
-	for _, v := range found {
+	for _, v := range history.Violations(ops, cmp.Or(s.factor, pods)) {
 		t.Error(v)
 	}
 	if t.Failed() {
