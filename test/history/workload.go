@@ -109,3 +109,35 @@ func Do(ctx context.Context, filter string, k Kind, value string, p Pod, level w
 	o.Done, o.Outcome, o.Err = time.Now(), Classify(err), err
 	return o
 }
+
+// Recheck checks again, once the run is over, up to samples of the values whose write was
+// acknowledged, spread over the run, through every pod, each at the weakest level that must see
+// it: one after a set at all, quorum after a set at quorum or a check-and-set's false. The checks
+// join the history. It finds what a check right after the write cannot: a value a pod lost, or
+// never got, while it was away.
+func (w *Workload) Recheck(ctx context.Context, samples int) {
+	type write struct {
+		value string
+		level wire.Consistency
+	}
+	var writes []write
+	for _, o := range w.History.All() {
+		switch {
+		case o.Outcome != OK:
+		case o.Kind == Set && o.Level == wire.ConsistencyAll:
+			writes = append(writes, write{o.Value, wire.ConsistencyOne})
+		case o.Kind == Set && o.Level == wire.ConsistencyQuorum, o.Kind == CheckAndSet && !o.Present:
+			writes = append(writes, write{o.Value, wire.ConsistencyQuorum})
+		}
+	}
+	step := max(1, len(writes)/max(samples, 1))
+	var wg sync.WaitGroup
+	for _, p := range w.Pods {
+		wg.Go(func() {
+			for i := 0; i < len(writes) && ctx.Err() == nil; i += step {
+				w.timed(ctx, Check, writes[i].value, p, writes[i].level)
+			}
+		})
+	}
+	wg.Wait()
+}
