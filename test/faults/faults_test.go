@@ -21,6 +21,8 @@ type scenario struct {
 	// pods is the cluster's size (3 when 0); factor, when set, places each partition on that
 	// many of them.
 	pods, factor int
+	// partitions is the filter's (1 when 0).
+	partitions int
 	// inject starts the fault on the cluster, whose filter's home is home; heal ends it.
 	inject, heal func(c *cluster, home *pod)
 }
@@ -30,7 +32,7 @@ type scenario struct {
 func (s scenario) run(t *testing.T) {
 	t.Helper()
 	pods := cmp.Or(s.pods, 3)
-	c := newCluster(t, s.subnet, pods, s.factor, filterName)
+	c := newCluster(t, s.subnet, pods, s.factor, s.partitions, filterName)
 	home := c.home(filterName)
 	w := &history.Workload{Filter: filterName, Pods: c.targets()}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -51,6 +53,10 @@ func (s scenario) run(t *testing.T) {
 	phase(10 * time.Second)
 	cancel()
 	<-done
+	// Every pod, the healed ones and any the fault added, must now see what was acknowledged,
+	// however long ago: the workload checks a value only right after its write.
+	w.Pods = c.targets()
+	w.Recheck(t.Context(), 200)
 
 	ops := w.History.All()
 	counts := history.Counts(ops)
