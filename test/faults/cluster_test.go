@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,8 +16,10 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
+	"github.com/bloomery/bloomery/dataplane/placement"
 	"github.com/bloomery/bloomery/dataplane/wire"
 	"github.com/bloomery/bloomery/internal/await"
+	"github.com/bloomery/bloomery/test/history"
 )
 
 // token is the internal port's token of every pod.
@@ -53,44 +56,67 @@ type cluster struct {
 	epoch             uint64
 	config, tokenFile string // every pod's
 	// factor places each partition on that many pods; 0: on every pod.
-	factor int
+	factor, partitions int
+	// The membership of epoch: the pods told it, its placement's owners (when factor is set) and
+	// the placement a move comes from (nil: none under way).
+	members  []*pod
+	owners   []string
+	previous *wire.Placement
 }
 
 // newCluster starts n pods on a network of their own, tells them their membership (each
-// partition on factor of them, on every pod when 0), creates the filter name on them and waits
-// until every pod serves.
-func newCluster(t *testing.T, subnet, n, factor int, name string) *cluster {
+// partition on factor of them, on every pod when 0), creates the filter name of partitions
+// partitions (1 when 0) on them and waits until every pod serves.
+func newCluster(t *testing.T, subnet, n, factor, partitions int, name string) *cluster {
 	t.Helper()
 	config := filepath.Join(t.TempDir(), "config.yaml")
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	c := &cluster{t: t, net: newNetwork(t, subnet), config: config, tokenFile: tokenFile, factor: factor}
+	partitions = max(partitions, 1)
+	c := &cluster{t: t, net: newNetwork(t, subnet), config: config, tokenFile: tokenFile, factor: factor, partitions: partitions}
 	for path, text := range map[string]string{config: podConfig, tokenFile: token} {
 		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range n {
-		c.net.addPod(i)
-		p := &pod{i: i, name: fmt.Sprintf("p%d", i), dir: t.TempDir(), net: c.net}
-		base := "http://" + c.net.podAddr(i)
-		// Each request a connection of its own: a pod killed or partitioned leaves no pooled
-		// connection behind that a later request would find dead.
-		hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-		p.api = client.New(base+":8080", client.WithHTTPClient(hc))
-		p.inner = client.New(base+":8090", client.WithHTTPClient(hc), client.Internal(token))
-		p.start(t, config, tokenFile)
-		c.pods = append(c.pods, p)
+	for range n {
+		c.addPod()
 	}
-	c.tell()
+	c.tell(c.pods, c.names(c.pods), nil)
 	for _, p := range c.pods {
 		p.waitReady(t)
 	}
 	if _, _, err := c.pods[0].api.At(wire.ConsistencyAll).Create(t.Context(), name, client.CreateOptions{
 		ExpectedInsertions: new(uint64(1_000_000)), FPP: new(1e-6), ValidPeriodAfterCreate: new(int64(0)),
+		Partitions: new(partitions),
 	}); err != nil {
 		t.Fatalf("create %s: %v", name, err)
 	}
 	return c
+}
+
+// addPod starts one more pod, which no membership names yet.
+func (c *cluster) addPod() *pod {
+	c.t.Helper()
+	i := len(c.pods)
+	c.net.addPod(i)
+	p := &pod{i: i, name: fmt.Sprintf("p%d", i), dir: c.t.TempDir(), net: c.net}
+	base := "http://" + c.net.podAddr(i)
+	// Each request a connection of its own: a pod killed or partitioned leaves no pooled
+	// connection behind that a later request would find dead.
+	hc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	p.api = client.New(base+":8080", client.WithHTTPClient(hc))
+	p.inner = client.New(base+":8090", client.WithHTTPClient(hc), client.Internal(token))
+	p.start(c.t, c.config, c.tokenFile)
+	c.pods = append(c.pods, p)
+	return p
+}
+
+func (c *cluster) names(pods []*pod) []string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.name
+	}
+	return out
 }
 
 // start runs the pod's data plane in its namespace, and waits until it listens.
@@ -160,11 +186,13 @@ func (p *pod) logs() string {
 	return p.log.String()
 }
 
-// tell pushes a membership of every pod, of the next epoch, to every pod, as the operator does.
-func (c *cluster) tell() {
+// tell pushes a membership of the next epoch to its members, as the operator does: members, the
+// placement's owners (used when factor is set) and the placement a move comes from (nil: none).
+func (c *cluster) tell(members []*pod, owners []string, previous *wire.Placement) {
 	c.t.Helper()
 	c.epoch++
-	for _, p := range c.pods {
+	c.members, c.owners, c.previous = members, owners, previous
+	for _, p := range members {
 		c.tellOne(p)
 	}
 }
@@ -172,19 +200,27 @@ func (c *cluster) tell() {
 // tellOne pushes the current membership to p, as the operator does to a pod that restarted.
 func (c *cluster) tellOne(p *pod) {
 	c.t.Helper()
-	m := wire.Membership{Epoch: c.epoch, Self: p.name}
-	for _, member := range c.pods {
+	m := wire.Membership{Epoch: c.epoch, Self: p.name, Previous: c.previous}
+	for _, member := range c.members {
 		m.Members = append(m.Members, wire.Member{Name: member.name, URL: "http://" + c.net.podAddr(member.i) + ":8090"})
-		if c.factor > 0 {
-			m.Owners = append(m.Owners, member.name)
-		}
 	}
-	m.ReplicationFactor = c.factor
+	if c.factor > 0 {
+		m.Owners, m.ReplicationFactor = c.owners, c.factor
+	}
 	ctx, cancel := context.WithTimeout(c.t.Context(), 10*time.Second)
 	defer cancel()
 	if err := p.inner.SetMembership(ctx, m); err != nil {
 		c.t.Fatalf("telling %s its membership: %v", p.name, err)
 	}
+}
+
+// targets are the pods as the workload sends to them.
+func (c *cluster) targets() []history.Pod {
+	out := make([]history.Pod, len(c.pods))
+	for i, p := range c.pods {
+		out[i] = history.Pod{Name: p.name, API: p.api}
+	}
+	return out
 }
 
 // restart kills p with SIGKILL, starts it again on its data directory, and tells it its
@@ -197,8 +233,14 @@ func (c *cluster) restart(p *pod) {
 }
 
 // home is the pod that serves the filter's check-and-sets: the one that forwards none of them.
+// A filter of many partitions has a home for each: it is then partition 0's, its first owner
+// under the placement held (placement.Owners, which every pod computes alike).
 func (c *cluster) home(name string) *pod {
 	c.t.Helper()
+	if c.partitions > 1 {
+		first := placement.Owners(name, c.partitions, c.owners, c.factor)[0][0]
+		return c.pods[slices.IndexFunc(c.pods, func(p *pod) bool { return p.name == first })]
+	}
 	for _, p := range c.pods {
 		before := forwarded(c.t, p)
 		if _, err := p.api.CheckAndSet(c.t.Context(), name, "home-probe-"+p.name); err != nil {

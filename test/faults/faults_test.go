@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/test/history"
 )
 
 // filterName is the filter every scenario writes to.
@@ -19,6 +21,8 @@ type scenario struct {
 	// pods is the cluster's size (3 when 0); factor, when set, places each partition on that
 	// many of them.
 	pods, factor int
+	// partitions is the filter's (1 when 0).
+	partitions int
 	// inject starts the fault on the cluster, whose filter's home is home; heal ends it.
 	inject, heal func(c *cluster, home *pod)
 }
@@ -28,12 +32,12 @@ type scenario struct {
 func (s scenario) run(t *testing.T) {
 	t.Helper()
 	pods := cmp.Or(s.pods, 3)
-	c := newCluster(t, s.subnet, pods, s.factor, filterName)
+	c := newCluster(t, s.subnet, pods, s.factor, s.partitions, filterName)
 	home := c.home(filterName)
-	w := &workload{name: filterName, pods: c.pods}
+	w := &history.Workload{Filter: filterName, Pods: c.targets()}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
-	go func() { defer close(done); w.run(ctx, 6) }()
+	go func() { defer close(done); w.Run(ctx, 6) }()
 	phase := func(d time.Duration) {
 		select {
 		case <-time.After(d):
@@ -49,16 +53,20 @@ func (s scenario) run(t *testing.T) {
 	phase(10 * time.Second)
 	cancel()
 	<-done
+	// Every pod, the healed ones and any the fault added, must now see what was acknowledged,
+	// however long ago: the workload checks a value only right after its write.
+	w.Pods = c.targets()
+	w.Recheck(t.Context(), 200)
 
-	ops := w.history.all()
-	found, counts := violations(ops, cmp.Or(s.factor, pods))
+	ops := w.History.All()
+	counts := history.Counts(ops)
 	t.Logf("%s, home %s: %v", s.name, home.name, counts)
-	t.Logf("check-and-sets before the fault %s", latencies(ops, time.Time{}, injected))
-	t.Logf("check-and-sets during the fault %s", latencies(ops, injected, healed))
-	if counts["check-and-set ok"] == 0 || counts["check ok"] == 0 {
+	t.Logf("check-and-sets before the fault %s", history.Latencies(ops, time.Time{}, injected))
+	t.Logf("check-and-sets during the fault %s", history.Latencies(ops, injected, healed))
+	if history.Served(ops, history.CheckAndSet) == 0 || history.Served(ops, history.Check) == 0 {
 		t.Errorf("the workload was not served: %v", counts)
 	}
-	for _, v := range found {
+	for _, v := range history.Violations(ops, cmp.Or(s.factor, pods)) {
 		t.Error(v)
 	}
 	if t.Failed() {

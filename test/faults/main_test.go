@@ -2,9 +2,9 @@
 // Jepsen: each pod runs in a network namespace of its own, joined to the others by a bridge in a
 // namespace of the test's; clients record a history of check-and-sets, sets and checks through
 // every pod at every level while the test partitions pods with iptables, pauses them with SIGSTOP
-// and kills them with SIGKILL; a checker then reads the history for broken promises (exactly one
-// false per new value, no false negatives where the levels promise none). It needs root, for the
-// namespaces and iptables.
+// and kills them with SIGKILL; a checker (test/history) then reads the history for broken
+// promises (exactly one false per new value, no false negatives where the levels promise none).
+// It needs root, for the namespaces and iptables.
 package faults
 
 import (
