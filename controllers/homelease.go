@@ -135,9 +135,11 @@ func (r *BloomClusterReconciler) fenceHomes(ctx context.Context, st *clusterStat
 		if l, ok := leases[m.Pod]; ok {
 			switch stateOf(l) {
 			case leaseHeld:
-				lapsed, left := lapse(r.leaseClock.observe(l, now), now, leaseDuration(l, c))
+				seen, d := r.leaseClock.observe(l, now), leaseDuration(l, c)
+				lapsed, left := lapse(seen, now, d)
 				if !lapsed {
 					wake = minPositive(wake, left)
+					targets[i].quick = overdue(seen, now, d)
 					break
 				}
 				revoked, err := r.revokeHomeLease(ctx, c, l, now)
@@ -146,6 +148,7 @@ func (r *BloomClusterReconciler) fenceHomes(ctx context.Context, st *clusterStat
 				}
 				keep = !revoked
 			case leaseRevoked:
+				targets[i].quick = true
 				keep = r.answers(ctx, targets[i])
 				if keep {
 					readmitted = append(readmitted, m.Pod)
@@ -211,8 +214,17 @@ func (r *BloomClusterReconciler) revokeHomeLease(ctx context.Context, c *bloomer
 	return true, nil
 }
 
+// overdue reports whether a lease seen first at seen has missed a renewal at now: its pod renews
+// every third of the duration, so half of it without a change means one renewal at least did not
+// reach the API server.
+func overdue(seen, now time.Time, duration time.Duration) bool {
+	return now.Sub(seen) > duration/2
+}
+
 // answers reports whether a pod's API answers the operator (a revoked pod that is back).
 func (r *BloomClusterReconciler) answers(ctx context.Context, t memberPod) bool {
+	ctx, cancel := t.callContext(ctx)
+	defer cancel()
 	_, err := r.dataPlane().GetMembership(ctx, t.addr)
 	return err == nil
 }

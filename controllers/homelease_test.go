@@ -139,28 +139,38 @@ func TestRevokingPassLeavesThePodOut(t *testing.T) {
 		}
 		return l
 	}
-	k := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(held("c-0"), held("c-1")).Build()
+	k := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(held("c-0"), held("c-1"), held("c-2")).Build()
 	now := time.Unix(3_000_000, 0)
 	r := &BloomClusterReconciler{Client: k, Clock: func() time.Time { return now }}
-	for _, name := range []string{"c-0", "c-1"} {
+	for name, silent := range map[string]time.Duration{
+		"c-0": time.Second,                             // renewed a second ago
+		"c-1": wire.LeaseLapsedAfter(10 * time.Second), // lapsed just now
+		"c-2": 6 * time.Second,                         // missed a renewal, not lapsed
+	} {
 		var l coordinationv1.Lease
 		if err := k.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: name}, &l); err != nil {
 			t.Fatal(err)
 		}
-		seen := now.Add(-time.Second) // c-0 renewed a second ago
-		if name == "c-1" {
-			seen = now.Add(-wire.LeaseLapsedAfter(10 * time.Second)) // c-1 lapsed just now
-		}
-		r.leaseClock.observe(&l, seen)
+		r.leaseClock.observe(&l, now.Add(-silent))
 	}
-	members := []bloomeryv1alpha1.ClusterMember{{Pod: "c-0"}, {Pod: "c-1"}}
-	targets := []memberPod{{addr: Pod{Name: "c-0"}}, {addr: Pod{Name: "c-1"}}}
+	members := []bloomeryv1alpha1.ClusterMember{{Pod: "c-0"}, {Pod: "c-1"}, {Pod: "c-2"}}
+	targets := []memberPod{{addr: Pod{Name: "c-0"}}, {addr: Pod{Name: "c-1"}}, {addr: Pod{Name: "c-2"}}}
 	kept, keptTargets, _, err := r.fenceHomes(t.Context(), &clusterState{cluster: c}, members, targets)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(kept) != 1 || kept[0].Pod != "c-0" || len(keptTargets) != 1 || keptTargets[0].addr.Name != "c-0" {
-		t.Errorf("members %v, targets %v after revoking c-1's lease: want c-0 alone", kept, keptTargets)
+	if len(kept) != 2 || kept[0].Pod != "c-0" || kept[1].Pod != "c-2" || len(keptTargets) != 2 {
+		t.Fatalf("members %v, targets %v after revoking c-1's lease: want c-0 and c-2", kept, keptTargets)
+	}
+	// The pod that missed a renewal is likely frozen: the pass's calls to it must not wait the
+	// pod timeout.
+	if keptTargets[0].quick || !keptTargets[1].quick {
+		t.Errorf("quick calls: c-0 %v, c-2 %v; want false for the lease renewed, true for the one overdue", keptTargets[0].quick, keptTargets[1].quick)
+	}
+	ctx, cancel := keptTargets[1].callContext(t.Context())
+	defer cancel()
+	if deadline, ok := ctx.Deadline(); !ok || deadline.After(time.Now().Add(quickCallTimeout)) {
+		t.Errorf("a call to c-2 has deadline %v (set: %v); want one within %v", deadline, ok, quickCallTimeout)
 	}
 	var l coordinationv1.Lease
 	if err := k.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "c-1"}, &l); err != nil {

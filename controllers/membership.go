@@ -38,6 +38,24 @@ type memberPod struct {
 	// started is true once the data-plane container passed its startup probe: from then on its
 	// API listens, and a pod that does not answer is unreachable rather than starting.
 	started bool
+	// quick is true when the pod's home lease is overdue or revoked (fenceHomes): the pod is
+	// likely frozen or cut off, and calls to it give up after quickCallTimeout.
+	quick bool
+}
+
+// quickCallTimeout bounds each call to a pod whose home lease is overdue or revoked. Each pass
+// of a cluster calls its members in parallel, and one frozen pod held every pass, the ones that
+// revoke its lease and push the epoch without it included, for the whole pod timeout (twice:
+// placement status, then membership): its home moved some 20 s after its 5 s lease lapsed. A pod
+// that is well answers in milliseconds; one that takes longer is asked again next pass.
+const quickCallTimeout = time.Second
+
+// callContext is the context of a call to the pod.
+func (t memberPod) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if t.quick {
+		return context.WithTimeout(ctx, quickCallTimeout)
+	}
+	return context.WithCancel(ctx)
 }
 
 // reconcileMembership starts a new epoch when the set of pods changed, or else brings every pod
@@ -240,6 +258,8 @@ func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomery
 	for i, t := range targets {
 		g.Go(func() error {
 			want := wire.Membership{Epoch: epoch, Self: t.addr.Name, Members: members, Placement: current, Previous: previous}
+			ctx, cancel := t.callContext(ctx)
+			defer cancel()
 			outcomes[i] = r.pushTo(ctx, t.addr, want)
 			return nil
 		})

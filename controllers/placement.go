@@ -198,6 +198,8 @@ func (r *BloomClusterReconciler) readPlacement(ctx context.Context, targets []me
 	g.SetLimit(r.podParallelism())
 	for i, t := range targets {
 		g.Go(func() error {
+			ctx, cancel := t.callContext(ctx)
+			defer cancel()
 			st, err := r.dataPlane().PlacementStatus(ctx, t.addr)
 			if err != nil && !errors.Is(err, ErrPlacementUnsupported) {
 				log.FromContext(ctx).V(1).Info("Pod did not answer with its placement status", "pod", t.addr.Name, "error", err.Error())
