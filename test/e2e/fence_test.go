@@ -26,8 +26,8 @@ import (
 // lease lapses and the operator moves it, but not until its liveness probe (three failures 10 s
 // apart) has the node agent restart it: that would drop the requests waiting in its socket,
 // whose answers the test is about. The move takes the lease and the drift bound (5.25 s), then
-// up to a pass of the operator, which waits on the frozen pod's answers (seen: 22–24 s in all);
-// the samples' 10 s would leave no margin.
+// the operator's passes (seen: 15.6 s in all, 22–25 s when each of its calls to the frozen pod
+// waited the whole pod timeout); the samples' 10 s would leave little margin.
 const fenceLeasePatch = `- op: add
   path: /spec/replication/homeLeaseSeconds
   value: 5`
