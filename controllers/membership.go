@@ -236,7 +236,9 @@ type pushOutcome struct {
 }
 
 // pushMembership reads every member's membership and sends the recorded one to those that
-// differ, with bounded parallelism. outcomes[i] is targets[i]'s.
+// differ, with bounded parallelism. outcomes[i] is targets[i]'s. The pods may take an epoch in
+// any order, a move's start and end included: while some member may hold the epoch before, every
+// copy it may read from still gets every write (dataplane/replication/placed.go, endingMove).
 func (r *BloomClusterReconciler) pushMembership(ctx context.Context, c *bloomeryv1alpha1.BloomCluster, targets []memberPod) []pushOutcome {
 	members := make([]wire.Member, len(c.Status.Members))
 	for i, m := range c.Status.Members {

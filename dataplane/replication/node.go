@@ -177,6 +177,7 @@ func (n *Node) SetMembership(m wire.Membership) error {
 	if first {
 		n.caughtUp.Store(false)
 	}
+	ends := n.endingMove(before, m)
 	n.fence.Lock()
 	err := n.members.Set(m)
 	if err == nil {
@@ -191,6 +192,9 @@ func (n *Node) SetMembership(m wire.Membership) error {
 	}
 	n.changed(before, m)
 	n.breaker.wakeAll()
+	if ends {
+		go n.endMove(m)
+	}
 	return nil
 }
 

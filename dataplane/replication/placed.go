@@ -28,6 +28,10 @@ type placedState struct {
 	// movedEpoch is the epoch of the last move this pod finished pulling for.
 	movedEpoch uint64
 	movedBytes int64
+	// ended is the moving membership that the membership of epoch endedBy ended, while some
+	// member may still hold it (endMove); endedBy is 0 when there is none.
+	ended   wire.Membership
+	endedBy uint64
 	// arranging serializes arrangeFilter, so that one working from an older route cannot hold a
 	// partition after one working from the newer route released it.
 	arranging sync.Mutex
@@ -70,7 +74,11 @@ func (n *Node) Route(name string, partitions int) *Route {
 		return rt
 	}
 	m := n.members.Get()
-	rt := newRoute(m, name, partitions)
+	var ended *wire.Membership
+	if n.placed.endedBy != 0 && n.placed.endedBy == m.Epoch {
+		ended = &n.placed.ended
+	}
+	rt := newRoute(m, name, partitions, ended)
 	if m.Epoch == epoch { // else a newer membership arrived meanwhile: the next call caches its route
 		n.placed.routes[key] = rt
 	}
@@ -229,6 +237,50 @@ func (n *Node) PlacementStatus() wire.PlacementStatus {
 	return st
 }
 
+// A move ends with a membership of a higher epoch, which the operator pushes to every pod at once,
+// so that for a moment some members hold it and some the moving one. A pod still on the moving
+// membership reads a partition from its previous owners, one of which the new membership may no
+// longer make an owner, while a pod on the new one would send writes to the new owners alone: a
+// write acknowledged at consistency all would then be missing from that copy, and a read at one
+// from it would answer false. So a pod that takes the membership ending a move keeps, until
+// every member holds it, the writers of the move as writers, and its copies of their partitions:
+// every copy that a member may still read holds every write. Only then do writes go to the new
+// owners alone and the partitions no longer owned get released. No order of the pushes would do:
+// the first pod to hold the new membership may write to a partition whose leaving owner, another
+// pod, has not got it yet. A move's start needs none of this: under the moving membership writes
+// go to the owners before and after it, and reads to the owners before, as under the one before.
+
+// endingMove reports whether m ends the move of before (or replaces it with another), and, if
+// so, records before as ended by m's epoch, for the routes of m to keep its writers (Route),
+// before m is installed: no write under m may go to its own owners alone.
+func (n *Node) endingMove(before, m wire.Membership) bool {
+	if before.Previous == nil || m.Epoch <= before.Epoch || !placedMembership(m) {
+		return false
+	}
+	n.placed.mu.Lock()
+	defer n.placed.mu.Unlock()
+	n.placed.ended, n.placed.endedBy = before, m.Epoch
+	return true
+}
+
+// endMove waits until every member holds m's epoch, then lets writes go to m's owners alone and
+// releases the partitions this pod no longer owns. A newer membership ends the wait: its routes
+// no longer keep the writers of the move ended.
+func (n *Node) endMove(m wire.Membership) {
+	if err := n.awaitEpoch(n.ctx, m, true); err != nil {
+		return
+	}
+	n.placed.mu.Lock()
+	if n.placed.endedBy != m.Epoch {
+		n.placed.mu.Unlock()
+		return
+	}
+	n.placed.endedBy, n.placed.routes = 0, nil // the routes computed while it was in force
+	n.placed.mu.Unlock()
+	n.opts.Log.Info("Every member holds the membership that ends the move; writes go to its owners alone", "epoch", m.Epoch)
+	n.arrange()
+}
+
 // watchMoves runs the pull of every move the memberships start, one at a time, until ctx ends.
 func (n *Node) watchMoves(ctx context.Context) {
 	var started uint64
@@ -282,7 +334,7 @@ func (n *Node) move(ctx context.Context, m wire.Membership) {
 // enough to go on (a previous owner that does not answer is down, and what it alone held comes
 // back with it through anti-entropy).
 func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, partitions int, err error) {
-	if err := n.awaitEpoch(ctx, m); err != nil {
+	if err := n.awaitEpoch(ctx, m, false); err != nil {
 		return 0, 0, err
 	}
 	// A write routed by the previous placement just before a pod took the new one may still be
@@ -332,8 +384,9 @@ func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, 
 	return pulled, partitions, nil
 }
 
-// awaitEpoch waits until every member reports m's epoch or a later one.
-func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership) error {
+// awaitEpoch waits until every member reports m's epoch or a later one, before the end of a move
+// (ending) or a pull.
+func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership, ending bool) error {
 	for {
 		var behind []string
 		for _, member := range m.Members {
@@ -353,7 +406,11 @@ func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership) error {
 		if n.members.Get().Epoch != m.Epoch {
 			return fmt.Errorf("membership moved past epoch %d", m.Epoch)
 		}
-		n.opts.Log.Info("Waiting for every member to hold the membership before pulling", "epoch", m.Epoch, "behind", strings.Join(behind, ","))
+		if ending {
+			n.opts.Log.Info("Waiting for every member to hold the membership before ending the move", "epoch", m.Epoch, "behind", strings.Join(behind, ","))
+		} else {
+			n.opts.Log.Info("Waiting for every member to hold the membership before pulling", "epoch", m.Epoch, "behind", strings.Join(behind, ","))
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -75,14 +75,21 @@ type Route struct {
 	// owners[p] are partition p's owners under the membership's placement, its home first;
 	// previous[p] under the previous placement while a move is under way, else nil.
 	owners, previous [][]string
+	// ended[p] are partition p's writers under the moving membership that this one ended, while
+	// a member may still hold it (Node.endMove), else nil; endedReaders[p] the owners that such
+	// a member reads it from.
+	ended, endedReaders [][]string
 	// writerSets are the distinct Writers of the partitions, and writerSet[p] partition p's
 	// index among them: a write is sent once to each set.
 	writerSets [][]string
 	writerSet  []int
+	// counted[i] is Counted of the partitions of writerSets[i].
+	counted [][][]string
 }
 
-// newRoute places a filter of partitions partitions under m.
-func newRoute(m wire.Membership, name string, partitions int) *Route {
+// newRoute places a filter of partitions partitions under m. ended, when not nil, is the moving
+// membership m ended, which some member may still hold: its writers stay writers.
+func newRoute(m wire.Membership, name string, partitions int, ended *wire.Membership) *Route {
 	rt := &Route{self: m.Self, members: make(map[string]wire.Member, len(m.Members))}
 	for _, member := range m.Members {
 		rt.members[member.Name] = member
@@ -93,13 +100,26 @@ func newRoute(m wire.Membership, name string, partitions int) *Route {
 		prev := resolve(*m.Previous, m.Members)
 		rt.previous = placement.Owners(name, partitions, prev.owners, prev.r)
 	}
+	if ended != nil {
+		before := newRoute(*ended, name, partitions, nil)
+		rt.ended, rt.endedReaders = make([][]string, partitions), make([][]string, partitions)
+		for p := range partitions {
+			rt.ended[p], rt.endedReaders[p] = before.Writers(p), before.owners[p]
+			if before.previous != nil {
+				rt.endedReaders[p] = before.previous[p]
+			}
+		}
+	}
 	rt.writerSet = make([]int, partitions)
 	for p := range partitions {
-		w := rt.Writers(p)
+		w, counted := rt.Writers(p), rt.Counted(p)
 		i := slices.IndexFunc(rt.writerSets, func(set []string) bool { return slices.Equal(set, w) })
+		if i >= 0 && !slices.EqualFunc(rt.counted[i], counted, slices.Equal) {
+			i = -1 // the same writers, counted otherwise: a set of its own
+		}
 		if i < 0 {
 			i = len(rt.writerSets)
-			rt.writerSets = append(rt.writerSets, w)
+			rt.writerSets, rt.counted = append(rt.writerSets, w), append(rt.counted, counted)
 		}
 		rt.writerSet[p] = i
 	}
@@ -109,6 +129,9 @@ func newRoute(m wire.Membership, name string, partitions int) *Route {
 // WriterSets are the distinct writers of the partitions; WriterSet(p) is partition p's index
 // among them.
 func (rt *Route) WriterSets() [][]string { return rt.writerSets }
+
+// CountedSet is Counted of the partitions of WriterSets()[i].
+func (rt *Route) CountedSet(i int) [][]string { return rt.counted[i] }
 
 // WriterSet is partition p's index in WriterSets.
 func (rt *Route) WriterSet(p int) int { return rt.writerSet[p] }
@@ -153,19 +176,46 @@ func (rt *Route) present(names []string) []string {
 }
 
 // Writers are the owners a write of partition p goes to: the previous owners during a move, then
-// the owners, so that both placements hold every write. A consistency level counts them all,
-// members or not: a write to a partition with an owner away waits for it like any other.
+// the owners, so that both placements hold every write; and, at the end of a move, the writers
+// of the move ended too, while a member may still read from them. A consistency level counts them
+// all, members or not: a write to a partition with an owner away waits for it like any other.
 func (rt *Route) Writers(p int) []string {
-	if rt.previous == nil {
+	if rt.previous == nil && rt.ended == nil {
 		return rt.owners[p]
 	}
-	out := slices.Clone(rt.previous[p])
+	var out []string
+	if rt.previous != nil {
+		out = slices.Clone(rt.previous[p])
+	}
+	if rt.ended != nil {
+		for _, o := range rt.ended[p] {
+			if !slices.Contains(out, o) {
+				out = append(out, o)
+			}
+		}
+	}
 	for _, o := range rt.owners[p] {
 		if !slices.Contains(out, o) {
 			out = append(out, o)
 		}
 	}
 	return out
+}
+
+// Counted are the groups of partition p's writers that a consistency level counts each on its
+// own, or nil when it counts them as one. At the end of a move they are the writers under the
+// membership held, and the owners that a member still holding the moving membership reads from
+// (Readers): a write at quorum reaches a quorum of each, which a quorum of the union of them
+// might not.
+func (rt *Route) Counted(p int) [][]string {
+	if rt.ended == nil {
+		return nil
+	}
+	held := rt.owners[p]
+	if rt.previous != nil {
+		held = slices.Compact(slices.Sorted(slices.Values(slices.Concat(rt.previous[p], held))))
+	}
+	return [][]string{held, rt.endedReaders[p]}
 }
 
 // ownerAway reports whether one of partition p's owners is not a member.
@@ -175,9 +225,11 @@ func (rt *Route) ownerAway(p int) bool { return len(rt.present(rt.owners[p])) < 
 func (rt *Route) Owns(p int) bool { return slices.Contains(rt.owners[p], rt.self) }
 
 // Keeps reports whether this pod holds partition p: it owns it, or owned it before the move
-// under way and serves its reads until the move ends.
+// under way and serves its reads until the move ends, or was a writer of the move just ended
+// and serves the reads of the members that still hold it.
 func (rt *Route) Keeps(p int) bool {
-	return rt.Owns(p) || rt.previous != nil && slices.Contains(rt.previous[p], rt.self)
+	return rt.Owns(p) || rt.previous != nil && slices.Contains(rt.previous[p], rt.self) ||
+		rt.ended != nil && slices.Contains(rt.ended[p], rt.self)
 }
 
 // Moving reports whether this pod owns partition p anew in the move under way: it pulls the

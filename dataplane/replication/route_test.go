@@ -22,11 +22,11 @@ func TestRouteOfAMove(t *testing.T) {
 	members := membersNamed("a", "b", "c", "d", "e", "f")
 	old := wire.Placement{Owners: []string{"a", "b", "c", "d"}, ReplicationFactor: 2}
 	m := wire.Membership{Epoch: 2, Self: "e", Members: members, Placement: wire.Placement{ReplicationFactor: 2}, Previous: &old}
-	rt := newRoute(m, "f", 16)
+	rt := newRoute(m, "f", 16, nil)
 	shuffled := m
 	shuffled.Members = slices.Clone(members)
 	slices.Reverse(shuffled.Members)
-	again := newRoute(shuffled, "f", 16)
+	again := newRoute(shuffled, "f", 16, nil)
 	moving := 0
 	for p := range 16 {
 		if !slices.Equal(rt.owners[p], again.owners[p]) {
@@ -64,7 +64,7 @@ func TestRouteSkipsOwnersAway(t *testing.T) {
 	if err := Validate(m); err != nil {
 		t.Fatalf("an owner away is refused: %v", err)
 	}
-	rt := newRoute(m, "f", 32)
+	rt := newRoute(m, "f", 32, nil)
 	away := 0
 	for p := range 32 {
 		if slices.Contains(rt.owners[p], "d") {

@@ -118,7 +118,7 @@ func homeUnder(m wire.Membership, f *filter.Filter, keys []string, who string) (
 		}
 		return order[0].Name, order[0].Name == who
 	}
-	rt := newRoute(m, f.Name(), f.Partitions())
+	rt := newRoute(m, f.Name(), f.Partitions(), nil)
 	for _, k := range keys {
 		if home := rt.Readers(f.PartitionOf(k))[0]; home != who {
 			return home, false

@@ -299,7 +299,7 @@ func (s *Service) replicatePlaced(ctx context.Context, level wire.Consistency, f
 		if at[set] < 0 {
 			at[set] = len(sets)
 			sets = append(sets, replication.PlacedKeys{
-				Writers: writerSets[set], Keys: make([]string, 0, counts[set]), Applied: f.Holds(parts[i]),
+				Writers: writerSets[set], Counted: rt.CountedSet(set), Keys: make([]string, 0, counts[set]), Applied: f.Holds(parts[i]),
 			})
 		}
 		p := &sets[at[set]]

@@ -223,6 +223,25 @@ func (c *cluster) targets() []history.Pod {
 	return out
 }
 
+// awaitCaughtUp waits until every member holds the partitions it owns under the current
+// membership, pulled from their previous owners (PlacementStatus.CaughtUp), as the operator waits
+// before it ends a move.
+func (c *cluster) awaitCaughtUp() {
+	c.t.Helper()
+	await.Until(c.t, time.Minute, fmt.Sprintf("every member caught up under epoch %d", c.epoch), func() (bool, string) {
+		var behind []string
+		for _, p := range c.members {
+			ctx, cancel := context.WithTimeout(c.t.Context(), 5*time.Second)
+			st, err := p.inner.PlacementStatus(ctx)
+			cancel()
+			if err != nil || st.Epoch != c.epoch || !st.CaughtUp {
+				behind = append(behind, fmt.Sprintf("%s: %+v %v", p.name, st, err))
+			}
+		}
+		return len(behind) == 0, strings.Join(behind, "; ")
+	})
+}
+
 // restart kills p with SIGKILL, starts it again on its data directory, and tells it its
 // membership once it listens.
 func (c *cluster) restart(p *pod) {
