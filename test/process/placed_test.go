@@ -12,6 +12,7 @@ import (
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/placement"
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // These tests run clusters whose membership places each partition on two pods (R = 2): a pod
@@ -43,6 +44,17 @@ func (c *testCluster) completeMove(in []*replica, p wire.Placement) {
 		}
 	}
 	c.place(in, p, nil)
+	// Each pod releases the partitions it no longer owns once every member holds the epoch that
+	// ends the move, which it learns by asking the others.
+	await.Until(c.t, 60*time.Second, "every pod holds only what it owns once the move ends", func() (bool, string) {
+		for _, r := range in {
+			st, err := r.dp.internal.PlacementStatus(c.t.Context())
+			if err != nil || st.PartitionsHeld != st.PartitionsOwned {
+				return false, fmt.Sprintf("%s: %+v, %v", r.name, st, err)
+			}
+		}
+		return true, ""
+	})
 }
 
 func names(pods []*replica) []string {
