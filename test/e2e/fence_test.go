@@ -49,6 +49,9 @@ func TestFrozenHomeIsMovedAndFenced(t *testing.T) {
 	pods := podNames(sampleReplicas)
 	home := homeOf(filter, pods)
 	others := slices.DeleteFunc(slices.Clone(pods), func(p string) bool { return p == home })
+	// A new cluster's first membership may hold its first pod alone, and the next one moves the
+	// partitions to every pod: the freeze is of a home in a settled cluster, not of one in a move.
+	n.waitPlacement(pods, "Stable")
 	n.waitLeasesHeld(pods)
 	requireHome(t, filter, n.api(home), n.api(others[0]))
 
@@ -109,8 +112,8 @@ func TestFrozenHomeIsMovedAndFenced(t *testing.T) {
 		switch {
 		case !errors.As(o.Err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable ||
 			apiErr.Code != wire.CodeLeaseLapsed && apiErr.Code != wire.CodeHomeUnavailable:
-			t.Errorf("check-and-set of %s at %s that waited in frozen %s's socket: answered %s, want 503 code %d or %d",
-				q.value, q.level, home, o.Answer(), wire.CodeLeaseLapsed, wire.CodeHomeUnavailable)
+			t.Errorf("check-and-set of %s at %s that waited in frozen %s's socket: answered %s after %v (%v), want 503 code %d or %d",
+				q.value, q.level, home, o.Answer(), o.Done.Sub(o.Invoked).Round(time.Millisecond), o.Err, wire.CodeLeaseLapsed, wire.CodeHomeUnavailable)
 		default:
 			t.Logf("check-and-set of %s at %s that waited in frozen %s's socket: %s after %v", q.value, q.level, home, o.Answer(), o.Done.Sub(o.Invoked).Round(time.Millisecond))
 		}
@@ -212,7 +215,7 @@ func (f freeze) attempt() freezeAttempt {
 	}
 	a := freezeAttempt{race: &history.History{}, raceDone: &sync.WaitGroup{}}
 	restarts := n.jsonpath("pod/"+f.home, "{.status.containerStatuses[0].restartCount}")
-	pid := signalContainer(t, n, f.home, syscall.SIGSTOP)
+	pid := freezeContainer(t, n, f.home)
 	a.frozen = time.Now()
 	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	t.Cleanup(resume)

@@ -235,6 +235,18 @@ func (n namespace) waitMembership(pods []string) int64 {
 	return epoch
 }
 
+// waitPlacement waits until the BloomCluster's status shows the placement in phase, owned by pods,
+// with no partition moving, and every pod holds its membership.
+func (n namespace) waitPlacement(pods []string, phase string) {
+	n.t.Helper()
+	owners := strings.Join(pods, " ")
+	await.Until(n.t, waitTimeout, fmt.Sprintf("status.placement %s on %v", phase, pods), func() (bool, string) {
+		got := n.jsonpath("bloomcluster/example", "{.status.placement.phase} {.status.placement.partitionsMoving} {.status.placement.owners[*]}")
+		return got == phase+" 0 "+owners, got
+	})
+	n.waitMembership(pods)
+}
+
 // podEvents prints, for `kubectl get pods --watch --output-watch-events`, one line per change of a
 // pod: the event, the pod's name, UID, Ready condition, deletion time, IP and API port (each but
 // the first two may be empty).

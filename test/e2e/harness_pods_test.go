@@ -3,15 +3,18 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/test/e2e/agent"
 )
 
@@ -41,6 +44,42 @@ func signalContainer(t *testing.T, n namespace, pod string, sig syscall.Signal) 
 	}
 	t.Logf("sent %s to process %d of pod %s", sig, pid, pod)
 	return pid
+}
+
+// freezeContainer stops the process of a pod's container with SIGSTOP, waits until every one of
+// its threads has stopped, and returns the process's ID. kill returns once the signal is sent; the
+// stop reaches the threads later, one after another, and on a loaded machine one of them may
+// meanwhile accept and read a request sent after kill returned: that request then meets the
+// freeze in the middle of its handler, not in the socket.
+func freezeContainer(t *testing.T, n namespace, pod string) int {
+	t.Helper()
+	pid := signalContainer(t, n, pod, syscall.SIGSTOP)
+	await.Until(t, 10*time.Second, fmt.Sprintf("every thread of process %d stops", pid), func() (bool, string) {
+		running, err := runningThreads(pid)
+		return err == nil && len(running) == 0, fmt.Sprint(running, err)
+	})
+	return pid
+}
+
+// runningThreads lists the threads of process pid that are not stopped (state T in
+// /proc/pid/task/tid/stat, the field after the command's closing parenthesis), with their state.
+func runningThreads(pid int) ([]string, error) {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return nil, err
+	}
+	var running []string
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			return nil, err
+		}
+		_, after, _ := strings.Cut(string(stat[bytes.LastIndexByte(stat, ')')+1:]), " ")
+		if state, _, _ := strings.Cut(after, " "); state != "T" {
+			running = append(running, task.Name()+":"+state)
+		}
+	}
+	return running, nil
 }
 
 // requireRecovered checks that the pod's data plane holds the filter it had, not one the operator

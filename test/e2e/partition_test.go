@@ -100,18 +100,6 @@ func requireFilterShowsItsOwners(t *testing.T, n namespace, name string, copies 
 	})
 }
 
-// waitPlacement waits until the BloomCluster's status shows the placement in phase, owned by pods,
-// with no partition moving, and every pod holds its membership.
-func (n namespace) waitPlacement(pods []string, phase string) {
-	n.t.Helper()
-	owners := strings.Join(pods, " ")
-	await.Until(n.t, waitTimeout, fmt.Sprintf("status.placement %s on %v", phase, pods), func() (bool, string) {
-		got := n.jsonpath("bloomcluster/example", "{.status.placement.phase} {.status.placement.partitionsMoving} {.status.placement.owners[*]}")
-		return got == phase+" 0 "+owners, got
-	})
-	n.waitMembership(pods)
-}
-
 // requireOwnShare checks every pod's placement status: each owns some of the partitions, no more
 // than the bound of R = 2 over the pods, and holds only those.
 func requireOwnShare(t *testing.T, n namespace, pods []string, partitions int) {

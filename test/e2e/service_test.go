@@ -42,7 +42,7 @@ func TestServicePath(t *testing.T) {
 
 	frozen := n.api("example-2")
 	endpoint := strings.TrimPrefix(frozen.base, "http://")
-	pid := signalContainer(t, n, "example-2", syscall.SIGSTOP)
+	pid := freezeContainer(t, n, "example-2")
 	stopped := time.Now()
 	// Its liveness probe may have the node agent kill and restart it meanwhile: then there is
 	// nothing left to resume.
