@@ -28,6 +28,43 @@ func moveMembership(self string, epoch uint64) wire.Membership {
 	return m
 }
 
+// During a move a read asks the previous owners, so a write counts a quorum of them on its own:
+// c, a new owner, writes at quorum, and a and c, two of the three writers, are not enough while b
+// refuses: a read at one from b would miss the write, where R + W = 1 + 2 exceeds the 2 owners.
+func TestAMoveCountsThePreviousOwnersOnTheirOwn(t *testing.T) {
+	net := peer.NewNetwork()
+	var mu sync.Mutex
+	refuse := true
+	joinFake(net, "a", &fakePeer{apply: allApplied}, nil)
+	joinFake(net, "b", &fakePeer{apply: func(ops []peer.Op) ([]peer.Outcome, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse {
+			return nil, errors.New("b refuses")
+		}
+		return allApplied(ops)
+	}}, nil)
+	c := newNode(t, net, "c", Options{Timeout: time.Second})
+	if err := c.SetMembership(moveMembership("c", 2)); err != nil {
+		t.Fatal(err)
+	}
+	rt := c.Route("f", 4)
+	write := func(key string) error {
+		i := rt.WriterSet(0)
+		return c.AddPlaced(t.Context(), wire.ConsistencyQuorum, "f", 1,
+			[]PlacedKeys{{Writers: rt.WriterSets()[i], Counted: rt.CountedSet(i), Keys: []string{key}, Applied: true}}, nil, 0)
+	}
+	if err := write("refused"); !errors.Is(err, ErrReplication) {
+		t.Errorf("a write at quorum during the move that b, a previous owner, refused: %v, want ErrReplication", err)
+	}
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	if err := write("held"); err != nil {
+		t.Errorf("a write at quorum during the move that every writer takes: %v", err)
+	}
+}
+
 // A pod that takes the membership ending a move while its peers still hold the moving one (they
 // answer epoch 0 here) sends writes to the move's writers too, and counts a quorum of the owners
 // and one of the previous owners, which the peers still on the moving membership read from: b's

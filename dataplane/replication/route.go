@@ -178,7 +178,8 @@ func (rt *Route) present(names []string) []string {
 // Writers are the owners a write of partition p goes to: the previous owners during a move, then
 // the owners, so that both placements hold every write; and, at the end of a move, the writers
 // of the move ended too, while a member may still read from them. A consistency level counts them
-// all, members or not: a write to a partition with an owner away waits for it like any other.
+// all, members or not (Counted): a write to a partition with an owner away waits for it like any
+// other.
 func (rt *Route) Writers(p int) []string {
 	if rt.previous == nil && rt.ended == nil {
 		return rt.owners[p]
@@ -203,19 +204,23 @@ func (rt *Route) Writers(p int) []string {
 }
 
 // Counted are the groups of partition p's writers that a consistency level counts each on its
-// own, or nil when it counts them as one. At the end of a move they are the writers under the
-// membership held, and the owners that a member still holding the moving membership reads from
-// (Readers): a write at quorum reaches a quorum of each, which a quorum of the union of them
-// might not.
+// own, or nil when it counts them as one: every set of pods that a read of p may ask, so that a
+// write at level W meets a read at level R whenever R + W exceeds that set, which a level counted
+// over the union of the sets would not promise. During a move a read asks the previous owners,
+// and once it has ended the owners; at the end of a move, a member still holding the moving
+// membership reads from the owners that membership names (Readers).
 func (rt *Route) Counted(p int) [][]string {
-	if rt.ended == nil {
+	if rt.previous == nil && rt.ended == nil {
 		return nil
 	}
-	held := rt.owners[p]
+	groups := [][]string{rt.owners[p]}
 	if rt.previous != nil {
-		held = slices.Compact(slices.Sorted(slices.Values(slices.Concat(rt.previous[p], held))))
+		groups = append(groups, rt.previous[p])
 	}
-	return [][]string{held, rt.endedReaders[p]}
+	if rt.ended != nil {
+		groups = append(groups, rt.endedReaders[p])
+	}
+	return groups
 }
 
 // ownerAway reports whether one of partition p's owners is not a member.
