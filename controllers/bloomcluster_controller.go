@@ -68,6 +68,8 @@ type BloomClusterReconciler struct {
 
 	// leaseClock holds when each home lease's current version was first seen (homelease.go).
 	leaseClock leaseClock
+	// own holds the status writes the cache has not caught up with (ownWrites).
+	own ownWrites
 
 	// orphanedTemplates holds, by BloomCluster UID, the pod template of a StatefulSet deleted to
 	// grow its volumes, until it is made anew with it (growVolumes). It lives in memory: an
@@ -153,6 +155,9 @@ func (r *BloomClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
+	}
+	if r.own.behind(&cluster) {
+		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
 	}
 	original := cluster.DeepCopy()
 	result, err := r.reconcile(ctx, &cluster)
@@ -361,6 +366,7 @@ func (r *BloomClusterReconciler) patchStatus(ctx context.Context, original, clus
 	if err := r.Client.Status().Patch(ctx, cluster, patch); err != nil {
 		return fmt.Errorf("patching status of BloomCluster: %w", err)
 	}
+	r.own.wrote(cluster)
 	return nil
 }
 
@@ -403,7 +409,7 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		UpdateFunc: func(event.UpdateEvent) bool { return false },
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomCluster{}, builder.WithPredicates(userIntentChanged)).
+		For(&bloomeryv1alpha1.BloomCluster{}, builder.WithPredicates(predicate.Or(r.own.caughtUpEvents(), userIntentChanged))).
 		Owns(&corev1.Secret{}).
 		Owns(&corev1.ConfigMap{}).
 		Owns(&corev1.Service{}).

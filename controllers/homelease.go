@@ -139,7 +139,8 @@ func (r *BloomClusterReconciler) fenceHomes(ctx context.Context, st *clusterStat
 				lapsed, left := lapse(seen, now, d)
 				if !lapsed {
 					wake = minPositive(wake, left)
-					targets[i].quick = overdue(seen, now, d)
+					// On this process's clock, not r.now(), which tests may set apart.
+					targets[i].quick, targets[i].leaseLapses = overdue(seen, now, d), time.Now().Add(left)
 					break
 				}
 				revoked, err := r.revokeHomeLease(ctx, c, l, now)
@@ -214,6 +215,8 @@ func (r *BloomClusterReconciler) revokeHomeLease(ctx context.Context, c *bloomer
 	return true, nil
 }
 
+const readmitProbeTimeout = 250 * time.Millisecond
+
 // overdue reports whether a lease seen first at seen has missed a renewal at now: its pod renews
 // every third of the duration, so half of it without a change means one renewal at least did not
 // reach the API server.
@@ -221,9 +224,13 @@ func overdue(seen, now time.Time, duration time.Duration) bool {
 	return now.Sub(seen) > duration/2
 }
 
-// answers reports whether a pod's API answers the operator (a revoked pod that is back).
+// answers reports whether a pod's API answers the operator (a revoked pod that is back). Every
+// pass asks each revoked pod, the one right after the revocation that pushes the epoch without it
+// included, so the question waits for a frozen pod no longer than readmitProbeTimeout; a pod that
+// is back answers a read of its membership in milliseconds, and one that does not is asked again
+// next pass.
 func (r *BloomClusterReconciler) answers(ctx context.Context, t memberPod) bool {
-	ctx, cancel := t.callContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, readmitProbeTimeout)
 	defer cancel()
 	_, err := r.dataPlane().GetMembership(ctx, t.addr)
 	return err == nil

@@ -172,6 +172,14 @@ func TestRevokingPassLeavesThePodOut(t *testing.T) {
 	if deadline, ok := ctx.Deadline(); !ok || deadline.After(time.Now().Add(quickCallTimeout)) {
 		t.Errorf("a call to c-2 has deadline %v (set: %v); want one within %v", deadline, ok, quickCallTimeout)
 	}
+	// Nor may a call to a pod that froze just before its lease was overdue outlast the lease: the
+	// pass that revokes it would wait for that call.
+	left := wire.LeaseLapsedAfter(10*time.Second) - time.Second
+	ctx, cancel = keptTargets[0].callContext(t.Context())
+	defer cancel()
+	if deadline, ok := ctx.Deadline(); !ok || deadline.After(time.Now().Add(left)) {
+		t.Errorf("a call to c-0 has deadline %v (set: %v); want one within %v, when its lease lapses", deadline, ok, left)
+	}
 	var l coordinationv1.Lease
 	if err := k.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "c-1"}, &l); err != nil {
 		t.Fatal(err)

@@ -41,6 +41,10 @@ type memberPod struct {
 	// quick is true when the pod's home lease is overdue or revoked (fenceHomes): the pod is
 	// likely frozen or cut off, and calls to it give up after quickCallTimeout.
 	quick bool
+	// leaseLapses is when its held home lease lapses, as the pass read it (zero when it holds
+	// none): calls to it give up then, so that a pass waiting on a pod that froze before its lease
+	// was overdue does not hold back the pass that revokes the lease.
+	leaseLapses time.Time
 }
 
 // quickCallTimeout bounds each call to a pod whose home lease is overdue or revoked. Each pass
@@ -52,11 +56,23 @@ const quickCallTimeout = time.Second
 
 // callContext is the context of a call to the pod.
 func (t memberPod) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if t.quick {
-		return context.WithTimeout(ctx, quickCallTimeout)
+	now := time.Now()
+	deadline := t.leaseLapses
+	if q := now.Add(quickCallTimeout); t.quick && (deadline.IsZero() || q.Before(deadline)) {
+		deadline = q
 	}
-	return context.WithCancel(ctx)
+	if deadline.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	if least := now.Add(minCallTimeout); deadline.Before(least) {
+		deadline = least
+	}
+	return context.WithDeadline(ctx, deadline)
 }
+
+// minCallTimeout is the least a call to a pod is given, even past its lease's lapse: each such
+// call holds back the pass that revokes the lease that much at most.
+const minCallTimeout = 100 * time.Millisecond
 
 // reconcileMembership starts a new epoch when the set of pods changed, or else brings every pod
 // to the recorded one. It never fails the pass for a pod: pods that do not take the membership
@@ -95,16 +111,12 @@ func (r *BloomClusterReconciler) reconcileMembers(ctx context.Context, st *clust
 	recorded, ok := recordedPlacement(c)
 	switch {
 	case !slices.Equal(members, c.Status.Members):
-		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, want, previousFor(c, want), "the set of pods changed")
-		// The status write at the end of this pass records the epoch; its event brings the pass
-		// that pushes it.
-		return ctrl.Result{RequeueAfter: membershipRetry}, nil
+		return r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, want, previousFor(c, want), "the set of pods changed"), nil
 	case len(members) == 0:
 		st.drained = true // no pod holds anything the operator could move
 		return ctrl.Result{}, nil
 	case !ok || !recorded.equal(want):
-		r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, want, previousFor(c, want), "the placement changed")
-		return ctrl.Result{RequeueAfter: membershipRetry}, nil
+		return r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, want, previousFor(c, want), "the placement changed"), nil
 	}
 
 	outcomes := r.pushMembership(ctx, c, targets)
@@ -133,8 +145,7 @@ func (r *BloomClusterReconciler) reconcileMembers(ctx context.Context, st *clust
 		return ctrl.Result{RequeueAfter: membershipRetry}, nil
 	}
 	if next > 0 {
-		r.startEpoch(ctx, c, int64(next), members, recorded, previousFor(c, recorded), "a pod holds an epoch at least as high as status.membershipEpoch")
-		return ctrl.Result{RequeueAfter: membershipRetry}, nil
+		return r.startEpoch(ctx, c, int64(next), members, recorded, previousFor(c, recorded), "a pod holds an epoch at least as high as status.membershipEpoch"), nil
 	}
 	if len(unreachable) > 0 {
 		st.notApplied = append(st.notApplied, degradation{ReasonMembershipNotDelivered, fmt.Sprintf(
@@ -155,8 +166,7 @@ func (r *BloomClusterReconciler) reconcileMembers(ctx context.Context, st *clust
 			return ctrl.Result{RequeueAfter: placementRetry}, nil
 		}
 	}
-	r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, recorded, nil, "every member holds the partitions it owns")
-	return ctrl.Result{RequeueAfter: membershipRetry}, nil
+	return r.startEpoch(ctx, c, c.Status.MembershipEpoch+1, members, recorded, nil, "every member holds the partitions it owns"), nil
 }
 
 // reportIgnored counts in status the pods with the cluster's labels that are not its
@@ -211,9 +221,12 @@ func containerStarted(pod *corev1.Pod) bool {
 }
 
 // startEpoch records a new membership in status, with its placement and the one it moves from
-// (nil: none); the caller's status write persists it.
+// (nil: none), and answers the pass's result: the status write at the end of the pass persists
+// the epoch, and the next pass, which pushes it to the pods, follows at once. It starts from the
+// cache, once the cache holds that write (BloomClusterReconciler.own): a pass from the status
+// before it would start the same epoch again, and its write would conflict.
 func (r *BloomClusterReconciler) startEpoch(ctx context.Context, c *bloomeryv1alpha1.BloomCluster, epoch int64,
-	members []bloomeryv1alpha1.ClusterMember, current placement, previous *placement, why string) {
+	members []bloomeryv1alpha1.ClusterMember, current placement, previous *placement, why string) ctrl.Result {
 	kv := []any{"epoch", epoch, "previousEpoch", c.Status.MembershipEpoch, "members", memberNames(members),
 		"owners", current.owners, "replicationFactor", current.factor, "reason", why}
 	if previous != nil {
@@ -223,7 +236,12 @@ func (r *BloomClusterReconciler) startEpoch(ctx context.Context, c *bloomeryv1al
 	c.Status.MembershipEpoch = epoch
 	c.Status.Members = members
 	setPlacement(c, members, current, previous)
+	return ctrl.Result{RequeueAfter: pushAfterEpoch}
 }
+
+// pushAfterEpoch is when the pass that pushes a new epoch follows the one that started it.
+// RequeueAfter must be positive to be honoured.
+const pushAfterEpoch = time.Millisecond
 
 // pushOutcome is what became of one pod's membership in a pass.
 type pushOutcome struct {

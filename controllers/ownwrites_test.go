@@ -3,13 +3,16 @@ package controllers
 import (
 	"context"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -248,5 +251,51 @@ func TestBloomFilterFinalizedIsNotFinalizedAgain(t *testing.T) {
 	if writes != 0 || len(dp.served()) != calls {
 		t.Errorf("a pass that read the finalized object from before its finalizer went made %d writes and %d pod calls, want none",
 			writes, len(dp.served())-calls)
+	}
+}
+
+// A BloomCluster pass that reads the cluster as it was before the pass that last wrote its status
+// writes nothing: from the status before a new epoch it would start that epoch again, and its
+// status write would conflict.
+func TestBloomClusterPassWaitsForTheCacheToHoldItsWrites(t *testing.T) {
+	var writes int
+	count := func() { writes++ }
+	c := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", UID: "c-uid"}}
+	k := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(c).WithStatusSubresource(c).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, k client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			count()
+			return k.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, k client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			count()
+			return k.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, k client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			count()
+			return k.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, k client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			count()
+			return k.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}).Build()
+	var read bloomeryv1alpha1.BloomCluster
+	if err := k.Get(t.Context(), client.ObjectKeyFromObject(c), &read); err != nil {
+		t.Fatal(err)
+	}
+	version, err := strconv.Atoi(read.ResourceVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := read.DeepCopy()
+	written.ResourceVersion = strconv.Itoa(version + 1)
+	r := &BloomClusterReconciler{Client: k, Scheme: testScheme, DefaultImage: testImage}
+	r.own.wrote(written)
+	result, err := r.Reconcile(t.Context(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(c)})
+	if err != nil || result.RequeueAfter != cacheLagRetry {
+		t.Errorf("a pass that read the cluster from before the last write: %+v, %v; want a requeue after %v", result, err, cacheLagRetry)
+	}
+	if writes != 0 {
+		t.Errorf("a pass that read the cluster from before the last write made %d writes, want none", writes)
 	}
 }

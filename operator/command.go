@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -99,6 +100,9 @@ func NewCommand(version string) *cobra.Command {
 	fs.StringVar(&f.operatorPods, "operator-pod-labels", defaultOperatorPodLabels,
 		"labels of the operator's own pods (key=value,...), which the data plane's NetworkPolicies admit to the internal port")
 	logFlags := flag.NewFlagSet("log", flag.ContinueOnError)
+	// Timestamps to the nanosecond, as the data plane writes them: a lease's lapse, its
+	// revocation and the push of the next epoch come within a second of each other.
+	f.zap.TimeEncoder = zapcore.RFC3339NanoTimeEncoder
 	f.zap.BindFlags(logFlags)
 	fs.AddGoFlagSet(logFlags)
 	cli.SetVersion(cmd, version)
