@@ -352,7 +352,7 @@ func (s *Server) check(c echo.Context) error {
 		return writeBool(c, answers[0])
 	}
 	present := f.Check(value)
-	if !present && level != wire.ConsistencyOne {
+	if !present && s.Writes.AsksPeers(level) {
 		answers := []bool{false}
 		if err := s.checkPeers(c, level, f.Name(), []string{value}, answers); err != nil {
 			return err

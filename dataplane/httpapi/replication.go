@@ -69,28 +69,15 @@ func (s *Server) forwardToHome(c echo.Context) (bool, error) {
 	return false, nil
 }
 
-// checkPeers widens a read to ?consistency=quorum|all: the values absent here are asked of
-// enough peers, and present ORs in their answers.
+// checkPeers widens a read as its level asks (writes.Service.AsksPeers): the values absent here
+// are asked of enough peers, and present ORs in their answers. A request a peer forwarded here
+// is answered from this pod's copy: the peer counts it.
 func (s *Server) checkPeers(c echo.Context, level wire.Consistency, name string, values []string, present []bool) error {
-	if level == wire.ConsistencyOne || forwarded(c) || !s.Node.Replicating() {
+	if forwarded(c) {
 		return nil
 	}
-	var absent []string
-	var at []int
-	for i, p := range present {
-		if !p {
-			absent, at = append(absent, values[i]), append(at, i)
-		}
-	}
-	if len(absent) == 0 {
-		return nil
-	}
-	answers := make([]bool, len(absent))
-	if err := s.Node.CheckPeers(c.Request().Context(), name, absent, level, answers); err != nil {
+	if err := s.Writes.CheckPeers(c.Request().Context(), level, name, values, present); err != nil {
 		return &apiError{http.StatusServiceUnavailable, wire.CodeReplication, err.Error()}
-	}
-	for j, i := range at {
-		present[i] = answers[j]
 	}
 	return nil
 }

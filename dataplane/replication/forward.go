@@ -38,13 +38,26 @@ func (n *Node) Forward(ctx context.Context, peer wire.Member, method, requestURI
 	return a, nil
 }
 
-// CheckPeers asks enough peers for a read at level to reach that many pods with this one, in
-// parallel, and ORs their answers into present: a value any of them holds is reported present.
-// It errs when too few answer in time. The checks go with the others bound for the same peer and
-// filter (checkBatcher).
+// PeersToAsk is how many peers a read at level asks for the values this pod's copy answers
+// absent: as many as the level counts beyond this pod. A pod that does not hold its home lease
+// counts its own copy for nothing, and asks one more, at consistency one too: it may have been
+// left out of the members while it was away (frozen, cut off), and its copy may lack writes
+// acknowledged without it. A pod without peers asks none.
+func (n *Node) PeersToAsk(level wire.Consistency) int {
+	peers := len(n.members.Peers())
+	need := level.Count(peers+1) - 1
+	if !n.LeaseHeld() {
+		need = min(need+1, peers)
+	}
+	return need
+}
+
+// CheckPeers asks PeersToAsk(level) peers, in parallel, and ORs their answers into present: a
+// value any of them holds is reported present. It errs when too few answer in time. The checks
+// go with the others bound for the same peer and filter (checkBatcher).
 func (n *Node) CheckPeers(ctx context.Context, name string, values []string, level wire.Consistency, present []bool) error {
 	peers := n.members.Peers()
-	need := level.Count(len(peers)+1) - 1
+	need := n.PeersToAsk(level)
 	if need <= 0 {
 		return nil
 	}
@@ -72,6 +85,10 @@ func (n *Node) CheckPeers(ctx context.Context, name string, values []string, lev
 			failed++
 			failures = append(failures, a.err.Error())
 			if len(peers)-failed < need {
+				if need > level.Count(len(peers)+1)-1 {
+					return fmt.Errorf("%w: consistency %q asks %d of the %d peers, since this pod does not hold its home lease, and only %d answered (%s)",
+						ErrReplication, level, need, len(peers), answered, strings.Join(failures, "; "))
+				}
 				return fmt.Errorf("%w: consistency %q needs %d of %d pods and only %d answered (%s)",
 					ErrReplication, level, need+1, len(peers)+1, answered+1, strings.Join(failures, "; "))
 			}

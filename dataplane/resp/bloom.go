@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
+	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
 // bloomCommands are RedisBloom's Bloom filter commands, with its syntax, replies and error texts.
@@ -256,9 +257,8 @@ func added(present bool) int64 {
 func bfExists(ctx context.Context, s *Server, c *call) error {
 	present := false
 	if f, ok := s.lookup(c.arg(1)); ok {
-		if !s.opts.Writes.Placed() {
-			present = f.Check(c.arg(2))
-		} else {
+		present = !s.opts.Writes.Placed() && f.Check(c.arg(2))
+		if !present && (s.opts.Writes.Placed() || s.opts.Writes.AsksPeers(wire.ConsistencyOne)) {
 			answers, err := s.check(ctx, f, []string{c.arg(2)})
 			if err != nil {
 				return err

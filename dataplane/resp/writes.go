@@ -116,13 +116,15 @@ func (s *Server) awaitFilter(ctx context.Context, name string) (*filter.Filter, 
 	}
 }
 
-// check answers whether each item may be in f: asked of the owners of its partition under a
-// placed membership, of this pod otherwise.
+// check answers whether each item may be in f, at consistency one: asked of the owners of its
+// partition under a placed membership, of this pod otherwise, and of a peer too for the items
+// absent here when this pod does not hold its home lease (writes.Service.AsksPeers).
 func (s *Server) check(ctx context.Context, f *filter.Filter, items []string) ([]bool, error) {
-	if !s.opts.Writes.Placed() {
-		return f.CheckMany(items), nil
+	if s.opts.Writes.Placed() {
+		return s.opts.Writes.Routed(ctx, wire.ConsistencyOne, f, wire.OpMultiCheck, items, false)
 	}
-	return s.opts.Writes.Routed(ctx, wire.ConsistencyOne, f, wire.OpMultiCheck, items, false)
+	present := f.CheckMany(items)
+	return present, s.opts.Writes.CheckPeers(ctx, wire.ConsistencyOne, f.Name(), items, present)
 }
 
 // addBounded adds items to a non-scaling filter one at a time, and stops, as RedisBloom does, at

@@ -1,9 +1,12 @@
 package writes_test
 
 import (
+	"encoding/json"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -47,7 +50,7 @@ func memPodsWith(t *testing.T, configure func(name string, o *replication.Option
 		}
 		node := replication.NewNode(opts)
 		t.Cleanup(node.Close)
-		net.Join(pod, dppeer.NewServer(dppeer.ServerOptions{Host: node, Store: store, MaxRequestBytes: 1 << 20}), nil)
+		net.Join(pod, dppeer.NewServer(dppeer.ServerOptions{Host: node, Store: store, MaxRequestBytes: 1 << 20}), checkHandler(store))
 		if err := node.SetMembership(wire.Membership{Epoch: 1, Self: pod, Members: members}); err != nil {
 			t.Fatal(err)
 		}
@@ -62,6 +65,23 @@ func memPodsWith(t *testing.T, configure func(name string, o *replication.Option
 		}
 	}
 	return net, services, nodes, fa
+}
+
+// checkHandler serves a peer's multi-checks from store, as the internal API does.
+func checkHandler(store *filter.Store) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		rest, isCheck := strings.CutSuffix(r.URL.Path, "/"+string(wire.OpMultiCheck))
+		_, name, _ := strings.Cut(rest, "/bloomfilter/")
+		f, held := store.Lookup(name)
+		var body struct {
+			Values []string `json:"values"`
+		}
+		if !isCheck || !held || json.NewDecoder(r.Body).Decode(&body) != nil {
+			http.Error(w, "not a multi-check of a filter held here", http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(f.CheckMany(body.Values))
+	}
 }
 
 // A check-and-set that answers false waits for a quorum of the pods whatever the level it asks,

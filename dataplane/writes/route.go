@@ -46,7 +46,7 @@ func (s *Service) Routed(ctx context.Context, level wire.Consistency, f *filter.
 	together := map[string][]int{}
 	var firsts []string
 	for i, g := range groups {
-		if need(op, level, g) > 1 {
+		if s.need(op, level, rt, g) > 1 {
 			wg.Go(func() { errs[i] = s.serveGroup(ctx, level, f, rt, op, g, answers, 0, nil) })
 			continue
 		}
@@ -65,12 +65,18 @@ func (s *Service) Routed(ctx context.Context, level wire.Consistency, f *filter.
 	return answers, nil
 }
 
-// need is how many of g's servers must answer: one for a write, the level's count for a check.
-func need(op wire.FilterOp, level wire.Consistency, g *group) int {
-	if op == wire.OpMultiCheck {
-		return level.Count(len(g.servers))
+// need is how many of g's servers must answer: one for a write, the level's count for a check,
+// and one more when this pod is the first of them and does not hold its home lease, whose copy
+// then counts for nothing (replication.Node.PeersToAsk), unless it is the only one.
+func (s *Service) need(op wire.FilterOp, level wire.Consistency, rt *replication.Route, g *group) int {
+	if op != wire.OpMultiCheck {
+		return 1
 	}
-	return 1
+	n := level.Count(len(g.servers))
+	if g.servers[0] == rt.Self() && !s.node.LeaseHeld() {
+		n = min(n+1, len(g.servers))
+	}
+	return n
 }
 
 // serveTogether has server serve the values of the groups at members, all first served by it, in
@@ -171,7 +177,7 @@ func groupByServers(f *filter.Filter, rt *replication.Route, op wire.FilterOp, v
 // partition's home, alone; a check to as many servers as level counts, whose answers are ORed.
 func (s *Service) serveGroup(ctx context.Context, level wire.Consistency, f *filter.Filter, rt *replication.Route, op wire.FilterOp, g *group, answers []bool,
 	from int, failures []error) error {
-	need := need(op, level, g)
+	need := s.need(op, level, rt, g)
 	served := 0
 	for _, server := range g.servers[from:] {
 		if served == need {
