@@ -44,6 +44,11 @@ type Options struct {
 	// Epoch is the membership epoch the pod holds: after a revocation the lease is taken again
 	// only at the epoch it names or later.
 	Epoch func() uint64
+	// EpochChanged, when set, answers a channel closed when the pod's membership next changes:
+	// Run renews then at once, so that a pod readmitted after a revocation takes its lease back
+	// as soon as it holds the epoch that readmits it, rather than an Interval later, while it is
+	// home again and refuses check-and-sets for want of the lease.
+	EpochChanged func() <-chan struct{}
 	// Now is the clock; nil means time.Now, whose readings carry the monotonic clock.
 	Now func() time.Time
 	Log *slog.Logger
@@ -98,14 +103,18 @@ func (r *Renewer) Failures() uint64 { return r.failures.Load() }
 // and the lease is still held.
 func (r *Renewer) Interval() time.Duration { return r.opts.Duration / 3 }
 
-// Run renews the lease at once, then every Interval, until ctx ends. Each attempt may take up to
-// an Interval.
+// Run renews the lease at once, then every Interval and at each change of the membership
+// (Options.EpochChanged), until ctx ends. Each attempt may take up to an Interval.
 func (r *Renewer) Run(ctx context.Context) {
 	r.opts.Log.Info("Renewing the home lease", "duration", r.opts.Duration, "interval", r.Interval(),
 		"heldFor", wire.LeaseHeldFor(r.opts.Duration))
 	t := time.NewTicker(r.Interval())
 	defer t.Stop()
 	for {
+		var changed <-chan struct{} // nil, which never fires, without EpochChanged
+		if r.opts.EpochChanged != nil {
+			changed = r.opts.EpochChanged() // before the attempt: a change during it renews again
+		}
 		attempt, cancel := context.WithTimeout(ctx, r.Interval())
 		_ = r.Renew(attempt) // logged and counted by Renew
 		cancel()
@@ -113,6 +122,7 @@ func (r *Renewer) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-changed:
 		}
 	}
 }

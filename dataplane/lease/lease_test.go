@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 	"github.com/bloomery/bloomery/internal/tick/ticktest"
 )
 
@@ -337,4 +339,33 @@ current-context: x
 	if _, err := apiConfig(filepath.Join(t.TempDir(), "missing")); err == nil || !strings.Contains(err.Error(), "KUBECONFIG") {
 		t.Errorf("a missing kubeconfig: %v, want an error naming KUBECONFIG", err)
 	}
+}
+
+// A pod whose lease was revoked takes it back as soon as it holds the epoch the revocation names,
+// when its membership changes, not at its next renewal: readmitted, it is home again at once, and
+// refuses check-and-sets until it holds its lease.
+func TestRunRenewsWhenTheMembershipChanges(t *testing.T) {
+	t.Parallel()
+	f := newFixture()
+	f.epoch = 4
+	f.renew(t)
+	f.leases.revoke(t, "alpha-0", 5)
+	var epoch atomic.Uint64
+	epoch.Store(4)
+	changed := make(chan struct{})
+	// A lease of ten minutes: its renewals come every 200 s, long after the test.
+	logged := &countingHandler{counts: map[slog.Level]int{}}
+	r := New(Options{Leases: f.leases, Name: "alpha-0", Namespace: "ns", Duration: 10 * time.Minute,
+		Epoch: epoch.Load, Now: f.clock.Now, Log: slog.New(logged), EpochChanged: func() <-chan struct{} { return changed }})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	await.True(t, 10*time.Second, "the first renewal to find the revocation (its warning)", func() bool { return logged.warnings() > 0 })
+	if r.Held() {
+		t.Fatal("held at epoch 4 after a revocation for epoch 5")
+	}
+	epoch.Store(5)
+	close(changed)
+	await.True(t, 10*time.Second, "the lease taken back once the pod holds epoch 5", r.Held)
 }

@@ -97,7 +97,11 @@ func newDataPlane(cfg config.Config, log *slog.Logger, clock func() time.Time, e
 			Duration:  cfg.HomeLease,
 			// Read only once Run renews, when the node exists.
 			Epoch: func() uint64 { return d.node.Membership().Epoch },
-			Log:   log,
+			EpochChanged: func() <-chan struct{} {
+				_, changed := d.node.Known()
+				return changed
+			},
+			Log: log,
 		})
 		homeLease = d.homeLease.Held
 	}
