@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/client"
@@ -124,6 +126,15 @@ func (s *Server) check(ctx context.Context, f *filter.Filter, items []string) ([
 		return s.opts.Writes.Routed(ctx, wire.ConsistencyOne, f, wire.OpMultiCheck, items, false)
 	}
 	present := f.CheckMany(items)
+	if !s.opts.Writes.AsksPeers(wire.ConsistencyOne) {
+		return present, nil
+	}
+	// The items may view the reader's buffer (itemStrings), which the next commands reuse, and
+	// the checks sent to the peers that did not answer in time outlive this command.
+	items = slices.Clone(items)
+	for i := range items {
+		items[i] = strings.Clone(items[i])
+	}
 	return present, s.opts.Writes.CheckPeers(ctx, wire.ConsistencyOne, f.Name(), items, present)
 }
 
