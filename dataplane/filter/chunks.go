@@ -39,21 +39,21 @@ func (f *Filter) layerAt(i int) (*partition, int) {
 	return nil, 0
 }
 
-// ReadLayerBytes copies bytes of layer i from offset into dst, under its partition's read lock,
-// and answers how many: fewer than len(dst) at the layer's end, 0 past it. ErrNoSuchLayer when
-// there is no layer i.
-func (f *Filter) ReadLayerBytes(i int, offset uint64, dst []byte) (int, error) {
+// ViewLayerBytes hands view the bytes of layer i from offset, at most n of them: fewer at the
+// layer's end, none past it. view runs under the partition's read lock, which writers wait for,
+// on the layer's own memory, so that a chunk of a dump is copied once, where it goes: view
+// copies what it keeps and does not block. ErrNoSuchLayer when there is no layer i.
+func (f *Filter) ViewLayerBytes(i int, offset uint64, n int, view func([]byte)) error {
 	p, j := f.layerAt(i)
 	if p == nil {
-		return 0, fmt.Errorf("%w: filter %q has no layer %d here", ErrNoSuchLayer, f.name, i)
+		return fmt.Errorf("%w: filter %q has no layer %d here", ErrNoSuchLayer, f.name, i)
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	b := wordBytes(p.layers[j].BitSet().Words())
-	if offset >= uint64(len(b)) {
-		return 0, nil
-	}
-	return copy(dst, b[offset:]), nil
+	offset = min(offset, uint64(len(b)))
+	view(b[offset:][:min(uint64(n), uint64(len(b))-offset)])
+	return nil
 }
 
 // Load is one piece of a dump loaded into a filter, a write of its own that is journaled and
