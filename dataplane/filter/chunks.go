@@ -318,7 +318,9 @@ func (p *partition) orBytes(i int, offset uint64, src []byte) error {
 	var added uint64
 	switch {
 	case offset >= zeroFrom:
-		copy(wordBytes(words)[offset:], src)
+		dst := wordBytes(words)[offset:][:len(src)]
+		populate(dst)
+		copy(dst, src)
 		added = onesInBytes(src)
 	case offset%8 == 0 && len(src)%8 == 0:
 		// Whole words, the case of every chunk of a layer's bytes taken from its start.

@@ -246,3 +246,23 @@ func BenchmarkLoad(b *testing.B) {
 		}
 	})
 }
+
+// populate maps pages without changing a byte of them, wherever the range starts and ends.
+func TestPopulateKeepsTheBytes(t *testing.T) {
+	words, release, err := allocWords(3 * 8192)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	b := wordBytes(words)
+	for i := range b {
+		b[i] = byte(i)
+	}
+	populate(b[3 : len(b)-5])
+	populate(b[:1])
+	for i, v := range b {
+		if v != byte(i) {
+			t.Fatalf("byte %d is %d, was %d", i, v, byte(i))
+		}
+	}
+}
