@@ -3,6 +3,7 @@ package filter
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"reflect"
 	"slices"
 	"strings"
@@ -263,6 +264,24 @@ func TestPopulateKeepsTheBytes(t *testing.T) {
 	for i, v := range b {
 		if v != byte(i) {
 			t.Fatalf("byte %d is %d, was %d", i, v, byte(i))
+		}
+	}
+}
+
+// copyCounting copies and counts pieces of any length, across its blocks.
+func TestCopyCounting(t *testing.T) {
+	src := make([]byte, 100_003)
+	for i := range src {
+		src[i] = byte(i * 131)
+	}
+	for _, n := range []int{0, 1, 31, 32, 33, 32 << 10, 32<<10 + 7, len(src)} {
+		dst := make([]byte, n)
+		var want uint64
+		for _, v := range src[:n] {
+			want += uint64(bits.OnesCount8(v))
+		}
+		if got := copyCounting(dst, src[:n]); got != want || !slices.Equal(dst, src[:n]) {
+			t.Errorf("%d bytes: counted %d, want %d; copied alike %t", n, got, want, slices.Equal(dst, src[:n]))
 		}
 	}
 }
