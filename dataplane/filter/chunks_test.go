@@ -285,3 +285,29 @@ func TestCopyCounting(t *testing.T) {
 		}
 	}
 }
+
+// ViewLayerBytes hands the layer's own bytes, fewer at its end and none past it.
+func TestViewLayerBytes(t *testing.T) {
+	f, _, err := NewStore(Limits{}, nil).Create("f", Options{Capacity: 100, FPP: 0.01, Layout: LayoutRedisBloom}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Add("x")
+	want := wordBytes(f.State().Parts[0].Layers[0].Words)
+	for _, tc := range []struct {
+		offset    uint64
+		n, length int
+	}{{0, 16, 16}, {8, len(want), len(want) - 8}, {uint64(len(want)), 8, 0}, {uint64(len(want)) + 8, 8, 0}} {
+		var got []byte
+		if err := f.ViewLayerBytes(0, tc.offset, tc.n, func(b []byte) { got = slices.Clone(b) }); err != nil {
+			t.Fatal(err)
+		}
+		at := min(tc.offset, uint64(len(want)))
+		if len(got) != tc.length || !slices.Equal(got, want[at:at+uint64(len(got))]) {
+			t.Errorf("%d bytes at %d: %d bytes, want the layer's %d", tc.n, tc.offset, len(got), tc.length)
+		}
+	}
+	if err := f.ViewLayerBytes(1, 0, 8, func([]byte) {}); !errors.Is(err, ErrNoSuchLayer) {
+		t.Errorf("layer 1: %v, want ErrNoSuchLayer", err)
+	}
+}
