@@ -39,21 +39,21 @@ func (f *Filter) layerAt(i int) (*partition, int) {
 	return nil, 0
 }
 
-// ReadLayerBytes copies bytes of layer i from offset into dst, under its partition's read lock,
-// and answers how many: fewer than len(dst) at the layer's end, 0 past it. ErrNoSuchLayer when
-// there is no layer i.
-func (f *Filter) ReadLayerBytes(i int, offset uint64, dst []byte) (int, error) {
+// ViewLayerBytes hands view the bytes of layer i from offset, at most n of them: fewer at the
+// layer's end, none past it. view runs under the partition's read lock, which writers wait for,
+// on the layer's own memory, so that a chunk of a dump is copied once, where it goes: view
+// copies what it keeps and does not block. ErrNoSuchLayer when there is no layer i.
+func (f *Filter) ViewLayerBytes(i int, offset uint64, n int, view func([]byte)) error {
 	p, j := f.layerAt(i)
 	if p == nil {
-		return 0, fmt.Errorf("%w: filter %q has no layer %d here", ErrNoSuchLayer, f.name, i)
+		return fmt.Errorf("%w: filter %q has no layer %d here", ErrNoSuchLayer, f.name, i)
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	b := wordBytes(p.layers[j].BitSet().Words())
-	if offset >= uint64(len(b)) {
-		return 0, nil
-	}
-	return copy(dst, b[offset:]), nil
+	offset = min(offset, uint64(len(b)))
+	view(b[offset:][:min(uint64(n), uint64(len(b))-offset)])
+	return nil
 }
 
 // Load is one piece of a dump loaded into a filter, a write of its own that is journaled and
@@ -295,7 +295,9 @@ func (f *Filter) loadHead(head []LoadHead) error {
 
 // orBytes ORs src into layer i's bytes from offset, under p's write lock, adding the layers up
 // to i that p lacks (empty: the piece came before its head, or its head is in a snapshot that
-// did not hold the layers yet).
+// did not hold the layers yet). Where the layer is known to be zero (zeroFrom) src is copied
+// instead: ORing reads each page of a fresh layer before writing it, which faults the page in
+// twice and took twice as long as a copy.
 func (p *partition) orBytes(i int, offset uint64, src []byte) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -312,16 +314,17 @@ func (p *partition) orBytes(i int, offset uint64, src []byte) error {
 		}
 	}
 	words := p.layers[i].BitSet().Words()
+	zeroFrom := p.zeroFrom(i, uint64(len(words))*8)
 	var added uint64
-	if offset%8 == 0 && len(src)%8 == 0 {
+	switch {
+	case offset >= zeroFrom:
+		dst := wordBytes(words)[offset:][:len(src)]
+		populate(dst)
+		added = copyCounting(dst, src)
+	case offset%8 == 0 && len(src)%8 == 0:
 		// Whole words, the case of every chunk of a layer's bytes taken from its start.
-		dst := words[offset/8:][:len(src)/8]
-		for k := range dst {
-			v := binary.LittleEndian.Uint64(src[8*k:])
-			added += uint64(bits.OnesCount64(v &^ dst[k]))
-			dst[k] |= v
-		}
-	} else {
+		added = orWordBytes(words[offset/8:][:len(src)/8], src)
+	default:
 		b := wordBytes(words)
 		for k, v := range src {
 			at := offset + uint64(k)
@@ -330,7 +333,74 @@ func (p *partition) orBytes(i int, offset uint64, src []byte) error {
 		}
 	}
 	p.ones[i] += added
+	p.loaded = loadedTail{layer: i, zeroFrom: max(zeroFrom, offset+uint64(len(src))), ones: p.ones[i]}
 	return nil
+}
+
+// loadedTail is what the last piece loaded into a partition (orBytes) leaves known of its layer:
+// its bytes from zeroFrom on are zero while the layer's count of bits set is still ones. Every
+// bit set in a layer, by an add, a merge or a load, is counted in ones, so a bit set elsewhere
+// since voids it. A load writes a layer's bytes in order, from an empty layer: each piece then
+// lands past the zeroFrom of the one before.
+type loadedTail struct {
+	layer          int
+	zeroFrom, ones uint64
+}
+
+// zeroFrom is the offset from which layer i, of size bytes, is known to be zero: 0 when no bit
+// of it is set, the last piece's end when only loads set bits in it since, size (nothing known)
+// otherwise. The caller holds mu.
+func (p *partition) zeroFrom(i int, size uint64) uint64 {
+	switch t := p.loaded; {
+	case p.ones[i] == 0:
+		return 0
+	case t.layer == i && t.ones == p.ones[i]:
+		return t.zeroFrom
+	default:
+		return size
+	}
+}
+
+// orWordBytes ORs src, little-endian words, into dst of as many words, and answers how many bits
+// it set that were not.
+func orWordBytes(dst []uint64, src []byte) uint64 {
+	var added uint64
+	for k := range dst {
+		v := binary.LittleEndian.Uint64(src[8*k:])
+		added += uint64(bits.OnesCount64(v &^ dst[k]))
+		dst[k] |= v
+	}
+	return added
+}
+
+// copyCounting copies src into dst, as long, and answers how many bits it set, a block at a time:
+// the block is counted while the copy left it in the cache. Counting the whole piece after the
+// copy read it from memory again and took as long as the copy.
+func copyCounting(dst, src []byte) uint64 {
+	const block = 32 << 10
+	var n uint64
+	for len(src) > 0 {
+		k := copy(dst, src[:min(block, len(src))])
+		n += onesInBytes(src[:k])
+		dst, src = dst[k:], src[k:]
+	}
+	return n
+}
+
+// onesInBytes counts the bits set in b, four words at a time into four sums, which the CPU adds
+// up side by side.
+func onesInBytes(b []byte) uint64 {
+	var n0, n1, n2, n3 int
+	for ; len(b) >= 32; b = b[32:] {
+		n0 += bits.OnesCount64(binary.LittleEndian.Uint64(b[0:8]))
+		n1 += bits.OnesCount64(binary.LittleEndian.Uint64(b[8:16]))
+		n2 += bits.OnesCount64(binary.LittleEndian.Uint64(b[16:24]))
+		n3 += bits.OnesCount64(binary.LittleEndian.Uint64(b[24:32]))
+	}
+	for _, v := range b {
+		n0 += bits.OnesCount8(v)
+	}
+	return uint64(n0 + n1 + n2 + n3)
 }
 
 // loadProgress is which bytes of a load this pod applied, from its head on. The bytes of every

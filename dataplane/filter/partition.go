@@ -37,6 +37,8 @@ type partition struct {
 	// maxHashes is the largest k of all layers: one Locations call serves every layer, because
 	// the i-th location of a key does not depend on the layer.
 	maxHashes uint
+	// loaded is what the last piece of a load left known of its layer, under mu (orBytes).
+	loaded loadedTail
 	// released is set, under mu, when the pod gave the partition up (Filter.Release): it no
 	// longer grows.
 	released bool

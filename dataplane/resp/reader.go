@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/tidwall/redcon"
@@ -121,8 +122,29 @@ func (rd *reader) release() {
 		buf := make([]byte, baseBuffer)
 		rd.w = copy(buf, rd.buf[rd.r:rd.w])
 		rd.budget.Release(int64(len(rd.buf) - baseBuffer))
+		large := rd.buf
+		largeBuffers.Put(&large)
 		rd.r, rd.buf = 0, buf
 	}
+}
+
+// largeBuffers keeps the buffers of large commands once answered, for the next large command of
+// any connection: each BF.LOADCHUNK of megabytes took a new buffer, zeroed, and left it to the
+// collector. The pool lets its buffers go at a collection, as the collector did.
+var largeBuffers sync.Pool // of *[]byte
+
+// largeBuffer is a buffer of size bytes, one of largeBuffers if it fits: as large, and at most an
+// eighth larger, for the budget is charged size (and a step of the buffer's doubling would take
+// and lose one that a whole chunk fits). Its bytes are not zeroed: only what is read into it is
+// decoded.
+func largeBuffer(size int) []byte {
+	if b, ok := largeBuffers.Get().(*[]byte); ok {
+		if cap(*b) >= size && cap(*b)-size <= size/8 {
+			return (*b)[:size]
+		}
+		largeBuffers.Put(b)
+	}
+	return make([]byte, size)
 }
 
 // close gives back everything the reader holds: its connection is closed.
@@ -237,7 +259,7 @@ func (rd *reader) room(lim limits) error {
 	if !rd.budget.Take(int64(size - len(rd.buf))) {
 		return errBudget
 	}
-	buf := make([]byte, size)
+	buf := largeBuffer(size)
 	copy(buf, rd.buf[:rd.w])
 	rd.buf = buf
 	return nil

@@ -109,6 +109,30 @@ func TestReaderGivesBackALargeCommandsRoom(t *testing.T) {
 	}
 }
 
+// A large command's buffer, given back, serves the next large command of any connection, which
+// reads its own bytes whatever the buffer held: a shorter one, then one of another content.
+func TestReaderReusesALargeBuffer(t *testing.T) {
+	budget := &countedBudget{limit: 1 << 30}
+	for i, arg := range []string{strings.Repeat("x", 1<<20), strings.Repeat("y", 1<<20-100), strings.Repeat("z", 1<<20)} {
+		rd, client := testReader(t, budget)
+		sent := send(t, client, encode("BF.LOADCHUNK", "k", "1", arg))
+		cmds, err := rd.read(open)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		if len(cmds) != 1 || len(cmds[0].Args) != 4 || string(cmds[0].Args[3]) != arg {
+			t.Fatalf("command %d: not the one sent", i)
+		}
+		rd.release()
+		if held := budget.used.Load(); held != 0 {
+			t.Errorf("command %d answered: %d bytes of the budget held", i, held)
+		}
+	}
+}
+
 // Each limit refuses a command by what its headers declare, before its bytes are buffered, with
 // Redis's texts before authentication; and a budget without room refuses a large command.
 func TestReaderLimits(t *testing.T) {

@@ -50,6 +50,16 @@ func (w writer) WriteNull() {
 	w.replier.WriteNull()
 }
 
+// WriteBulk is a bulk string of b, copied once into the reply: a chunk of BF.SCANDUMP takes no
+// string of its own on the way.
+func (w writer) WriteBulk(b []byte) {
+	w.WriteRaw(append(strconv.AppendInt([]byte{'$'}, int64(len(b)), 10), '\r', '\n'))
+	w.WriteRaw(b)
+	w.WriteRaw(crlf)
+}
+
+var crlf = []byte("\r\n")
+
 // WriteBool is RESP3's boolean, or RESP2's integer 1 or 0.
 func (w writer) WriteBool(b bool) {
 	switch {

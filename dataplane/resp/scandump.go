@@ -103,7 +103,7 @@ func scandump(_ context.Context, s *Server, c *call) error {
 	if iter == 0 {
 		c.w.WriteArray(2)
 		c.w.WriteInt64(1)
-		c.w.WriteBulkString(string(encodeHeader(st)))
+		c.w.WriteBulk(encodeHeader(st))
 		return nil
 	}
 	i, offset, size, ok := layerAt(st, uint64(iter-1))
@@ -113,15 +113,11 @@ func scandump(_ context.Context, s *Server, c *call) error {
 		c.w.WriteBulkString("")
 		return nil
 	}
-	buf := make([]byte, min(size-offset, uint64(s.dumpChunk())))
-	n, err := f.ReadLayerBytes(i, offset, buf)
-	if err != nil {
-		return err
-	}
-	c.w.WriteArray(2)
-	c.w.WriteInt64(iter + int64(n))
-	c.w.WriteBulkString(string(buf[:n]))
-	return nil
+	return f.ViewLayerBytes(i, offset, int(min(size-offset, uint64(s.dumpChunk()))), func(b []byte) {
+		c.w.WriteArray(2)
+		c.w.WriteInt64(iter + int64(len(b)))
+		c.w.WriteBulk(b)
+	})
 }
 
 // dumpChunk is the largest data chunk: RedisBloom's, or what the port's limits let a
