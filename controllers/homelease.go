@@ -215,8 +215,6 @@ func (r *BloomClusterReconciler) revokeHomeLease(ctx context.Context, c *bloomer
 	return true, nil
 }
 
-const readmitProbeTimeout = 250 * time.Millisecond
-
 // overdue reports whether a lease seen first at seen has missed a renewal at now: its pod renews
 // every third of the duration, so half of it without a change means one renewal at least did not
 // reach the API server.
@@ -224,11 +222,13 @@ func overdue(seen, now time.Time, duration time.Duration) bool {
 	return now.Sub(seen) > duration/2
 }
 
-// answers reports whether a pod's API answers the operator (a revoked pod that is back). Every
-// pass asks each revoked pod, the one right after the revocation that pushes the epoch without it
-// included, so the question waits for a frozen pod no longer than readmitProbeTimeout; a pod that
-// is back answers a read of its membership in milliseconds, and one that does not is asked again
-// next pass.
+// readmitProbeTimeout bounds the question to a revoked pod whether it is back (answers). Every
+// pass asks it, the one right after the revocation that pushes the epoch without it included, so
+// the question waits for a frozen pod no longer than this; a pod that is back answers a read of
+// its membership in milliseconds, and one that does not is asked again next pass.
+const readmitProbeTimeout = 250 * time.Millisecond
+
+// answers reports whether a pod's API answers the operator (a revoked pod that is back).
 func (r *BloomClusterReconciler) answers(ctx context.Context, t memberPod) bool {
 	ctx, cancel := context.WithTimeout(ctx, readmitProbeTimeout)
 	defer cancel()
