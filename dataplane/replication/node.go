@@ -167,6 +167,7 @@ func (n *Node) SetMembership(m wire.Membership) error {
 	if n.opts.PodName != "" && m.Self != n.opts.PodName {
 		return fmt.Errorf("self: this pod is %q, not %q", n.opts.PodName, m.Self)
 	}
+	ends := n.endingMove(before, m) // before keep, which keeps the move ended with m
 	if err := n.keep(before, m); err != nil {
 		return err
 	}
@@ -177,7 +178,6 @@ func (n *Node) SetMembership(m wire.Membership) error {
 	if first {
 		n.caughtUp.Store(false)
 	}
-	ends := n.endingMove(before, m)
 	n.fence.Lock()
 	err := n.members.Set(m)
 	if err == nil {

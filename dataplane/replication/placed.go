@@ -254,13 +254,18 @@ func (n *Node) PlacementStatus() wire.PlacementStatus {
 // so, records before as ended by m's epoch, for the routes of m to keep its writers (Route),
 // before m is installed: no write under m may go to its own owners alone.
 func (n *Node) endingMove(before, m wire.Membership) bool {
-	if before.Previous == nil || m.Epoch <= before.Epoch || !placedMembership(m) {
+	if !endsMove(before, m) {
 		return false
 	}
 	n.placed.mu.Lock()
 	defer n.placed.mu.Unlock()
 	n.placed.ended, n.placed.endedBy = before, m.Epoch
 	return true
+}
+
+// endsMove reports whether m ends the move of before, or replaces it with another.
+func endsMove(before, m wire.Membership) bool {
+	return before.Previous != nil && m.Epoch > before.Epoch && placedMembership(m)
 }
 
 // endMove waits until every member holds m's epoch, then lets writes go to m's owners alone and

@@ -17,9 +17,19 @@ import (
 // consistency all would then be acknowledged by this pod alone, and a read at quorum elsewhere
 // could miss it.
 
-// keep writes m to the membership file before it is installed, when it is news: the pod never
-// counts acknowledgements against a membership it could not keep. A membership Set would refuse
-// is refused here first, so that the file never holds one the pod does not.
+// keptMembership is the membership file: the membership, and the moving membership it ended
+// while some member may still hold that one (Node.endMove), so that a pod restarted meanwhile
+// still writes to the move's writers until every member holds the membership that ended it.
+// A file of a bare membership, from before EndedMove, reads as one that ended no move.
+type keptMembership struct {
+	wire.Membership
+	EndedMove *wire.Membership `json:"endedMove,omitempty"`
+}
+
+// keep writes m, and the move it ends (endingMove records it first), to the membership file
+// before m is installed, when it is news: the pod never counts acknowledgements against a
+// membership it could not keep. A membership Set would refuse is refused here first, so that the
+// file never holds one the pod does not.
 func (n *Node) keep(before, m wire.Membership) error {
 	if n.membershipFile == "" || (m.Epoch == before.Epoch && Same(m, before)) {
 		return nil
@@ -27,7 +37,14 @@ func (n *Node) keep(before, m wire.Membership) error {
 	if err := n.members.Accepts(m); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(n.membershipFile, m); err != nil {
+	kept := keptMembership{Membership: m}
+	n.placed.mu.Lock()
+	if n.placed.endedBy == m.Epoch {
+		ended := n.placed.ended
+		kept.EndedMove = &ended
+	}
+	n.placed.mu.Unlock()
+	if err := writeFileAtomic(n.membershipFile, kept); err != nil {
 		return fmt.Errorf("%w: %w", peer.ErrMembershipNotKept, err)
 	}
 	return nil
@@ -46,22 +63,35 @@ func (n *Node) Remember(file string) error {
 	if err != nil {
 		return fmt.Errorf("reading the membership kept: %w", err)
 	}
-	var m wire.Membership
-	if err := json.Unmarshal(raw, &m); err != nil {
+	var kept keptMembership
+	if err := json.Unmarshal(raw, &kept); err != nil {
 		return fmt.Errorf("the membership kept in %s: %w", n.membershipFile, err)
 	}
+	m := kept.Membership
 	if n.opts.PodName != "" && m.Self != n.opts.PodName {
 		n.opts.Log.Warn("Ignored the membership kept: it names another pod", "file", n.membershipFile, "self", m.Self, "pod", n.opts.PodName)
 		return nil
 	}
+	ends := kept.EndedMove != nil && endsMove(*kept.EndedMove, m)
+	if ends {
+		n.placed.mu.Lock()
+		n.placed.ended, n.placed.endedBy = *kept.EndedMove, m.Epoch
+		n.placed.mu.Unlock()
+	}
 	if !n.opts.AwaitMembership {
-		return n.SetMembership(m)
+		if err := n.SetMembership(m); err != nil {
+			return err
+		}
+	} else {
+		before := n.members.Get()
+		if err := n.members.Restore(m); err != nil {
+			return fmt.Errorf("the membership kept in %s: %w", n.membershipFile, err)
+		}
+		n.changed(before, m)
 	}
-	before := n.members.Get()
-	if err := n.members.Restore(m); err != nil {
-		return fmt.Errorf("the membership kept in %s: %w", n.membershipFile, err)
+	if ends {
+		go n.endMove(m)
 	}
-	n.changed(before, m)
 	return nil
 }
 

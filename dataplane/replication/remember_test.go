@@ -3,6 +3,7 @@ package replication
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -96,5 +97,39 @@ func TestAKeptMembershipOfAnotherPodIsIgnored(t *testing.T) {
 	n := newNode(t, net, "a", Options{})
 	if err := n.Remember(file); err != nil || n.Kept().Epoch != 0 {
 		t.Fatalf("restoring another pod's membership: %v, epoch %d; want it ignored", err, n.Kept().Epoch)
+	}
+}
+
+// A pod restarted while the end of a move waits for the members still writes to the move's
+// writers, as it did before: the members that hold the moving membership still read from its
+// previous owners. Its peers here answer epoch 0, so the wait never ends.
+func TestARestartDuringTheEndOfAMoveKeepsTheMovesWriters(t *testing.T) {
+	for _, await := range []bool{false, true} {
+		file := filepath.Join(t.TempDir(), "membership.json")
+		net := peer.NewNetwork()
+		joinFake(net, "b", &fakePeer{apply: allApplied}, nil)
+		joinFake(net, "c", &fakePeer{apply: allApplied}, nil)
+		first := newNode(t, net, "a", Options{Timeout: time.Second, AwaitMembership: await})
+		if err := first.Remember(file); err != nil {
+			t.Fatal(err)
+		}
+		for _, epoch := range []uint64{2, 3} {
+			if err := first.SetMembership(moveMembership("a", epoch)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		first.Close()
+		net.Leave("a")
+
+		after := newNode(t, net, "a", Options{Timeout: time.Second, AwaitMembership: await})
+		if err := after.Remember(file); err != nil {
+			t.Fatal(err)
+		}
+		rt := after.Route("f", 4)
+		for p := range 4 {
+			if w := slices.Sorted(slices.Values(rt.Writers(p))); !slices.Equal(w, []string{"a", "b", "c"}) {
+				t.Errorf("awaiting the membership %v: partition %d after the restart is written to %v; want the move's writers a, b and c", await, p, w)
+			}
+		}
 	}
 }
