@@ -77,8 +77,6 @@ type Cluster interface {
 	Known() (bool, <-chan struct{})
 	WriteConsistency() wire.Consistency
 	Replicating() bool
-	// CheckPeers ORs into present the answers of enough peers for a read at level.
-	CheckPeers(ctx context.Context, name string, values []string, level wire.Consistency, present []bool) error
 	// Forward sends a client's request to a peer, and answers the peer's answer.
 	Forward(ctx context.Context, to wire.Member, method, requestURI, contentType string, body []byte) (client.Answer, error)
 }
