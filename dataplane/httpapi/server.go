@@ -189,7 +189,8 @@ func (s *Server) newRouter(newID func() string) *echo.Echo {
 // connection whose answer is not written within requestTimeoutSeconds, and a client is owed an
 // answer, not a closed connection: waits for peers, forwards to a home and quorum reads end by
 // the deadline, and the request is answered 503 with what became of it (code 9: a write that may
-// have been applied). A tenth of the timeout is left to write the answer. A pod without peers
+// have been applied). A tenth of the timeout is left to write the answer, counted again from the
+// end of a request that a pause of the process made outlive its budget. A pod without peers
 // waits for none, and its requests skip the context and timer this costs on the hot path.
 func (s *Server) answerInTime(next echo.HandlerFunc) echo.HandlerFunc {
 	budget := s.Config.RequestTimeout - s.Config.RequestTimeout/10
@@ -203,7 +204,16 @@ func (s *Server) answerInTime(next echo.HandlerFunc) echo.HandlerFunc {
 		ctx, cancel := context.WithTimeout(req.Context(), budget)
 		defer cancel()
 		c.SetRequest(req.WithContext(ctx))
-		return next(c)
+		err := next(c)
+		if deadline, _ := ctx.Deadline(); !time.Now().Before(deadline) {
+			// The request ran past its budget, which nothing it waits for outlasts: its process
+			// was paused while it worked (SIGSTOP, a stalled machine). The server's write deadline,
+			// requestTimeoutSeconds from its arrival, may have passed too, and would close the
+			// connection unanswered: the answer, written once this returns, gets the tenth of the
+			// timeout kept for it, from now.
+			_ = http.NewResponseController(c.Response()).SetWriteDeadline(time.Now().Add(s.Config.RequestTimeout / 10))
+		}
+		return err
 	}
 }
 
