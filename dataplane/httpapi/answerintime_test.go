@@ -39,7 +39,11 @@ func TestARequestPausedPastItsTimeoutIsStillAnswered(t *testing.T) {
 	srv.Config.WriteTimeout = cfg.RequestTimeout // as the data plane's servers have it
 	srv.Start()
 	t.Cleanup(srv.Close)
-	resp, err := srv.Client().Get(srv.URL + "/paused")
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/paused", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := srv.Client().Do(req)
 	if err != nil {
 		t.Fatalf("a request paused past its timeout: %v; want an answer, not a closed connection", err)
 	}
