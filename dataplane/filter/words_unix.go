@@ -8,8 +8,8 @@ import (
 	"unsafe"
 )
 
-// mmap is syscall.Mmap; tests make it refuse.
-var mmap = syscall.Mmap
+// mmap is syscall.Mmap; tests make it refuse. munmap is syscall.Munmap; tests count it.
+var mmap, munmap = syscall.Mmap, syscall.Munmap
 
 // allocWords maps n zeroed words of anonymous memory; release unmaps them. Pages cost RSS only
 // once written, as heap pages do. The system may refuse the mapping (an address-space limit, an
@@ -20,5 +20,5 @@ func allocWords(n int) (words []uint64, release func(), err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("mapping a bit array of %s: %w", FormatBytes(uint64(n)*8), err)
 	}
-	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), n), func() { _ = syscall.Munmap(mem) }, nil
+	return unsafe.Slice((*uint64)(unsafe.Pointer(unsafe.SliceData(mem))), n), func() { _ = munmap(mem) }, nil
 }

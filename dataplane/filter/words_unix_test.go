@@ -4,9 +4,12 @@ package filter
 
 import (
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // refuseMappings makes the system refuse every anonymous mapping until the test ends.
@@ -84,4 +87,29 @@ func TestPanicInAWriteReleasesTheLock(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Check still waits for the lock the panicking write held")
 	}
+}
+
+// The bit arrays of a deleted filter go back to the system without waiting for a collection
+// that the heap's growth would bring: they live outside the heap, and deleting them grows
+// nothing the collector counts.
+func TestDeletedBitsAreUnmappedWithoutWaitingForTheHeap(t *testing.T) {
+	var unmapped atomic.Int64
+	munmap = func(b []byte) error {
+		unmapped.Add(int64(len(b)))
+		return syscall.Munmap(b)
+	}
+	t.Cleanup(func() { munmap = syscall.Munmap })
+	s := NewStore(Limits{}, nil)
+	f, _, err := s.Create("f", Options{Capacity: 60_000_000, FPP: 0.01}, false) // about 69 MiB of bits
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(f.SizeBytes())
+	if size < collectAfterBytes {
+		t.Fatalf("the filter holds %d bytes of bits, fewer than the %d that bring a collection", size, collectAfterBytes)
+	}
+	if _, _, err := s.Delete("f"); err != nil {
+		t.Fatal(err)
+	}
+	await.True(t, 10*time.Second, "the deleted filter's bits are unmapped", func() bool { return unmapped.Load() >= size-FilterOverhead })
 }
