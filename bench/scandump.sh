@@ -53,10 +53,7 @@ plane() {
 	"${server_pin[@]}" "$plane_bin" dataplane -p "$(free_port)" --ops-port 0 --resp-port "$resp" --bind-address 127.0.0.1 \
 		--data-dir "$work/$name" --log-level warn "$@" >"$work/$name.log" 2>&1 &
 	pids+=($!)
-	for _ in $(seq 300); do
-		redis-cli -p "$resp" PING 2>/dev/null | grep -q PONG && break
-		sleep 0.1
-	done
+	await_pong "$resp"
 	printf -v "resp_$name" '%s' "$resp"
 }
 
@@ -67,11 +64,16 @@ redisbloom() {
 	"${server_pin[@]}" redis-server --port "$resp" --save '' --appendonly no --dir "$work" --loadmodule "$(realpath "$module")" \
 		>"$work/$1.log" 2>&1 &
 	pids+=($!)
+	await_pong "$resp"
+	printf -v "resp_$1" '%s' "$resp"
+}
+
+# await_pong waits up to 30 s for the server on RESP port $1 to answer PING.
+await_pong() {
 	for _ in $(seq 300); do
-		redis-cli -p "$resp" PING 2>/dev/null | grep -q PONG && break
+		redis-cli -p "$1" PING 2>/dev/null | grep -q PONG && return
 		sleep 0.1
 	done
-	printf -v "resp_$1" '%s' "$resp"
 }
 
 # fill PORT: makes the filter to move at PORT.
