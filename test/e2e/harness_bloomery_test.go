@@ -58,6 +58,7 @@ type operatorRun struct {
 type runningOperator struct {
 	*process
 	metricsURL string // https://127.0.0.1:port/metrics; empty with metrics off
+	pprofURL   string // http://127.0.0.1:port/debug/pprof; empty but in the scale benchmark
 }
 
 // startOperator runs `bloomery operator` as a process against the control plane, and waits until
@@ -67,7 +68,7 @@ func (hs *harness) startOperator(run operatorRun) (*runningOperator, error) {
 	if err != nil {
 		return nil, err
 	}
-	metricsAddr := "0"
+	metricsAddr, pprofAddr := "0", ""
 	if run.metrics {
 		if metricsAddr, err = freeLocalAddress(); err != nil {
 			return nil, err
@@ -92,6 +93,11 @@ func (hs *harness) startOperator(run operatorRun) (*runningOperator, error) {
 		// loaded machine: with the defaults, renewals timed out for 10 s and the operator stopped,
 		// where in a cluster it would restart, and the benchmark waited for nothing.
 		args = append(args, "--leader-election-lease-duration", "60s", "--leader-election-renew-deadline", "45s")
+		// And its profiles, which the benchmark saves for each phase.
+		if pprofAddr, err = freeLocalAddress(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pprof-bind-address", pprofAddr)
 	}
 	if run.watchNamespace != "" {
 		args = append(args, "--watch-namespace", run.watchNamespace)
@@ -110,6 +116,9 @@ func (hs *harness) startOperator(run operatorRun) (*runningOperator, error) {
 		return nil, errors.Join(err, p.stop(10*time.Second))
 	}
 	o := &runningOperator{process: p}
+	if pprofAddr != "" {
+		o.pprofURL = "http://" + pprofAddr + "/debug/pprof"
+	}
 	if run.metrics {
 		o.metricsURL = "https://" + metricsAddr + "/metrics"
 	}

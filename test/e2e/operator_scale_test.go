@@ -53,12 +53,14 @@ func measureOperatorScale(t *testing.T, filters int) {
 	watch := watchScaleFilters(t, api, n.name)
 
 	writes := apiWrites(n)
+	stopProfiling := profilePhase(t, operator, fmt.Sprintf("ready-%d", filters))
 	created := time.Now()
 	createScaleFilters(t, api, n.name, filters)
 	applied := time.Since(created)
 	ready := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters Ready", filters), func(_, ready int) bool {
 		return ready == filters
 	}).Sub(created)
+	stopProfiling()
 	t.Logf("%d filters: API writes while they were created, until all Ready: %s", filters, writes.perFilter(apiWrites(n), filters))
 
 	pods := n.apis(podNames(sampleReplicas)...)
@@ -68,6 +70,7 @@ func measureOperatorScale(t *testing.T, filters int) {
 		callsBefore[i] = p.operatorCalls()
 	}
 	quiet := time.Now()
+	stopProfiling = profilePhase(t, operator, fmt.Sprintf("quiet-%d", filters))
 	time.Sleep(time.Minute)
 	minutes := time.Since(quiet).Minutes()
 	cpu := (processCPU(t, pid) - cpuBefore).Seconds() / minutes
@@ -79,18 +82,21 @@ func measureOperatorScale(t *testing.T, filters int) {
 		polls += calls.polls - callsBefore[i].polls
 	}
 	rss := processRSS(t, pid)
+	stopProfiling()
 	t.Logf("%d filters on %d pods: created in %v, all Ready after %v; a quiet minute: operator CPU %.2f s (%.1f%% of a core), "+
 		"%.0f API requests (every client), %.2f pod calls a second per pod (%.0f about filters, %.0f polls in all); operator RSS %.0f MiB",
 		filters, len(pods), applied.Round(time.Millisecond), ready.Round(time.Millisecond),
 		cpu, 100*cpu/60, apiPerMinute, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
 
 	writes = apiWrites(n)
+	stopProfiling = profilePhase(t, operator, fmt.Sprintf("gone-%d", filters))
 	deleted := time.Now()
 	deleteScaleFilters(t, api, n.name, filters)
 	requested := time.Since(deleted)
 	gone := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters gone", filters), func(exist, _ int) bool {
 		return exist == 0
 	}).Sub(deleted)
+	stopProfiling()
 	t.Logf("%d filters: deletes sent in %v, all gone after %v; API writes until then: %s", filters,
 		requested.Round(time.Millisecond), gone.Round(time.Millisecond), writes.perFilter(apiWrites(n), filters))
 }
