@@ -310,8 +310,8 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 // filterStatus is the pod's status of the filter: from the pod's poll while it is fresh, else
 // from the pod.
 func (r *BloomFilterReconciler) filterStatus(ctx context.Context, pod *corev1.Pod, addr Pod, name string) (wire.FilterStatus, error) {
-	if statuses, fresh := r.watch.statuses(pod, addr, name); fresh {
-		if f, ok := statuses[name]; ok {
+	if f, held, fresh := r.watch.status(pod, addr, name); fresh {
+		if held {
 			return f, nil
 		}
 		return wire.FilterStatus{}, ErrFilterNotFound

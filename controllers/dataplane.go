@@ -100,8 +100,9 @@ type DataPlane interface {
 	// FilterStatus returns the status of the pod's filter, or ErrFilterNotFound. It must stay
 	// cheap for a filter of any size: a pass reads it from every pod whose poll is not answering.
 	FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error)
-	// FilterStatuses returns the statuses of every filter of the pod; with wait above zero it is
-	// a long poll that answers once the pod's version differs from version, or after wait.
+	// FilterStatuses returns the statuses of the pod's filters: every filter, or what changed
+	// since version (wire.FilterStatuses); with wait above zero it is a long poll that answers
+	// once the pod's version differs from version, or after wait.
 	FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error)
 	// DeleteFilter removes the filter from the pod; absent is success.
 	DeleteFilter(ctx context.Context, pod Pod, name string) error
@@ -212,7 +213,7 @@ func (d *HTTPDataPlane) FilterStatus(ctx context.Context, pod Pod, name string) 
 func (d *HTTPDataPlane) FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error) {
 	ctx, cancel := context.WithTimeout(ctx, wait+d.Timeout)
 	defer cancel()
-	return d.client(pod).FilterStatuses(ctx, version, wait)
+	return d.client(pod).FilterStatuses(ctx, version, wait, true)
 }
 
 // DeleteFilter implements DataPlane.

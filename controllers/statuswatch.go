@@ -18,8 +18,8 @@ import (
 
 // Pods tell, the operator listens: the statuses of a pod's filters come from one long poll per pod
 // (wire.FilterStatusesPath), not from a call per filter and pass. A pod answers the poll when a
-// filter appears, goes or changes its shape or partitions there, and otherwise once per wait with
-// its counts; the watch requeues the BloomFilters whose status on that pod changed, and the passes
+// filter appears, goes or changes its shape or partitions there, with what changed, and otherwise
+// once per wait with every filter's counts; the watch requeues the BloomFilters whose status on that pod changed, and the passes
 // read the pod's statuses from it instead of calling the pod. So the calls to a pod follow what
 // changes on it and the wait, not the number of filters. A pod whose poll fails is called by the
 // passes again, as before, until its poll answers.
@@ -59,9 +59,11 @@ type podPoll struct {
 	lastRead time.Time // when a pass last read it
 	// fresh is set while the last poll answered: statuses is then what the pod holds, at most a
 	// second behind a change (the pod's own polling of its filters) plus the time to answer.
-	fresh    bool
+	fresh bool
+	// version and statuses are the pod's as of its last answer, which may have carried only what
+	// changed since the version before.
 	version  string
-	statuses map[string]wire.FilterStatus // replaced, never changed: readers keep it as it was
+	statuses map[string]wire.FilterStatus
 	// requeued holds each filter's status as it was when the watch last requeued its BloomFilter:
 	// the counts' moves are measured from it.
 	requeued map[string]wire.FilterStatus
@@ -88,13 +90,13 @@ func (w *statusWatch) Start(ctx context.Context) error {
 	return nil
 }
 
-// statuses answers what pod, called at addr, holds, when its poll is fresh; it starts polling the
-// pod if no one does. name is the filter the caller reads, from the pod itself when the poll is
-// not fresh: the poll's next fresh answer requeues it, since it may differ from what the pod
-// answered the caller.
-func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod, name string) (map[string]wire.FilterStatus, bool) {
+// status answers the status of the filter name on pod, called at addr, and whether the pod holds
+// it, when the pod's poll is fresh; it starts polling the pod if no one does. When the poll is not
+// fresh the caller reads the pod itself, and the poll's next fresh answer requeues the filter,
+// since it may differ from what the pod answered the caller.
+func (w *statusWatch) status(pod *corev1.Pod, addr Pod, name string) (st wire.FilterStatus, held, fresh bool) {
 	if w == nil {
-		return nil, false
+		return wire.FilterStatus{}, false, false
 	}
 	key := podKey{pod.Namespace, pod.Name, pod.UID}
 	w.mu.Lock()
@@ -120,8 +122,10 @@ func (w *statusWatch) statuses(pod *corev1.Pod, addr Pod, name string) (map[stri
 	p.addr = addr // the TLS configuration of the latest pass
 	if !p.fresh {
 		p.readDirect[name] = struct{}{}
+		return wire.FilterStatus{}, false, false
 	}
-	return p.statuses, p.fresh
+	st, held = p.statuses[name]
+	return st, held, true
 }
 
 // createdOnPod tells the watch that a pass created the filter name on pod: what the pass reports
@@ -180,15 +184,16 @@ func (w *statusWatch) failed(key podKey, addr Pod) bool {
 		return false
 	}
 	wasFresh := p.fresh && sameTarget(p.addr, addr)
+	var held []string
 	if wasFresh {
 		p.fresh = false
-	}
-	held := p.statuses
-	w.mu.Unlock()
-	if wasFresh {
-		for name := range held {
-			w.requeueFilter(key.namespace, name)
+		for name := range p.statuses {
+			held = append(held, name)
 		}
+	}
+	w.mu.Unlock()
+	for _, name := range held {
+		w.requeueFilter(key.namespace, name)
 	}
 	return wasFresh
 }
@@ -196,17 +201,36 @@ func (w *statusWatch) failed(key podKey, addr Pod) bool {
 // answered takes a poll's answer, unless the pod's address changed meanwhile, and requeues the
 // filters whose status on the pod changed.
 func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
-	statuses := make(map[string]wire.FilterStatus, len(got.Filters))
-	for _, f := range got.Filters {
-		statuses[f.Name] = f
-	}
 	w.mu.Lock()
 	p, ok := w.pods[key]
 	if !ok || !sameTarget(p.addr, addr) {
 		w.mu.Unlock()
 		return
 	}
-	changed := changedFilters(p.requeued, statuses, p.fresh)
+	// The names whose status may have changed: those the answer carries, or every one.
+	var touched []string
+	if got.Changes && p.statuses != nil {
+		for _, f := range got.Filters {
+			p.statuses[f.Name] = f
+			touched = append(touched, f.Name)
+		}
+		for _, name := range got.Removed {
+			delete(p.statuses, name)
+			touched = append(touched, name)
+		}
+	} else {
+		p.statuses = make(map[string]wire.FilterStatus, len(got.Filters))
+		for _, f := range got.Filters {
+			p.statuses[f.Name] = f
+			touched = append(touched, f.Name)
+		}
+		for name := range p.requeued {
+			if _, ok := p.statuses[name]; !ok {
+				touched = append(touched, name)
+			}
+		}
+	}
+	changed := changedFilters(p.requeued, p.statuses, touched, p.fresh)
 	for name := range p.readDirect {
 		if !slices.Contains(changed, name) {
 			changed = append(changed, name)
@@ -217,13 +241,13 @@ func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
 		p.requeued = map[string]wire.FilterStatus{}
 	}
 	for _, name := range changed {
-		if st, ok := statuses[name]; ok {
+		if st, ok := p.statuses[name]; ok {
 			p.requeued[name] = st
 		} else {
 			delete(p.requeued, name)
 		}
 	}
-	p.statuses, p.version, p.fresh = statuses, got.Version, true
+	p.version, p.fresh = got.Version, true
 	w.mu.Unlock()
 	for _, name := range changed {
 		w.requeueFilter(key.namespace, name)
@@ -233,20 +257,23 @@ func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
 // sameTarget reports whether a and b call the same pod with the same token.
 func sameTarget(a, b Pod) bool { return a.baseURL() == b.baseURL() && a.Token == b.Token }
 
-// changedFilters names the filters whose status differs from the one last requeued for: present
-// or not, another shape or partitions, or counts moved by more than countsHysteresis (the
-// filters' passes write no smaller move). A first answer after a failure requeues every filter the
-// pod holds, since the passes meanwhile reported what the pod answered them.
-func changedFilters(requeued, now map[string]wire.FilterStatus, wasFresh bool) []string {
+// changedFilters names the filters among touched whose status differs from the one last requeued
+// for: present or not, another shape or partitions, or counts moved by more than countsHysteresis
+// (the filters' passes write no smaller move). A first answer after a failure requeues every
+// filter the pod holds, since the passes meanwhile reported what the pod answered them.
+func changedFilters(requeued, now map[string]wire.FilterStatus, touched []string, wasFresh bool) []string {
 	var out []string
-	for name, st := range now {
-		before, ok := requeued[name]
-		if !ok || !wasFresh || statusMoved(before, st) {
+	if !wasFresh {
+		for name := range now {
 			out = append(out, name)
 		}
 	}
-	for name := range requeued {
-		if _, ok := now[name]; !ok {
+	for _, name := range touched {
+		st, held := now[name]
+		before, was := requeued[name]
+		switch {
+		case !wasFresh && held: // already named
+		case held != was, held && statusMoved(before, st):
 			out = append(out, name)
 		}
 	}

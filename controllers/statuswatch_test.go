@@ -34,15 +34,20 @@ func TestChangedFilters(t *testing.T) {
 		{"the same, after a failed poll", base, false, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			got := changedFilters(map[string]wire.FilterStatus{"f": base}, map[string]wire.FilterStatus{"f": tt.now}, tt.wasFresh)
+			got := changedFilters(map[string]wire.FilterStatus{"f": base}, map[string]wire.FilterStatus{"f": tt.now}, []string{"f"}, tt.wasFresh)
 			if want := tt.want; slices.Contains(got, "f") != want {
 				t.Errorf("changed %v, want f changed: %v", got, want)
 			}
 		})
 	}
-	got := changedFilters(map[string]wire.FilterStatus{"gone": base}, map[string]wire.FilterStatus{"new": base}, true)
+	got := changedFilters(map[string]wire.FilterStatus{"gone": base}, map[string]wire.FilterStatus{"new": base}, []string{"gone", "new"}, true)
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"gone", "new"}) {
 		t.Errorf("a filter gone and one new: %v changed", got)
+	}
+	// An answer of changes names what it carries: the filters it does not name are as they were.
+	untouched := map[string]wire.FilterStatus{"f": with(func(s *wire.FilterStatus) { s.FPP = 0.001 }), "g": base}
+	if got := changedFilters(map[string]wire.FilterStatus{"f": base}, untouched, []string{"g"}, true); !slices.Equal(got, []string{"g"}) {
+		t.Errorf("an answer that names g alone: %v changed, want g", got)
 	}
 }

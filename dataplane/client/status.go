@@ -23,11 +23,15 @@ func (c *Client) FilterStatus(ctx context.Context, name string) (wire.FilterStat
 
 // FilterStatuses reads the status of every live filter of the pod. With wait above zero it is a
 // long poll: the pod answers once its filters' version differs from version (which may be empty),
-// or after wait, whole seconds up to wire.MaxStatusesWait; ctx must outlast wait.
-func (c *Client) FilterStatuses(ctx context.Context, version string, wait time.Duration) (wire.FilterStatuses, error) {
+// or after wait, whole seconds up to wire.MaxStatusesWait; ctx must outlast wait. With changes,
+// the answer may carry only what changed since version (see wire.FilterStatuses).
+func (c *Client) FilterStatuses(ctx context.Context, version string, wait time.Duration, changes bool) (wire.FilterStatuses, error) {
 	q := url.Values{}
 	if version != "" {
 		q.Set("version", version)
+	}
+	if changes {
+		q.Set("changes", "true")
 	}
 	if wait > 0 {
 		q.Set("wait", strconv.Itoa(int(wait/time.Second)))

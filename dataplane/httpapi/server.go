@@ -40,6 +40,8 @@ type Server struct {
 	routePaths map[string]bool
 	// peers is the receiving end of the pod-to-pod protocol, which the internal port serves.
 	peers *peer.Server
+	// statusLog numbers the changes of the filters for the operator's polls.
+	statusLog *statusLog
 	// phase is where the process is: see Phase. A Server nothing is recovered into serves.
 	phase atomic.Int32
 }
@@ -100,8 +102,9 @@ func New(o Options) (*Server, error) {
 		return nil, fmt.Errorf("maxHttpRequestLength must be > 0, got %d", o.Config.MaxHTTPRequestLength)
 	}
 	s := &Server{
-		Options: o,
-		bodies:  &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))},
+		Options:   o,
+		bodies:    &bodyBudget{limit: int64(min(o.Config.MaxRequestBytesInFlight, math.MaxInt64))},
+		statusLog: newStatusLog(),
 	}
 	s.peers = peer.NewServer(peer.ServerOptions{
 		Host:            o.Node,

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"fmt"
-	"hash/fnv"
 	"net/http"
 	"slices"
 	"strconv"
@@ -24,6 +23,7 @@ const statusesPoll = time.Second
 // from the one the caller holds, or when its wait is over.
 func (s *Server) filterStatuses(c echo.Context) error {
 	held := c.QueryParam("version")
+	changes := c.QueryParam("changes") == "true"
 	wait, err := statusesWait(c.QueryParam("wait"))
 	if err != nil {
 		return err
@@ -43,16 +43,18 @@ func (s *Server) filterStatuses(c echo.Context) error {
 	tick := time.NewTicker(statusesPoll)
 	defer tick.Stop()
 	for {
-		answer := s.statuses()
+		live := s.liveStatuses()
+		version := s.statusLog.look(live, s.Store.Tombstones())
 		// A pod shutting down answers at once: a poll held to its end would hold the graceful
 		// shutdown, which waits for the requests under way.
-		if answer.Version != held || wait == 0 || s.currentPhase() == Draining {
-			return c.JSON(http.StatusOK, answer)
+		if version != held || wait == 0 || s.currentPhase() == Draining {
+			return c.JSON(http.StatusOK, s.statusLog.answer(version, live, held, changes))
 		}
 		select {
 		case <-tick.C:
 		case <-timeout.C:
-			return c.JSON(http.StatusOK, answer)
+			// The counts move without moving the version: they come with every filter.
+			return c.JSON(http.StatusOK, s.statusLog.answer(version, live, "", false))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -71,39 +73,16 @@ func statusesWait(raw string) (time.Duration, error) {
 	return time.Duration(n) * time.Second, nil
 }
 
-// statuses lists the live filters' statuses, sorted by name, and their version: a hash of what
-// the operator reports of each besides its counts, and of the tombstones.
-func (s *Server) statuses() wire.FilterStatuses {
+// liveStatuses lists the live filters' statuses, sorted by name.
+func (s *Server) liveStatuses() []liveStatus {
 	now := s.Store.Now()
-	type entry struct {
-		status     wire.FilterStatus
-		generation int64
-	}
-	var entries []entry
+	var out []liveStatus
 	s.Store.Range(func(f *filter.Filter) bool {
 		if !f.Expired(now) {
-			entries = append(entries, entry{s.statusOf(f), f.Generation()})
+			out = append(out, liveStatus{s.statusOf(f), f.Generation()})
 		}
 		return true
 	})
-	slices.SortFunc(entries, func(a, b entry) int { return strings.Compare(a.status.Name, b.status.Name) })
-	out := wire.FilterStatuses{Filters: make([]wire.FilterStatus, len(entries))}
-	h := fnv.New64a()
-	for i, e := range entries {
-		f := e.status
-		out.Filters[i] = f
-		// The generation tells a filter recreated under its name from the one before.
-		_, _ = fmt.Fprintf(h, "%s\x00%d\x00%d\x00%g\x00%t\x00%d\x00%d\x00%d\x00%d\x00", f.Name, e.generation, f.ExpectedInsertions, f.FPP,
-			f.Scalable, f.Growth, f.Partitions, f.PartitionsHeld, f.PartitionsOwned)
-	}
-	// And the tombstones: a filter created and deleted between two looks leaves one, so the
-	// version moves although the filters are as they were, and the operator, which may have
-	// seen the filter in between, hears of it.
-	tombstones := s.Store.Tombstones()
-	slices.SortFunc(tombstones, func(a, b filter.Tombstone) int { return strings.Compare(a.Name, b.Name) })
-	for _, t := range tombstones {
-		_, _ = fmt.Fprintf(h, "-%s\x00%d\x00", t.Name, t.Generation)
-	}
-	out.Version = strconv.FormatUint(h.Sum64(), 36)
+	slices.SortFunc(out, func(a, b liveStatus) int { return strings.Compare(a.status.Name, b.status.Name) })
 	return out
 }

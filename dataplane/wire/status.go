@@ -56,16 +56,23 @@ func (f Filter) Status() FilterStatus {
 // FilterStatusesPath answers the status of every live filter of the pod (GET, answering
 // FilterStatuses). The operator long-polls it, one request per pod rather than one per filter:
 // with ?version=V&wait=S (seconds) the pod answers as soon as its filters differ from version V,
-// or after S seconds at the latest (MaxStatusesWait), with the counts of that moment.
+// or after S seconds at the latest (MaxStatusesWait), with the counts of that moment. With
+// &changes=true too, an answer to a change carries only what changed since V, when the pod can
+// tell; an answer at the end of the wait carries every filter, for their counts.
 const FilterStatusesPath = InternalBasePath + "/statuses"
 
 // MaxStatusesWait bounds the wait a FilterStatusesPath request may ask for.
 const MaxStatusesWait = 60
 
-// FilterStatuses is the answer of FilterStatusesPath: the pod's filters sorted by name, and a
-// version that changes when a filter appears, goes, or changes its shape or its partitions here,
-// even if it changed back since; counts (items, size, fill) change without changing it.
+// FilterStatuses is the answer of FilterStatusesPath, and a version that changes when a filter
+// appears, goes, or changes its shape or its partitions here, even if it changed back since;
+// counts (items, size, fill) change without changing it.
 type FilterStatuses struct {
-	Version string         `json:"version"`
+	Version string `json:"version"`
+	// Changes is set when Filters holds only the filters that changed since the version the
+	// caller named, and Removed the names gone since; unset, Filters is every filter, sorted by
+	// name.
+	Changes bool           `json:"changes,omitempty"`
 	Filters []FilterStatus `json:"filters"`
+	Removed []string       `json:"removed,omitempty"`
 }
