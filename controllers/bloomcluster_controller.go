@@ -265,7 +265,9 @@ func (r *BloomClusterReconciler) observe(ctx context.Context, st *clusterState) 
 		}
 	}
 	var filters bloomeryv1alpha1.BloomFilterList
-	if err := r.Client.List(ctx, &filters, client.InNamespace(c.Namespace), client.MatchingFields{clusterRefIndex: c.Name}); err != nil {
+	// Counted, not kept nor changed: the cache's own objects, not ten thousand copies a pass.
+	if err := r.Client.List(ctx, &filters, client.InNamespace(c.Namespace), client.MatchingFields{clusterRefIndex: c.Name},
+		client.UnsafeDisableDeepCopy); err != nil {
 		return fmt.Errorf("listing BloomFilters of the cluster: %w", err)
 	}
 	c.Status.Filters = int32(len(filters.Items))

@@ -509,7 +509,9 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	filtersOfCluster := func(ctx context.Context, namespace, cluster string) []reconcile.Request {
 		var list bloomeryv1alpha1.BloomFilterList
-		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{clusterRefIndex: cluster}); err != nil {
+		// Only their names are read: the cache's own objects, not copies.
+		if err := mgr.GetClient().List(ctx, &list, client.InNamespace(namespace), client.MatchingFields{clusterRefIndex: cluster},
+			client.UnsafeDisableDeepCopy); err != nil {
 			log.FromContext(ctx).Error(err, "Listing BloomFilters of a cluster failed", "cluster", cluster)
 			return nil
 		}

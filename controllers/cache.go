@@ -12,6 +12,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// CacheOptions are the operator's cache, with namespaces its default ones (none: every namespace):
+// CacheByObject's limits, and no object's managedFields, which the operator never reads and which
+// made up much of a cached BloomFilter, thousands of them at scale.
+func CacheOptions(namespaces ...string) cache.Options {
+	opts := cache.Options{ByObject: CacheByObject(), DefaultTransform: cache.TransformStripManagedFields()}
+	if len(namespaces) > 0 {
+		opts.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			opts.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return opts
+}
+
 // CacheByObject limits the operator's cache, for each kind it makes or reads in the users'
 // namespaces, to the objects labelled as managed by it: every child of a BloomCluster. Pods are
 // cached by the name label that a cluster's selector carries, so that a pod made to look like a

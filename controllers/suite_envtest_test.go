@@ -16,7 +16,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -148,7 +147,7 @@ func startStoppableManager(t testing.TB, cfg *rest.Config, namespace string, set
 		Scheme:  testScheme,
 		Metrics: metricsserver.Options{BindAddress: "0"},
 		// The operator's own cache scoping: a child the reconcilers could not see would fail here.
-		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{namespace: {}}, ByObject: CacheByObject()},
+		Cache: CacheOptions(namespace),
 		NewClient: func(config *rest.Config, options client.Options) (client.Client, error) {
 			c, err := client.NewWithWatch(config, options)
 			if err != nil {

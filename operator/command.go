@@ -18,7 +18,6 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -129,16 +128,6 @@ func runOperator(cmd *cobra.Command, f operatorFlags, operatorPods map[string]st
 	if f.metricsSecure {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
 	}
-	cacheOpts := cache.Options{
-		// Only the objects the operator made, and the data plane's pods.
-		ByObject: controllers.CacheByObject(),
-	}
-	if namespaces := splitNamespaces(f.watchNamespaces); len(namespaces) > 0 {
-		cacheOpts.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range namespaces {
-			cacheOpts.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                        scheme,
 		Metrics:                       metrics,
@@ -150,7 +139,7 @@ func runOperator(cmd *cobra.Command, f operatorFlags, operatorPods map[string]st
 		LeaseDuration:                 &f.leaseDuration,
 		RenewDeadline:                 &f.renewDeadline,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cacheOpts,
+		Cache:                         controllers.CacheOptions(splitNamespaces(f.watchNamespaces)...),
 	})
 	if err != nil {
 		return fmt.Errorf("creating the manager: %w", err)
