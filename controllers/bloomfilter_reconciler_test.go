@@ -254,11 +254,11 @@ func TestPodEventsThatRequeueFilters(t *testing.T) {
 
 // A status computed from an object that changed meanwhile is not written over the newer one, and
 // the conflict is a requeue, not a failure.
-func TestBloomFilterStatusPatchIsLocked(t *testing.T) {
+func TestBloomFilterStatusWriteIsLocked(t *testing.T) {
 	dp := startRecordingDataPlane(t)
 	var patches int
 	k := fakeFilterWorld(t, dp, interceptor.Funcs{
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			patches++
 			// Another writer changes the object between the pass's read and its status write.
 			var bf bloomeryv1alpha1.BloomFilter
@@ -269,7 +269,7 @@ func TestBloomFilterStatusPatchIsLocked(t *testing.T) {
 			if err := c.Update(ctx, &bf); err != nil {
 				return err
 			}
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	})
 	r := &BloomFilterReconciler{Client: k}

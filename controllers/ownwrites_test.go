@@ -129,9 +129,9 @@ func TestBloomFilterPassWaitsForTheCacheToHoldItsWrites(t *testing.T) {
 			writes++
 			return c.Update(ctx, obj, opts...)
 		},
-		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
 			writes++
-			return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			return c.SubResource(sub).Update(ctx, obj, opts...)
 		},
 	}, bf)
 	var before bloomeryv1alpha1.BloomFilter

@@ -65,7 +65,6 @@
   - bloomery.io
   resources:
   - bloomclusters/status
-  - bloomfilters/status
   verbs:
   - patch
 - apiGroups:
@@ -77,6 +76,13 @@
   - list
   - update
   - watch
+- apiGroups:
+  - bloomery.io
+  resources:
+  - bloomfilters/status
+  verbs:
+  - patch
+  - update
 - apiGroups:
   - coordination.k8s.io
   resources:
