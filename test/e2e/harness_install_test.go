@@ -20,8 +20,9 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The operator runs as installed: as a ServiceAccount with the RBAC of config/rbac, applied with
-// the namespace and name prefix config/default gives it.
+// The operator runs as installed: as a ServiceAccount with the RBAC of config/rbac, and with the
+// admission policy of config/admission, applied with the namespace and name prefix config/default
+// gives them.
 const (
 	// operatorNamespace is the install's namespace: the ServiceAccount's, the lease's.
 	operatorNamespace = "bloomery-system"
@@ -38,43 +39,49 @@ const (
 	tokenLifetime = 6 * time.Hour
 )
 
-// installOperatorRBAC applies config/rbac as config/default does (its namespace, its name prefix),
-// in the namespace it creates first: the ServiceAccount, the ClusterRole generated from the
-// markers and its binding, the leader election Role, the metrics auth and reader ClusterRoles.
-// It returns a kubeconfig that authenticates as the ServiceAccount.
-func (hs *harness) installOperatorRBAC() (string, error) {
+// installOperator applies config/rbac and config/admission as config/default does (its namespace,
+// its name prefix), in the namespace it creates first: the ServiceAccount, the ClusterRole
+// generated from the markers and its binding, the leader election Role, the metrics auth and
+// reader ClusterRoles, and the admission policy that gives BloomFilters their finalizer. It
+// returns a kubeconfig that authenticates as the ServiceAccount.
+func (hs *harness) installOperator() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
 	if _, _, err := hs.kubectl.run(ctx, "", "create", "namespace", operatorNamespace); err != nil {
 		return "", err
 	}
-	overlay, err := kustomizeOverlay(filepath.Join(hs.workDir, "install"), filepath.Join(hs.root, "config", "rbac"), operatorNamespace, installPrefix)
+	config := filepath.Join(hs.root, "config")
+	overlay, err := kustomizeOverlay(filepath.Join(hs.workDir, "install"), operatorNamespace, installPrefix,
+		filepath.Join(config, "rbac"), filepath.Join(config, "admission"))
 	if err != nil {
 		return "", err
 	}
 	if _, _, err := hs.kubectl.run(ctx, "", "apply", "-k", overlay); err != nil {
-		return "", fmt.Errorf("installing config/rbac: %w", err)
+		return "", fmt.Errorf("installing config/rbac and config/admission: %w", err)
 	}
 	return hs.accountKubeconfig(operatorNamespace, operatorAccount, tokenLifetime)
 }
 
-// kustomizeOverlay writes, in dir, a kustomization of base with a namespace and a name prefix,
+// kustomizeOverlay writes, in dir, a kustomization of bases with a namespace and a name prefix,
 // and returns dir.
-func kustomizeOverlay(dir, base, namespace, prefix string) (string, error) {
+func kustomizeOverlay(dir, namespace, prefix string, bases ...string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
-	rel, err := filepath.Rel(dir, base) // kustomize takes a base by a relative path only
-	if err != nil {
-		return "", err
+	var resources strings.Builder
+	for _, base := range bases {
+		rel, err := filepath.Rel(dir, base) // kustomize takes a base by a relative path only
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&resources, "  - %s\n", rel)
 	}
 	kustomization := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 namespace: %s
 namePrefix: %s
 resources:
-  - %s
-`, namespace, prefix, rel)
+%s`, namespace, prefix, resources.String())
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kustomization), 0o600)
 }
 

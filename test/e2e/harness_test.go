@@ -101,7 +101,7 @@ func startHarness() (*harness, error) {
 	if err := hs.waitNodeReady(); err != nil {
 		return hs, errors.Join(err, hs.stop())
 	}
-	kubeconfig, err := hs.installOperatorRBAC()
+	kubeconfig, err := hs.installOperator()
 	if err != nil {
 		return hs, errors.Join(err, hs.stop())
 	}

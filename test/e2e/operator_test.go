@@ -55,7 +55,7 @@ func TestOperatorAsInstalled(t *testing.T) {
 		}
 		// config/prometheus, the ServiceMonitor of the operator itself, as config/default would
 		// install it.
-		overlay, err := kustomizeOverlay(t.TempDir(), filepath.Join(h.root, "config", "prometheus"), operatorNamespace, installPrefix)
+		overlay, err := kustomizeOverlay(t.TempDir(), operatorNamespace, installPrefix, filepath.Join(h.root, "config", "prometheus"))
 		if err != nil {
 			t.Fatal(err)
 		}
