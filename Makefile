@@ -230,12 +230,14 @@ bench-engine: ## Engine benchmarks COUNT times (default 10) for benchstat; BENCH
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(COUNT) ./dataplane/filter
 
 # The operator at scale on the end-to-end control plane, built without the race detector:
-# make bench-operator FILTERS=1000 for one size.
+# make bench-operator FILTERS=1000 for one size; PROFILES=1 saves the operator's and the API
+# server's CPU profiles of each phase in the run directory (kept with E2E_KEEP=1).
 FILTERS ?= 1000,10000
+PROFILES ?=
 .PHONY: bench-operator
 bench-operator: ## BloomFilters (FILTERS, default 1000,10000) on 3 pods: time to Ready and gone, a quiet minute's costs.
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
-	E2E_BENCH_OPERATOR="$(FILTERS)" KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -count=1 -v -timeout 120m -run '^TestOperatorScale$$' ./test/e2e/
+	E2E_BENCH_OPERATOR="$(FILTERS)" E2E_BENCH_PROFILES="$(PROFILES)" KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -count=1 -v -timeout 120m -run '^TestOperatorScale$$' ./test/e2e/
 
 .PHONY: bench-memory
 bench-memory: ## RSS of a data plane holding one filter of 1e6, 1e7 and 1e8 keys at fpp 0.001.

@@ -3,8 +3,11 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,7 +56,8 @@ func measureOperatorScale(t *testing.T, filters int) {
 	watch := watchScaleFilters(t, api, n.name)
 
 	writes := apiWrites(n)
-	stopProfiling := profilePhase(t, operator, fmt.Sprintf("ready-%d", filters))
+	profiled := profiledProcesses(t, operator)
+	stopProfiling := profilePhase(t, profiled, fmt.Sprintf("ready-%d", filters))
 	created := time.Now()
 	createScaleFilters(t, api, n.name, filters)
 	applied := time.Since(created)
@@ -64,17 +68,18 @@ func measureOperatorScale(t *testing.T, filters int) {
 	t.Logf("%d filters: API writes while they were created, until all Ready: %s", filters, writes.perFilter(apiWrites(n), filters))
 
 	pods := n.apis(podNames(sampleReplicas)...)
-	cpuBefore, apiBefore := processCPU(t, pid), apiRequests(n)
+	cpuBefore, apiBefore := processCPU(t, pid), apiRequestsByKind(n)
 	callsBefore := make([]operatorCalls, len(pods))
 	for i, p := range pods {
 		callsBefore[i] = p.operatorCalls()
 	}
 	quiet := time.Now()
-	stopProfiling = profilePhase(t, operator, fmt.Sprintf("quiet-%d", filters))
+	stopProfiling = profilePhase(t, profiled, fmt.Sprintf("quiet-%d", filters))
 	time.Sleep(time.Minute)
 	minutes := time.Since(quiet).Minutes()
 	cpu := (processCPU(t, pid) - cpuBefore).Seconds() / minutes
-	apiPerMinute := (apiRequests(n) - apiBefore) / minutes
+	apiAfter := apiRequestsByKind(n)
+	apiPerMinute := (apiAfter.total() - apiBefore.total()) / minutes
 	var perFilter, polls float64
 	for i, p := range pods {
 		calls := p.operatorCalls()
@@ -87,9 +92,10 @@ func measureOperatorScale(t *testing.T, filters int) {
 		"%.0f API requests (every client), %.2f pod calls a second per pod (%.0f about filters, %.0f polls in all); operator RSS %.0f MiB",
 		filters, len(pods), applied.Round(time.Millisecond), ready.Round(time.Millisecond),
 		cpu, 100*cpu/60, apiPerMinute, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
+	t.Logf("%d filters: the quiet minute's API requests, by verb and resource: %s", filters, apiAfter.since(apiBefore))
 
 	writes = apiWrites(n)
-	stopProfiling = profilePhase(t, operator, fmt.Sprintf("gone-%d", filters))
+	stopProfiling = profilePhase(t, profiled, fmt.Sprintf("gone-%d", filters))
 	deleted := time.Now()
 	deleteScaleFilters(t, api, n.name, filters)
 	requested := time.Since(deleted)
@@ -142,10 +148,46 @@ func processRSS(t *testing.T, pid int) float64 {
 	return 0
 }
 
-// apiRequests reads the API server's count of requests answered, from every client.
-func apiRequests(n namespace) float64 {
+// requestCounts are the API server's counts of requests answered, from every client, by verb and
+// resource ("GET leases", "PUT bloomfilters/status").
+type requestCounts map[string]float64
+
+func apiRequestsByKind(n namespace) requestCounts {
 	n.t.Helper()
-	return apiCount(n, apiMetrics(n))
+	out := requestCounts{}
+	for _, m := range apiMetrics(n).Samples("apiserver_request_total") {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		kind := labels["verb"] + " " + labels["resource"]
+		if sub := labels["subresource"]; sub != "" {
+			kind += "/" + sub
+		}
+		out[kind] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+func (c requestCounts) total() float64 {
+	var sum float64
+	for _, v := range c {
+		sum += v
+	}
+	return sum
+}
+
+// since lists the kinds of request answered between before and c, the most frequent first.
+func (c requestCounts) since(before requestCounts) string {
+	kinds := slices.Collect(maps.Keys(c))
+	slices.SortFunc(kinds, func(a, b string) int { return cmp.Compare(c[b]-before[b], c[a]-before[a]) })
+	var parts []string
+	for _, k := range kinds {
+		if d := c[k] - before[k]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.0f", k, d))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func apiMetrics(n namespace) metricstest.Families {
@@ -169,23 +211,24 @@ func apiCount(n namespace, fs metricstest.Families, labels ...string) float64 {
 
 // filterWrites are the API server's writes that follow from the benchmark's creates and deletes,
 // from every client: besides these, the benchmark writes nothing of BloomFilters, so the updates
-// (finalizers), status patches, events and refused writes (409) are the operator's.
-type filterWrites struct{ updates, statusPatches, events, conflicts float64 }
+// (finalizers), status writes, events and refused writes (409) are the operator's.
+type filterWrites struct{ updates, statusWrites, events, conflicts float64 }
 
 func apiWrites(n namespace) filterWrites {
 	n.t.Helper()
 	fs := apiMetrics(n)
 	return filterWrites{
-		updates:       apiCount(n, fs, "resource", "bloomfilters", "subresource", "", "verb", "PUT"),
-		statusPatches: apiCount(n, fs, "resource", "bloomfilters", "subresource", "status", "verb", "PATCH"),
-		events:        apiCount(n, fs, "resource", "events", "verb", "POST"),
-		conflicts:     apiCount(n, fs, "resource", "bloomfilters", "code", "409"),
+		updates: apiCount(n, fs, "resource", "bloomfilters", "subresource", "", "verb", "PUT"),
+		statusWrites: apiCount(n, fs, "resource", "bloomfilters", "subresource", "status", "verb", "PUT") +
+			apiCount(n, fs, "resource", "bloomfilters", "subresource", "status", "verb", "PATCH"),
+		events:    apiCount(n, fs, "resource", "events", "verb", "POST"),
+		conflicts: apiCount(n, fs, "resource", "bloomfilters", "code", "409"),
 	}
 }
 
 // perFilter is what each of filters cost from w to now.
 func (w filterWrites) perFilter(now filterWrites, filters int) string {
 	f := float64(filters)
-	return fmt.Sprintf("%.2f updates, %.2f status patches, %.2f events and %.2f conflicts a filter",
-		(now.updates-w.updates)/f, (now.statusPatches-w.statusPatches)/f, (now.events-w.events)/f, (now.conflicts-w.conflicts)/f)
+	return fmt.Sprintf("%.2f updates, %.2f status writes, %.2f events and %.2f conflicts a filter",
+		(now.updates-w.updates)/f, (now.statusWrites-w.statusWrites)/f, (now.events-w.events)/f, (now.conflicts-w.conflicts)/f)
 }
