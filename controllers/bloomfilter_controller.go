@@ -105,7 +105,7 @@ func (r *BloomFilterReconciler) podParallelism() int {
 // The finalizer is written with an Update of the BloomFilter itself; bloomfilters/finalizers
 // would only matter to an object that names a BloomFilter as a blocking owner, and none does.
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch;update
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/status,verbs=patch;update
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/status,verbs=update
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch

@@ -59,6 +59,7 @@
   - bloomery.io
   resources:
   - bloomclusters/finalizers
+  - bloomfilters/status
   verbs:
   - update
 - apiGroups:
@@ -76,13 +77,6 @@
   - list
   - update
   - watch
-- apiGroups:
-  - bloomery.io
-  resources:
-  - bloomfilters/status
-  verbs:
-  - patch
-  - update
 - apiGroups:
   - coordination.k8s.io
   resources:
