@@ -239,6 +239,12 @@ bench-operator: ## BloomFilters (FILTERS, default 1000,10000) on 3 pods: time to
 	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
 	E2E_BENCH_OPERATOR="$(FILTERS)" E2E_BENCH_PROFILES="$(PROFILES)" KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -count=1 -v -timeout 120m -run '^TestOperatorScale$$' ./test/e2e/
 
+# The floor under it: the same creates and deletes with the operator stopped (FILTERS as above).
+.PHONY: bench-operator-floor
+bench-operator-floor: ## The API server alone creating and deleting FILTERS BloomFilters: what bench-operator's times rest on.
+	assets=$$(hack/envtest-assets.sh "$(ENVTEST_ASSETS_DIR)"); \
+	E2E_BENCH_APISERVER="$(FILTERS)" KUBEBUILDER_ASSETS="$$assets" $(GO) test -tags e2e -count=1 -v -timeout 60m -run '^TestAPIServerScale$$' ./test/e2e/
+
 .PHONY: bench-memory
 bench-memory: ## RSS of a data plane holding one filter of 1e6, 1e7 and 1e8 keys at fpp 0.001.
 	bench/memory.sh

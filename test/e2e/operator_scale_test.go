@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,12 +16,19 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // benchOperatorEnv holds the numbers of filters of the operator's scale benchmark, comma-separated
 // (make bench-operator sets it). Set, the operator runs with its default resyncs, as installed;
 // unset, TestOperatorScale is skipped.
 const benchOperatorEnv = "E2E_BENCH_OPERATOR"
+
+// benchAPIServerEnv holds the numbers of filters of TestAPIServerScale (make bench-operator-floor).
+const benchAPIServerEnv = "E2E_BENCH_APISERVER"
+
+// finalizerPolicy is config/admission's policy, and its binding, as installed.
+const finalizerPolicy = installPrefix + "filter-finalizer"
 
 // scaleTimeout bounds each phase of the benchmark: far past its targets, so that a slow run still
 // reports its numbers.
@@ -43,6 +52,73 @@ func TestOperatorScale(t *testing.T) {
 			t.Fatalf("%s=%q: %q is not a number of filters", benchOperatorEnv, spec, field)
 		}
 		t.Run(strconv.Itoa(filters), func(t *testing.T) { measureOperatorScale(t, filters) })
+	}
+}
+
+// TestAPIServerScale is the floor under the operator's scale benchmark, not a test: for each number
+// of filters it creates and deletes that many BloomFilters as TestOperatorScale does, with the
+// operator stopped and the admission policy unbound, so that the API server does nothing for them
+// but the benchmark's own requests.
+//
+//	make bench-operator-floor            # 1,000 and 10,000 filters
+func TestAPIServerScale(t *testing.T) {
+	spec := os.Getenv(benchAPIServerEnv)
+	if spec == "" {
+		t.Skip("a benchmark, run by make bench-operator-floor (" + benchAPIServerEnv + "=1000,10000)")
+	}
+	n := newNamespace(t)
+	n.applySamples()
+	restart, err := h.stopClusterWideOperator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := restart(); err != nil {
+			t.Error(err)
+		}
+	})
+	// The policy would give the filters a finalizer that nothing then removes.
+	n.run("delete", "mutatingadmissionpolicybinding", finalizerPolicy)
+	t.Cleanup(func() {
+		// The install's overlay, applied again, binds it again.
+		ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
+		defer cancel()
+		if _, _, err := h.kubectl.run(ctx, "", "apply", "-k", filepath.Join(h.workDir, "install")); err != nil {
+			t.Error(err)
+		}
+	})
+	api := scaleClient(t)
+	watch := watchScaleFilters(t, api, n.name)
+	// The API server drops a policy from its informer a moment after the binding goes: a filter
+	// created in between would keep its finalizer.
+	await.Until(t, 30*time.Second, "a BloomFilter created without a finalizer", func() (bool, string) {
+		out, err := n.tryStdin(`{"apiVersion": "bloomery.io/v1alpha1", "kind": "BloomFilter", "metadata": {"generateName": "probe-"},
+			"spec": {"clusterRef": {"name": "example"}, "capacity": 1000, "falsePositiveRate": "0.01"}}`,
+			"create", "-f", "-", "-o", "jsonpath={.metadata.name} {.metadata.finalizers}")
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, finalizers, _ := strings.Cut(out, " ")
+		n.run("patch", "bloomfilter", name, "--type", "merge", "-p", `{"metadata": {"finalizers": null}}`)
+		n.run("delete", "bloomfilter", name)
+		return finalizers == "", "created with finalizers " + finalizers
+	})
+	for field := range strings.SplitSeq(spec, ",") {
+		filters, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || filters < 1 {
+			t.Fatalf("%s=%q: %q is not a number of filters", benchAPIServerEnv, spec, field)
+		}
+		created := time.Now()
+		createScaleFilters(t, api, n.name, filters)
+		all := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters", filters), func(exist, _ int) bool {
+			return exist == filters
+		}).Sub(created)
+		deleted := time.Now()
+		deleteScaleFilters(t, api, n.name, filters)
+		gone := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters gone", filters), func(exist, _ int) bool {
+			return exist == 0
+		}).Sub(deleted)
+		t.Logf("%d filters, the API server alone: all created after %v, all gone after %v", filters, all.Round(time.Millisecond), gone.Round(time.Millisecond))
 	}
 }
 
