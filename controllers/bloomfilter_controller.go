@@ -189,7 +189,7 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	pods, _, err := clusterPods(ctx, r.Client, cluster) // the cluster reports the ignored ones
+	pods, _, err := sharedClusterPods(ctx, r.Client, cluster) // the cluster reports the ignored ones
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -276,7 +276,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
 		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, shape)
-		r.watch.createdOnPod(pod, name)
+		r.watch.createdOnPod(pod, name, f, err)
 	}
 	switch {
 	case err != nil && !ready:
@@ -438,7 +438,7 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 	if err != nil || cluster == nil {
 		return nil, err // without a cluster, its pods went with it
 	}
-	pods, _, err := clusterPods(ctx, r.Client, cluster)
+	pods, _, err := sharedClusterPods(ctx, r.Client, cluster)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,10 +18,10 @@ import (
 // Pods tell, the operator listens: the statuses of a pod's filters come from one long poll per pod
 // (wire.FilterStatusesPath), not from a call per filter and pass. A pod answers the poll when a
 // filter appears, goes or changes its shape or partitions there, with what changed, and otherwise
-// once per wait with every filter's counts; the watch requeues the BloomFilters whose status on that pod changed, and the passes
-// read the pod's statuses from it instead of calling the pod. So the calls to a pod follow what
-// changes on it and the wait, not the number of filters. A pod whose poll fails is called by the
-// passes again, as before, until its poll answers.
+// once per wait with every filter's counts; the watch requeues the BloomFilters whose status on
+// that pod changed, and the passes read the pod's statuses from it instead of calling the pod. So
+// the calls to a pod follow what changes on it and the wait, not the number of filters. A pod
+// whose poll fails is called by the passes again, as before, until its poll answers.
 
 const (
 	// statusesRetry and statusesRetryMax bound the back-off between failed polls of a pod.
@@ -128,16 +127,27 @@ func (w *statusWatch) status(pod *corev1.Pod, addr Pod, name string) (st wire.Fi
 	return st, held, true
 }
 
-// createdOnPod tells the watch that a pass created the filter name on pod: what the pass reports
-// of it came from the pod, not from the poll, and the poll's next answer requeues it.
-func (w *statusWatch) createdOnPod(pod *corev1.Pod, name string) {
+// createdOnPod tells the watch that a pass created the filter name on pod, which answered st, or
+// failed with err: what the pass reports of it came from the pod, not from the poll. The poll's
+// next answer requeues the filter only if the pod's status then differs from st, as for a status
+// the watch requeued the filter for: with thousands of filters created at once, requeueing each
+// created one anyway was a third of the passes. After a failure it requeues it.
+func (w *statusWatch) createdOnPod(pod *corev1.Pod, name string, st wire.FilterStatus, err error) {
 	if w == nil {
 		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if p, ok := w.pods[podKey{pod.Namespace, pod.Name, pod.UID}]; ok {
+	p, ok := w.pods[podKey{pod.Namespace, pod.Name, pod.UID}]
+	switch {
+	case !ok:
+	case err != nil:
 		p.readDirect[name] = struct{}{}
+	default:
+		if p.requeued == nil {
+			p.requeued = map[string]wire.FilterStatus{}
+		}
+		p.requeued[name] = st
 	}
 }
 
@@ -231,9 +241,15 @@ func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
 		}
 	}
 	changed := changedFilters(p.requeued, p.statuses, touched, p.fresh)
-	for name := range p.readDirect {
-		if !slices.Contains(changed, name) {
-			changed = append(changed, name)
+	if len(p.readDirect) > 0 {
+		named := make(map[string]bool, len(changed))
+		for _, name := range changed {
+			named[name] = true
+		}
+		for name := range p.readDirect {
+			if !named[name] {
+				changed = append(changed, name)
+			}
 		}
 	}
 	clear(p.readDirect)

@@ -1,8 +1,13 @@
 package controllers
 
 import (
+	"errors"
 	"slices"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -49,5 +54,45 @@ func TestChangedFilters(t *testing.T) {
 	untouched := map[string]wire.FilterStatus{"f": with(func(s *wire.FilterStatus) { s.FPP = 0.001 }), "g": base}
 	if got := changedFilters(map[string]wire.FilterStatus{"f": base}, untouched, []string{"g"}, true); !slices.Equal(got, []string{"g"}) {
 		t.Errorf("an answer that names g alone: %v changed, want g", got)
+	}
+}
+
+// A filter a pass created on a pod is requeued by the pod's next answer only if the pod's status
+// then differs from what the create answered, which the pass reported; a failed create is
+// requeued by it whatever it says.
+func TestACreatedFilterIsRequeuedOnlyIfItChanged(t *testing.T) {
+	w := newStatusWatch(nil, time.Second, time.Minute)
+	w.ctx = t.Context()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-0", UID: "u"}}
+	addr := Pod{Name: "c-0", IP: "192.0.2.1", Port: 8090}
+	key := podKey{"ns", "c-0", "u"}
+	w.status(pod, addr, "f") // starts watching the pod
+	w.answered(key, addr, wire.FilterStatuses{Version: "v1"})
+	requeued := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-w.requeue:
+				out = append(out, e.Object.GetName())
+			default:
+				slices.Sort(out)
+				return out
+			}
+		}
+	}
+	requeued() // the first answer's
+
+	created := wire.FilterStatus{Name: "f", ExpectedInsertions: 1000, FPP: 0.01, Partitions: 1, PartitionsHeld: 1, PartitionsOwned: 1}
+	w.createdOnPod(pod, "f", created, nil)
+	w.createdOnPod(pod, "g", wire.FilterStatus{}, errors.New("refused"))
+	w.answered(key, addr, wire.FilterStatuses{Version: "v2", Changes: true, Filters: []wire.FilterStatus{created}})
+	if got := requeued(); !slices.Equal(got, []string{"g"}) {
+		t.Errorf("after the answer that brings f as created: %v requeued, want g alone (its create failed)", got)
+	}
+	grown := created
+	grown.PartitionsHeld = 0
+	w.answered(key, addr, wire.FilterStatuses{Version: "v3", Changes: true, Filters: []wire.FilterStatus{grown}})
+	if got := requeued(); !slices.Equal(got, []string{"f"}) {
+		t.Errorf("after f changed on the pod: %v requeued, want f", got)
 	}
 }
