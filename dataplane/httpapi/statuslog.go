@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"crypto/rand"
-	"fmt"
-	"hash/fnv"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,9 +29,24 @@ type statusLog struct {
 
 // loggedName is what the log knows of a name: a live filter, a tombstone, or both.
 type loggedName struct {
-	fingerprint uint64 // of what the operator reports of it besides its counts
-	changed     uint64 // the look that last found it changed
-	live        bool
+	state   nameState
+	changed uint64 // the look that last found its state changed
+}
+
+// nameState is what the operator reports of a name besides its counts. The generation tells a
+// filter recreated under its name from the one before; the tombstone of a filter created and
+// deleted between two looks changes it too, since the operator may have seen the filter in
+// between.
+type nameState struct {
+	live                                        bool
+	generation                                  int64
+	capacity                                    uint64
+	fpp                                         float64
+	scalable                                    bool
+	growth                                      uint
+	partitions, partitionsHeld, partitionsOwned int
+	tombstone                                   bool
+	tombstoneGeneration                         int64
 }
 
 // liveStatus is a live filter's status, with the generation that tells it from an earlier filter
@@ -50,31 +63,28 @@ func newStatusLog() *statusLog {
 // look compares the filters and tombstones with what the log holds, numbers what changed, and
 // returns the version they make.
 func (l *statusLog) look(live []liveStatus, tombstones []filter.Tombstone) string {
-	prints := make(map[string]uint64, len(live)+len(tombstones))
-	for _, t := range tombstones {
-		prints[t.Name] = fingerprint(fmt.Sprintf("-%d", t.Generation))
-	}
-	isLive := make(map[string]bool, len(live))
+	states := make(map[string]nameState, len(live)+len(tombstones))
 	for _, e := range live {
 		f := e.status
-		// The generation tells a filter recreated under its name from the one before; the
-		// tombstone of a filter created and deleted between two looks moves the version too,
-		// since the operator may have seen it in between.
-		prints[f.Name] ^= fingerprint(fmt.Sprintf("%d\x00%d\x00%g\x00%t\x00%d\x00%d\x00%d\x00%d", e.generation, f.ExpectedInsertions, f.FPP,
-			f.Scalable, f.Growth, f.Partitions, f.PartitionsHeld, f.PartitionsOwned))
-		isLive[f.Name] = true
+		states[f.Name] = nameState{live: true, generation: e.generation, capacity: f.ExpectedInsertions, fpp: f.FPP,
+			scalable: f.Scalable, growth: f.Growth, partitions: f.Partitions, partitionsHeld: f.PartitionsHeld, partitionsOwned: f.PartitionsOwned}
+	}
+	for _, t := range tombstones {
+		st := states[t.Name]
+		st.tombstone, st.tombstoneGeneration = true, t.Generation
+		states[t.Name] = st
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	next := l.seq + 1
-	for name, fp := range prints {
-		if was, ok := l.names[name]; !ok || was.fingerprint != fp || was.live != isLive[name] {
-			l.names[name] = loggedName{fingerprint: fp, changed: next, live: isLive[name]}
+	for name, st := range states {
+		if was, ok := l.names[name]; !ok || was.state != st {
+			l.names[name] = loggedName{state: st, changed: next}
 			l.seq = next
 		}
 	}
 	for name := range l.names {
-		if _, ok := prints[name]; !ok {
+		if _, ok := states[name]; !ok {
 			// Neither live nor a tombstone any more (the tombstone's retention is over): the
 			// versions that could hold it as live are answered in full from now on.
 			delete(l.names, name)
@@ -133,10 +143,4 @@ func (l *statusLog) parse(held string) (uint64, bool) {
 		return 0, false
 	}
 	return seq, true
-}
-
-func fingerprint(s string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(s))
-	return h.Sum64()
 }
