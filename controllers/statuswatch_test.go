@@ -62,11 +62,11 @@ func TestChangedFilters(t *testing.T) {
 // requeued by it whatever it says.
 func TestACreatedFilterIsRequeuedOnlyIfItChanged(t *testing.T) {
 	w := newStatusWatch(nil, time.Second, time.Minute)
-	w.ctx = t.Context()
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-0", UID: "u"}}
 	addr := Pod{Name: "c-0", IP: "192.0.2.1", Port: 8090}
 	key := podKey{"ns", "c-0", "u"}
-	w.status(pod, addr, "f") // starts watching the pod
+	w.status(pod, addr, "f") // watches the pod; not started, the watch polls nothing: the test answers
+	w.ctx = t.Context()
 	w.answered(key, addr, wire.FilterStatuses{Version: "v1"})
 	requeued := func() []string {
 		var out []string
