@@ -198,10 +198,13 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 	return ctrl.Result{RequeueAfter: r.resync()}, nil
 }
 
-// clusterOf reads the BloomCluster the filter names; nil when it does not exist.
+// clusterOf reads the BloomCluster the filter names; nil when it does not exist. It is the cache's
+// own object, not a copy, which the caller must not change: each pass of thousands of filters reads
+// it.
 func (r *BloomFilterReconciler) clusterOf(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) (*bloomeryv1alpha1.BloomCluster, error) {
 	var cluster bloomeryv1alpha1.BloomCluster
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster)
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}, &cluster,
+		client.UnsafeDisableDeepCopy)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
