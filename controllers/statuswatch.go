@@ -107,7 +107,7 @@ func (w *statusWatch) status(pod *corev1.Pod, addr Pod, name string) (st wire.Fi
 				delete(w.pods, other) // the pod it replaced: its poll ends
 			}
 		}
-		p = &podPoll{addr: addr, readDirect: map[string]struct{}{}}
+		p = &podPoll{addr: addr, requeued: map[string]wire.FilterStatus{}, readDirect: map[string]struct{}{}}
 		w.pods[key] = p
 		if w.ctx != nil {
 			go w.poll(w.ctx, key)
@@ -144,9 +144,6 @@ func (w *statusWatch) createdOnPod(pod *corev1.Pod, name string, st wire.FilterS
 	case err != nil:
 		p.readDirect[name] = struct{}{}
 	default:
-		if p.requeued == nil {
-			p.requeued = map[string]wire.FilterStatus{}
-		}
 		p.requeued[name] = st
 	}
 }
@@ -253,9 +250,6 @@ func (w *statusWatch) answered(key podKey, addr Pod, got wire.FilterStatuses) {
 		}
 	}
 	clear(p.readDirect)
-	if p.requeued == nil {
-		p.requeued = map[string]wire.FilterStatus{}
-	}
 	for _, name := range changed {
 		if st, ok := p.statuses[name]; ok {
 			p.requeued[name] = st
