@@ -42,15 +42,7 @@ const scaleTimeout = 15 * time.Minute
 //	make bench-operator                  # 1,000 and 10,000 filters
 //	make bench-operator FILTERS=500      # another number
 func TestOperatorScale(t *testing.T) {
-	spec := os.Getenv(benchOperatorEnv)
-	if spec == "" {
-		t.Skip("a benchmark, run by make bench-operator (" + benchOperatorEnv + "=1000,10000)")
-	}
-	for field := range strings.SplitSeq(spec, ",") {
-		filters, err := strconv.Atoi(strings.TrimSpace(field))
-		if err != nil || filters < 1 {
-			t.Fatalf("%s=%q: %q is not a number of filters", benchOperatorEnv, spec, field)
-		}
+	for _, filters := range benchSizes(t, benchOperatorEnv, "make bench-operator") {
 		t.Run(strconv.Itoa(filters), func(t *testing.T) { measureOperatorScale(t, filters) })
 	}
 }
@@ -62,10 +54,7 @@ func TestOperatorScale(t *testing.T) {
 //
 //	make bench-operator-floor            # 1,000 and 10,000 filters
 func TestAPIServerScale(t *testing.T) {
-	spec := os.Getenv(benchAPIServerEnv)
-	if spec == "" {
-		t.Skip("a benchmark, run by make bench-operator-floor (" + benchAPIServerEnv + "=1000,10000)")
-	}
+	sizes := benchSizes(t, benchAPIServerEnv, "make bench-operator-floor")
 	n := newNamespace(t)
 	n.applySamples()
 	restart, err := h.stopClusterWideOperator()
@@ -103,11 +92,7 @@ func TestAPIServerScale(t *testing.T) {
 		n.run("delete", "bloomfilter", name)
 		return finalizers == "", "created with finalizers " + finalizers
 	})
-	for field := range strings.SplitSeq(spec, ",") {
-		filters, err := strconv.Atoi(strings.TrimSpace(field))
-		if err != nil || filters < 1 {
-			t.Fatalf("%s=%q: %q is not a number of filters", benchAPIServerEnv, spec, field)
-		}
+	for _, filters := range sizes {
 		created := time.Now()
 		createScaleFilters(t, api, n.name, filters)
 		all := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters", filters), func(exist, _ int) bool {
@@ -120,6 +105,25 @@ func TestAPIServerScale(t *testing.T) {
 		}).Sub(deleted)
 		t.Logf("%d filters, the API server alone: all created after %v, all gone after %v", filters, all.Round(time.Millisecond), gone.Round(time.Millisecond))
 	}
+}
+
+// benchSizes reads the numbers of filters of a benchmark from env, comma-separated; unset, it skips
+// the benchmark, which target runs.
+func benchSizes(t *testing.T, env, target string) []int {
+	t.Helper()
+	spec := os.Getenv(env)
+	if spec == "" {
+		t.Skip("a benchmark, run by " + target + " (" + env + "=1000,10000)")
+	}
+	var sizes []int
+	for field := range strings.SplitSeq(spec, ",") {
+		filters, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || filters < 1 {
+			t.Fatalf("%s=%q: %q is not a number of filters", env, spec, field)
+		}
+		sizes = append(sizes, filters)
+	}
+	return sizes
 }
 
 func measureOperatorScale(t *testing.T, filters int) {
