@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,12 @@ import (
 	"strings"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -68,6 +75,9 @@ func startControlPlane(assets string, crdDirs, controllers []string, workDir str
 		return nil, errors.Join(fmt.Errorf("adding the administrator: %w", err), cp.stop())
 	}
 	cp.config = admin.Config()
+	if err := awaitCRDsServed(cp.config, cp.env.CRDs); err != nil {
+		return nil, errors.Join(err, cp.stop())
+	}
 	kubeconfig, err := admin.KubeConfig()
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("writing the administrator's kubeconfig: %w", err), cp.stop())
@@ -107,4 +117,46 @@ func (cp *controlPlane) stop() error {
 		errs = append(errs, cp.apiServerLog.Close())
 	}
 	return errors.Join(errs...)
+}
+
+// awaitCRDsServed waits until the API server takes writes of every kind of crds. envtest waits for
+// them to be in discovery, and the API server may still answer a create of one with 503 ("Resource
+// kind ... not found. There can be a delay") for a moment: the first test to apply a sample met it.
+// A server-side dry run of an empty object of each kind tells: refused as invalid, the kind is
+// served.
+func awaitCRDsServed(config *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {
+	client, err := dynamic.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, crd := range crds {
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
+			probe := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": crd.Spec.Group + "/" + v.Name, "kind": crd.Spec.Names.Kind,
+				"metadata": map[string]any{"name": "served-probe", "namespace": "default"},
+			}}
+			for {
+				var resource dynamic.ResourceInterface = client.Resource(gvr)
+				if crd.Spec.Scope == apiextensionsv1.NamespaceScoped {
+					resource = client.Resource(gvr).Namespace("default")
+				}
+				_, err := resource.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+				if err == nil || !(apierrors.IsServiceUnavailable(err) || apierrors.IsNotFound(err)) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("the API server does not serve %s yet: %w", gvr, err)
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}
+	}
+	return nil
 }
