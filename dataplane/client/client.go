@@ -123,6 +123,8 @@ type CreateOptions struct {
 	// Layout is how values are hashed and layers sized: "bitsandblooms" (absent: the default)
 	// or "redisbloom", RedisBloom's own, whose BF.SCANDUMP chunks RedisBloom loads.
 	Layout string `json:"layout,omitempty"`
+	// Owner is a UUID that says who made the filter; the filter keeps it and answers it back.
+	Owner string `json:"owner,omitempty"`
 }
 
 // Error is a non-2xx answer of the server.

@@ -70,7 +70,17 @@ type Options struct {
 	// Layout is how keys are hashed and layers sized (see Layout); the zero value is the layout
 	// of every filter made before there were others.
 	Layout Layout
+	// Owner is who made the filter, as its creator chose to say (the operator: its BloomFilter's
+	// UID), so that the filter can be told apart from one of the same name made by someone else;
+	// the zero value is no one. The engine never reads it.
+	Owner OwnerID
 }
+
+// OwnerID is a filter's Owner: a UUID, in its 16 bytes.
+type OwnerID [16]byte
+
+// IsZero reports whether the ID names no owner.
+func (id OwnerID) IsZero() bool { return id == OwnerID{} }
 
 // MaxPartitions bounds the partitions of one filter: enough to spread a filter over many pods
 // many times over, few enough that a multi-key request's split stays cheap.
@@ -79,34 +89,48 @@ const MaxPartitions = 1024
 // PartitionCount is how many partitions the filter has: Partitions, or 1 when it is 0.
 func (o Options) PartitionCount() int { return max(1, int(o.Partitions)) }
 
-// Binary encoding sizes: OptionsBinarySize bytes hold the options of a filter of one partition,
-// and tell whether optionsPartitionsSize more follow.
+// Binary encoding sizes: OptionsBinarySize bytes hold the options of a filter of one partition
+// and no owner, and tell whether optionsPartitionsSize and optionsOwnerSize more follow; no
+// encoding is longer than OptionsBinaryMaxLen.
 const (
 	OptionsBinarySize     = 8 + 8 + 1 + 8 + 8 + 8 + 8
 	optionsPartitionsSize = 4
-	// flagScalable, flagPartitioned and flagRedisBloom are the bits of the options' flags byte.
+	optionsOwnerSize      = len(OwnerID{})
+	OptionsBinaryMaxLen   = OptionsBinarySize + optionsPartitionsSize + optionsOwnerSize
+	// flagScalable, flagPartitioned, flagRedisBloom and flagOwned are the bits of the options'
+	// flags byte.
 	flagScalable    = 1
 	flagPartitioned = 2
 	flagRedisBloom  = 4
+	flagOwned       = 8
+	knownFlags      = flagScalable | flagPartitioned | flagRedisBloom | flagOwned
 )
 
 // OptionsBinaryLen is the length of the encoding whose first OptionsBinarySize bytes are head.
 func OptionsBinaryLen(head []byte) int {
-	if len(head) > 16 && head[16]&flagPartitioned != 0 {
-		return OptionsBinarySize + optionsPartitionsSize
+	n := OptionsBinarySize
+	if len(head) <= 16 {
+		return n
 	}
-	return OptionsBinarySize
+	if head[16]&flagPartitioned != 0 {
+		n += optionsPartitionsSize
+	}
+	if head[16]&flagOwned != 0 {
+		n += optionsOwnerSize
+	}
+	return n
 }
 
 // AppendBinary appends the binary encoding of the options, which snapshots, the log and the
 // batches replicated to peers share: a change of it is a change of all three formats. Capacity,
-// FPP (float64 bits), a flags byte (flagScalable, flagPartitioned, flagRedisBloom), Growth,
-// Tightening (float64 bits), ValidAfterCreate and ValidAfterAccess (nanoseconds), each in 8
-// bytes, little endian, but the flags; then, for a filter of more than one partition only,
-// Partitions in 4 bytes. Files written before partitions existed read as filters of one
-// partition, and those written before layouts existed as LayoutBitsAndBlooms (no flagRedisBloom);
-// a version without flagRedisBloom refuses the options of a redisbloom filter as unknown flags
-// rather than read them as another layout. It never fails.
+// FPP (float64 bits), a flags byte (flagScalable, flagPartitioned, flagRedisBloom, flagOwned),
+// Growth, Tightening (float64 bits), ValidAfterCreate and ValidAfterAccess (nanoseconds), each in
+// 8 bytes, little endian, but the flags; then, for a filter of more than one partition only,
+// Partitions in 4 bytes; then, for a filter with an owner only, its 16 bytes. Files written before
+// partitions existed read as filters of one partition, those written before layouts existed as
+// LayoutBitsAndBlooms (no flagRedisBloom), and those written before owners existed as filters of
+// no owner; a version without a flag refuses options that have it as unknown flags rather than
+// read them as something else. It never fails.
 func (o Options) AppendBinary(b []byte) ([]byte, error) {
 	var flags byte
 	if o.Scalable {
@@ -118,6 +142,9 @@ func (o Options) AppendBinary(b []byte) ([]byte, error) {
 	if o.Layout == LayoutRedisBloom {
 		flags |= flagRedisBloom
 	}
+	if !o.Owner.IsZero() {
+		flags |= flagOwned
+	}
 	b = binary.LittleEndian.AppendUint64(b, o.Capacity)
 	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(o.FPP))
 	b = append(b, flags)
@@ -127,6 +154,9 @@ func (o Options) AppendBinary(b []byte) ([]byte, error) {
 	b = binary.LittleEndian.AppendUint64(b, uint64(o.ValidAfterAccess))
 	if o.Partitions > 1 {
 		b = binary.LittleEndian.AppendUint32(b, o.Partitions)
+	}
+	if !o.Owner.IsZero() {
+		b = append(b, o.Owner[:]...)
 	}
 	return b, nil
 }
@@ -138,7 +168,7 @@ func (o *Options) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("options take %d bytes, got %d", OptionsBinaryLen(b), len(b))
 	}
 	u64 := func(at int) uint64 { return binary.LittleEndian.Uint64(b[at:]) }
-	if flags := b[16]; flags&^(flagScalable|flagPartitioned|flagRedisBloom) != 0 {
+	if flags := b[16]; flags&^knownFlags != 0 {
 		return fmt.Errorf("options flags %#x has unknown bits", flags)
 	}
 	if growth := u64(17); growth > math.MaxUint32 {
@@ -156,9 +186,16 @@ func (o *Options) UnmarshalBinary(b []byte) error {
 	if b[16]&flagRedisBloom != 0 {
 		o.Layout = LayoutRedisBloom
 	}
+	rest := b[OptionsBinarySize:]
 	if b[16]&flagPartitioned != 0 {
-		if o.Partitions = binary.LittleEndian.Uint32(b[OptionsBinarySize:]); o.Partitions < 2 {
+		if o.Partitions = binary.LittleEndian.Uint32(rest); o.Partitions < 2 {
 			return fmt.Errorf("partitions %d flagged on options of one partition", o.Partitions)
+		}
+		rest = rest[optionsPartitionsSize:]
+	}
+	if b[16]&flagOwned != 0 {
+		if o.Owner = OwnerID(rest); o.Owner.IsZero() {
+			return errors.New("an owner of zeros flagged on options")
 		}
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 
 	"github.com/bloomery/bloomery/dataplane/filter"
@@ -19,7 +20,7 @@ import (
 
 // Create fields; validPeriod is filter-service's older name of validPeriodAfterCreate.
 var createFields = []string{"expectedInsertions", "fpp", "validPeriodAfterCreate", "validPeriod",
-	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "partitions", "failIfExists", "layout"}
+	"validPeriodAfterAccess", "overwrite", "scalable", "growth", "tightening", "partitions", "failIfExists", "layout", "owner"}
 
 // filterName is the name in the path, percent-decoded (echo leaves path parameters raw) and
 // validated.
@@ -95,6 +96,7 @@ func differences(b body, asked, existing filter.Options) []string {
 		{[]string{"tightening"}, asked.Tightening != existing.Tightening},
 		{[]string{"partitions"}, asked.PartitionCount() != existing.PartitionCount()},
 		{[]string{"layout"}, asked.Layout != existing.Layout},
+		{[]string{"owner"}, asked.Owner != existing.Owner},
 	} {
 		for _, field := range d.fields {
 			if _, given := b.field(field); given && d.differ {
@@ -162,8 +164,34 @@ func (s *Server) createOptions(b body) (opts filter.Options, overwrite bool, err
 			return opts, false, invalidParameter("layout", fmt.Sprintf("must be %q or %q", filter.LayoutNameBitsAndBlooms, filter.LayoutNameRedisBloom))
 		}
 	}
+	if _, given := b.field("owner"); given {
+		if opts.Owner, err = ownerOf(b); err != nil {
+			return opts, false, err
+		}
+	}
 	overwrite, err = b.bool("overwrite", false)
 	return opts, overwrite, err
+}
+
+// ownerText is how the API writes an owner: a UUID, or nothing for none.
+func ownerText(id filter.OwnerID) string {
+	if id.IsZero() {
+		return ""
+	}
+	return uuid.UUID(id).String()
+}
+
+// ownerOf reads the create's owner: a UUID other than the nil one, which would name no one.
+func ownerOf(b body) (filter.OwnerID, error) {
+	text, err := b.string("owner")
+	if err != nil {
+		return filter.OwnerID{}, err
+	}
+	id, err := uuid.Parse(text)
+	if err != nil || id == uuid.Nil {
+		return filter.OwnerID{}, invalidParameter("owner", fmt.Sprintf("must be a UUID other than the nil one, got %q", text))
+	}
+	return filter.OwnerID(id), nil
 }
 
 func (s *Server) getFilter(c echo.Context) error {
@@ -582,6 +610,7 @@ func (s *Server) describe(info filter.Info) wire.Filter {
 		out.Growth, out.Tightening = o.Growth, o.Tightening
 	}
 	out.Layout = o.Layout.String()
+	out.Owner = ownerText(o.Owner)
 	if s.LastSnapshot != nil {
 		if at := s.LastSnapshot(); !at.IsZero() {
 			out.LastSnapshot = at.UTC().Format(wire.TimeFormat)

@@ -92,6 +92,54 @@ func TestCreateExistingFilter(t *testing.T) {
 	}
 }
 
+// A create may name the filter's owner, a UUID: the filter keeps it, answers it wherever it is
+// described, and a create that finds it with another owner says so.
+func TestCreateKeepsItsOwner(t *testing.T) {
+	t.Parallel()
+	s := dataplane.Handlers(t, nil)
+	const owner = "37e7e58f-edbd-4441-9d81-b2b3bc8ae93c"
+
+	var created wire.Filter
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000,"owner":"`+strings.ToUpper(owner)+`"}`).
+		WantJSON(t, http.StatusCreated, &created)
+	if created.Owner != owner {
+		t.Errorf("create answered owner %q, want %q", created.Owner, owner)
+	}
+	if got := dataplane.Get(t, s, "f"); got.Owner != owner {
+		t.Errorf("GET answered owner %q, want %q", got.Owner, owner)
+	}
+	if st, err := s.Internal.Client.FilterStatus(t.Context(), "f"); err != nil || st.Owner != owner {
+		t.Errorf("status answered owner %q (%v), want %q", st.Owner, err, owner)
+	}
+
+	var kept wire.Filter
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"expectedInsertions":1000,"owner":"0d7c5d2a-54a0-4c4e-8a37-6a1f2f1f0b9e"}`).
+		WantJSON(t, http.StatusOK, &kept)
+	if kept.Owner != owner || !slices.Equal(kept.IgnoredParameters, []string{"owner"}) {
+		t.Errorf("a create with another owner answered owner %q, ignoredParameters %v; want %q and [owner]", kept.Owner, kept.IgnoredParameters, owner)
+	}
+	msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/f", `{"owner":"0d7c5d2a-54a0-4c4e-8a37-6a1f2f1f0b9e","failIfExists":true}`).
+		WantError(t, http.StatusConflict, wire.CodeFilterExists)
+	if msg != `filter "f" exists with other owner; overwrite: true replaces it, empty` {
+		t.Errorf("failIfExists with another owner: %q", msg)
+	}
+
+	var unowned map[string]any
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/g", `{}`).WantJSON(t, http.StatusCreated, &unowned)
+	if _, ok := unowned["owner"]; ok {
+		t.Errorf("a filter created without an owner answered one: %v", unowned)
+	}
+	for body, want := range map[string]string{
+		`{"owner":"tenant-a"}`:                             `invalid parameter: "owner". must be a UUID other than the nil one, got "tenant-a"`,
+		`{"owner":"00000000-0000-0000-0000-000000000000"}`: `invalid parameter: "owner". must be a UUID other than the nil one, got "00000000-0000-0000-0000-000000000000"`,
+		`{"owner":7}`: `invalid parameter: "owner". expect string type`,
+	} {
+		if msg := s.Send(t, http.MethodPut, "/v1/bloomfilter/h", body).WantError(t, http.StatusBadRequest, wire.CodeBadParameter); msg != want {
+			t.Errorf("PUT %s: %q, want %q", body, msg, want)
+		}
+	}
+}
+
 var timeFormat = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
 
 // parseTime checks the wire format of created and expiration: UTC with milliseconds.

@@ -37,6 +37,7 @@ func (s *Server) statusOf(f *filter.Filter) wire.FilterStatus {
 		SizeBytes:          u.SizeBytes,
 		EstimatedFillRatio: u.EstimatedFillRatio,
 		EstimatedFPP:       u.EstimatedFPP,
+		Owner:              ownerText(o.Owner),
 	}
 	if s.Writes.Placed() {
 		rt := s.Writes.Route(f.Name(), f.Partitions())

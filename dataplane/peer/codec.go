@@ -113,7 +113,7 @@ func encodedSizeHint(ops []Op) int {
 	size := len(opsMagic) + binary.MaxVarintLen64
 	for _, op := range ops {
 		// The kind, the name, the generation, and room for a create's options or an expiry.
-		size += 1 + binary.MaxVarintLen64 + len(op.Name) + 8 + binary.MaxVarintLen64 + filter.OptionsBinarySize + 8 +
+		size += 1 + binary.MaxVarintLen64 + len(op.Name) + 8 + binary.MaxVarintLen64 + filter.OptionsBinaryMaxLen +
 			2*binary.MaxVarintLen64 + len(op.Home)
 		for k := range op.EachKey {
 			size += uvarintSize(len(k)) + len(k)

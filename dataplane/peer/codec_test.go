@@ -26,6 +26,8 @@ func sampleOps() []Op {
 		{Kind: OpExpire, Name: "f", Generation: 1_700_000_000_000_000_000, Expiry: &filter.Expiry{Mode: filter.ExpiryNever, Stamp: 7, Origin: ""}},
 		// A create carries the filter's layout, so that every replica hashes its keys alike.
 		{Kind: OpCreate, Name: "r", Generation: 5, Options: &filter.Options{Capacity: 100, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Layout: filter.LayoutRedisBloom}},
+		// ... and its owner, if it has one, so that every replica answers it.
+		{Kind: OpCreate, Name: "o", Generation: 6, Options: &filter.Options{Capacity: 100, FPP: 0.01, Partitions: 2, Owner: filter.OwnerID{1, 15: 2}}},
 		// The pieces of a dump loaded in chunks: its head, and bytes ORed into a layer.
 		{Kind: OpLoad, Name: "r", Generation: 5, Load: &filter.Load{Head: []filter.LoadHead{{Layers: 3, Items: 700, NewestItems: 100}}}},
 		{Kind: OpLoad, Name: "r", Generation: 5, Load: &filter.Load{Partition: 0, Layer: 2, Offset: 1 << 40, Bytes: []byte{0, 1, 0xff, 7}}},

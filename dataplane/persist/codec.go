@@ -224,7 +224,7 @@ type decoder struct {
 	err  error
 	// tmp holds the fixed-size fields as they are read: it is part of the decoder, which the
 	// reader's interface makes escape anyway, rather than one more allocation per field.
-	tmp [filter.OptionsBinarySize + 8]byte
+	tmp [filter.OptionsBinaryMaxLen]byte
 }
 
 var errMalformed = errors.New("malformed record body")

@@ -94,8 +94,8 @@ func stateOf(t *testing.T, s *filter.Store, name string) filter.State {
 	return f.State()
 }
 
-// populate makes a fixed, a grown scalable, an expiring, a sliding, a grown partitioned filter and
-// a grown filter of RedisBloom's layout.
+// populate makes a fixed, a grown scalable, an expiring, a sliding, a grown partitioned filter, a
+// grown filter of RedisBloom's layout and a grown partitioned filter with an owner.
 func populate(t *testing.T, s *filter.Store) map[string]filter.State {
 	t.Helper()
 	fixed := mustCreate(t, s, "fixed", filter.Options{Capacity: 1000, FPP: 0.01})
@@ -108,7 +108,10 @@ func populate(t *testing.T, s *filter.Store) map[string]filter.State {
 	redisBloom := scalable(100, 0.01)
 	redisBloom.Layout = filter.LayoutRedisBloom
 	grownRedisBloom := mustCreate(t, s, "redisbloom", redisBloom)
-	for _, f := range []*filter.Filter{fixed, grown, expiring, sliding, grownSplit, grownRedisBloom} {
+	ownedSplit := split
+	ownedSplit.Owner = filter.OwnerID{0x37, 0xe7, 0xe5, 0x8f, 15: 0xe9}
+	owned := mustCreate(t, s, "owned", ownedSplit)
+	for _, f := range []*filter.Filter{fixed, grown, expiring, sliding, grownSplit, grownRedisBloom, owned} {
 		if err := f.AddMany(keys(f.Name()+"-", 700)); err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +168,7 @@ func TestLogReplayWithoutSnapshot(t *testing.T) {
 	_ = p.lock.release()
 
 	_, recovered, rep := open(t, dir)
-	if got := recovered.Names(); fmt.Sprint(got) != "[fixed grown redisbloom sliding split]" {
+	if got := recovered.Names(); fmt.Sprint(got) != "[fixed grown owned redisbloom sliding split]" {
 		t.Fatalf("names after replay = %v", got)
 	}
 	if rep.LogRecords == 0 || rep.Skipped != 0 {
@@ -173,6 +176,9 @@ func TestLogReplayWithoutSnapshot(t *testing.T) {
 	}
 	for name, st := range want {
 		got := stateOf(t, recovered, name)
+		if got.Options != st.Options {
+			t.Errorf("filter %q replayed with options %+v, want %+v", name, got.Options, st.Options)
+		}
 		// Replayed adds land in the same bits; items may differ only by false positives.
 		if !slices.EqualFunc(got.AllLayers(), st.AllLayers(), func(a, b filter.LayerState) bool { return slices.Equal(a.Words, b.Words) }) {
 			t.Errorf("filter %q differs after replay", name)

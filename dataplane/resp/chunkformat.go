@@ -97,6 +97,8 @@ func encodeHeader(st filter.State) []byte {
 	if o.Layout == filter.LayoutRedisBloom {
 		return b
 	}
+	// A dump carries a filter's values, not who made it: the filter it is loaded into is another's.
+	o.Owner = filter.OwnerID{}
 	b, _ = o.AppendBinary(b)
 	for _, part := range st.Parts {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(part.Layers)))

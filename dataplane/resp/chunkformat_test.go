@@ -51,6 +51,23 @@ func TestHeaderRoundTrip(t *testing.T) {
 	}
 }
 
+// A dump leaves the filter's owner behind: the filter it is loaded into is someone else's.
+func TestHeaderLeavesTheOwnerOut(t *testing.T) {
+	o := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5, Owner: filter.OwnerID{1, 15: 2}}
+	st, err := filter.EmptyState("k", o, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := decodeHeader("k", encodeHeader(st))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Owner = filter.OwnerID{}
+	if back.Options != o {
+		t.Errorf("the dump's options decode as %+v, want %+v: the owner left out", back.Options, o)
+	}
+}
+
 // Headers RedisBloom would refuse, or that describe layers other than their options define, are
 // refused before anything is created.
 func TestHeaderRefusals(t *testing.T) {

@@ -327,7 +327,9 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 	framed := func(ops ...peer.Op) []byte {
 		return peer.AppendOps(make([]byte, peer.FrameHeaderSize), ops)
 	}
-	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5}
+	// The create's owner, 37e7e58f-edbd-4441-9d81-b2b3bc8ae93c, is kept by the peer as it was made.
+	opts := filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.5,
+		Owner: filter.OwnerID{0x37, 0xe7, 0xe5, 0x8f, 0xed, 0xbd, 0x44, 0x41, 0x9d, 0x81, 0xb2, 0xb3, 0xbc, 0x8a, 0xe9, 0x3c}}
 	gen := time.Now().UnixNano()
 	applied, err := stream.Apply(t.Context(), framed(
 		peer.Op{Kind: peer.OpCreate, Name: "f", Generation: gen, Options: &opts},
@@ -346,6 +348,9 @@ func TestPeersStreamBatchesToTheInternalPort(t *testing.T) {
 	}
 	if present := dataplane.MultiCheck(t, s, "f", []string{"a", "b", "c", "d"}); !present[0] || !present[1] || present[2] || !present[3] {
 		t.Errorf("after the batches: %v, want a, b and d", present)
+	}
+	if got := dataplane.Get(t, s, "f"); got.Owner != "37e7e58f-edbd-4441-9d81-b2b3bc8ae93c" {
+		t.Errorf("the replicated create's owner: %q, want 37e7e58f-edbd-4441-9d81-b2b3bc8ae93c", got.Owner)
 	}
 	if err := stop(); err != nil {
 		t.Fatalf("Run: %v", err)

@@ -51,7 +51,10 @@ type Filter struct {
 	// Layout is how values are hashed and layers sized: "bitsandblooms" (the default of a
 	// create) or "redisbloom" (RedisBloom's, which filters created over RESP have). Fixed at
 	// creation.
-	Layout       string  `json:"layout"`
+	Layout string `json:"layout"`
+	// Owner is the UUID its create named as the filter's maker (the operator names the
+	// BloomFilter's UID); absent when it named none. Fixed at creation.
+	Owner        string  `json:"owner,omitempty"`
 	Items        uint64  `json:"items"`
 	Bits         uint64  `json:"bits"`
 	Hashes       uint    `json:"hashes"`

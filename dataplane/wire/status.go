@@ -29,8 +29,9 @@ type FilterStatus struct {
 	SizeBytes          uint64  `json:"sizeBytes"`
 	EstimatedFillRatio float64 `json:"estimatedFillRatio"`
 	EstimatedFPP       float64 `json:"estimatedFpp"`
-	// LastSnapshot is as in Filter.
+	// LastSnapshot and Owner are as in Filter.
 	LastSnapshot string `json:"lastSnapshot,omitempty"`
+	Owner        string `json:"owner,omitempty"`
 }
 
 // Status is the part of f that FilterStatus carries, with the counted fill ratio and rate.
@@ -50,6 +51,7 @@ func (f Filter) Status() FilterStatus {
 		EstimatedFillRatio: f.FillRatio,
 		EstimatedFPP:       f.EstimatedFPP,
 		LastSnapshot:       f.LastSnapshot,
+		Owner:              f.Owner,
 	}
 }
 
