@@ -257,7 +257,7 @@ func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1
 	g.SetLimit(r.podParallelism())
 	for i := range pods {
 		g.Go(func() error {
-			observed[i] = r.observePod(ctx, bf.Name, &pods[i], shape, token, podTLS)
+			observed[i] = r.observePod(ctx, bf, &pods[i], shape, token, podTLS)
 			return nil
 		})
 	}
@@ -266,7 +266,8 @@ func (r *BloomFilterReconciler) ensureOnPods(ctx context.Context, bf *bloomeryv1
 	return observed
 }
 
-func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod *corev1.Pod, shape FilterShape, token string, podTLS *ClusterTLS) podObservation {
+func (r *BloomFilterReconciler) observePod(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter, pod *corev1.Pod, shape FilterShape, token string, podTLS *ClusterTLS) podObservation {
+	name := bf.Name
 	o := podObservation{status: bloomeryv1alpha1.PodFilterStatus{Pod: pod.Name}}
 	addr, ok := podAddress(pod, token, podTLS)
 	if !ok {
@@ -278,7 +279,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, name string, pod
 	if errors.Is(err, ErrFilterNotFound) && ready {
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
-		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, shape)
+		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, bf.UID, shape)
 		r.watch.createdOnPod(pod, name, f, err)
 	}
 	switch {

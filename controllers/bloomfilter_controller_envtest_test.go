@@ -316,8 +316,8 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 	}
 	for _, p := range pods {
 		f, err := p.client.Get(t.Context(), "users")
-		if err != nil || f.ExpectedInsertions != 10_000 || f.FPP != 0.001 || !f.Scalable || f.Expiration != "" {
-			t.Errorf("pod %s holds %+v, %v; want the spec's shape without expiry", p.name, f, err)
+		if err != nil || f.ExpectedInsertions != 10_000 || f.FPP != 0.001 || !f.Scalable || f.Expiration != "" || f.Owner != string(bf.UID) {
+			t.Errorf("pod %s holds %+v, %v; want the spec's shape without expiry, owned by the BloomFilter's UID %s", p.name, f, err, bf.UID)
 		}
 	}
 	// Values added on a pod show in status.

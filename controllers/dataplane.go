@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/bloomery/bloomery/dataplane/client"
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -94,9 +96,10 @@ var ErrStaleEpoch = errors.New("the pod holds a membership of a higher epoch")
 // DataPlane is everything the operator asks of a data-plane pod. The reconcilers use nothing
 // else, so tests can point them at real servers on loopback addresses.
 type DataPlane interface {
-	// CreateFilter creates the filter unless the pod holds one of that name; it returns the status
-	// of what the pod holds afterwards and whether it created it.
-	CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.FilterStatus, bool, error)
+	// CreateFilter creates the filter unless the pod holds one of that name, marked as owner's
+	// (its BloomFilter's UID); it returns the status of what the pod holds afterwards and whether
+	// it created it.
+	CreateFilter(ctx context.Context, pod Pod, name string, owner types.UID, shape FilterShape) (wire.FilterStatus, bool, error)
 	// FilterStatus returns the status of the pod's filter, or ErrFilterNotFound. It must stay
 	// cheap for a filter of any size: a pass reads it from every pod whose poll is not answering.
 	FilterStatus(ctx context.Context, pod Pod, name string) (wire.FilterStatus, error)
@@ -175,7 +178,7 @@ func (d *HTTPDataPlane) bounded(ctx context.Context) (context.Context, context.C
 }
 
 // CreateFilter implements DataPlane.
-func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.FilterStatus, bool, error) {
+func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, owner types.UID, shape FilterShape) (wire.FilterStatus, bool, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
 	opts := client.CreateOptions{
@@ -183,6 +186,7 @@ func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, 
 		FPP:                    new(shape.FPP),
 		Scalable:               new(shape.Scalable),
 		ValidPeriodAfterCreate: new(shape.ValidPeriodAfterCreate),
+		Owner:                  string(owner),
 	}
 	if shape.Scalable {
 		opts.Growth = new(shape.Growth)
@@ -195,7 +199,20 @@ func (d *HTTPDataPlane) CreateFilter(ctx context.Context, pod Pod, name string, 
 	}
 	// The create's answer counts the bits, once, of a filter that is new or that the pod lacked.
 	f, created, err := d.client(pod).Create(ctx, name, opts)
+	if refusedOwner(err) {
+		// A data plane from before owners, as while the pods roll to this version: its filter is
+		// made without one.
+		opts.Owner = ""
+		f, created, err = d.client(pod).Create(ctx, name, opts)
+	}
 	return f.Status(), created, err
+}
+
+// refusedOwner reports whether a create was refused for its owner field, as a data plane from
+// before owners refuses a field it does not know: `unknown parameter: "owner"`.
+func refusedOwner(err error) bool {
+	e, ok := errors.AsType[*client.Error](err)
+	return ok && e.Code == wire.CodeBadParameter && strings.HasPrefix(e.Message, `unknown parameter: "owner"`)
 }
 
 // FilterStatus implements DataPlane.

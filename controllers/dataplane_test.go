@@ -7,9 +7,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
@@ -47,8 +51,8 @@ func TestFilterShapeMatchesPartitions(t *testing.T) {
 }
 
 // CreateFilter asks for the shape's partitions, and leaves them to the data plane when the shape
-// has none.
-func TestCreateFilterSendsPartitions(t *testing.T) {
+// has none; it names the owner in every create.
+func TestCreateFilterSendsPartitionsAndOwner(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
 	var bodies []map[string]any
@@ -80,7 +84,7 @@ func TestCreateFilterSendsPartitions(t *testing.T) {
 	for _, partitions := range []int{4, 0} {
 		shape := base
 		shape.Partitions = partitions
-		f, created, err := dp.CreateFilter(t.Context(), pod, "f", shape)
+		f, created, err := dp.CreateFilter(t.Context(), pod, "f", testOwner, shape)
 		if err != nil || !created || f.Partitions != 4 {
 			t.Fatalf("CreateFilter with %d partitions: %+v, %v, %v", partitions, f, created, err)
 		}
@@ -96,4 +100,47 @@ func TestCreateFilterSendsPartitions(t *testing.T) {
 	if got, ok := bodies[1]["partitions"]; ok {
 		t.Errorf("create leaving partitions to the data plane sent partitions %v, want none", got)
 	}
+	for i, body := range bodies {
+		if got := body["owner"]; got != string(testOwner) {
+			t.Errorf("create %d sent owner %v, want %s", i, got, testOwner)
+		}
+	}
 }
+
+// A data plane from before owners refuses the field: the filter is made there without one.
+func TestCreateFilterOnAPodFromBeforeOwners(t *testing.T) {
+	t.Parallel()
+	var creates atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		creates.Add(1)
+		raw, _ := io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if strings.Contains(string(raw), `"owner"`) { // what such a data plane answers
+			w.WriteHeader(http.StatusBadRequest)
+			_ = json.NewEncoder(w).Encode(wire.ErrorBody{Error: `unknown parameter: "owner"`, Code: wire.CodeBadParameter})
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(wire.Filter{Name: "f", ExpectedInsertions: 1000, Partitions: 1})
+	}))
+	t.Cleanup(srv.Close)
+	u, err := url.Parse(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := Pod{Name: "c-0", IP: u.Hostname(), Port: port, Token: worldToken}
+	f, created, err := NewHTTPDataPlane(5*time.Second).CreateFilter(t.Context(), pod, "f", testOwner, FilterShape{Capacity: 1000, FPP: 0.01})
+	if err != nil || !created || f.ExpectedInsertions != 1000 || f.Owner != "" {
+		t.Fatalf("CreateFilter: %+v, %v, %v; want the filter created without an owner", f, created, err)
+	}
+	if n := creates.Load(); n != 2 {
+		t.Errorf("%d creates reached the pod, want 2: one with the owner, one without", n)
+	}
+}
+
+// testOwner is the UID of the BloomFilter the creates above are made for.
+const testOwner types.UID = "37e7e58f-edbd-4441-9d81-b2b3bc8ae93c"

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
@@ -26,9 +27,9 @@ func (d *callCounter) FilterStatus(ctx context.Context, pod Pod, name string) (w
 	return d.DataPlane.FilterStatus(ctx, pod, name)
 }
 
-func (d *callCounter) CreateFilter(ctx context.Context, pod Pod, name string, shape FilterShape) (wire.FilterStatus, bool, error) {
+func (d *callCounter) CreateFilter(ctx context.Context, pod Pod, name string, owner types.UID, shape FilterShape) (wire.FilterStatus, bool, error) {
 	d.perFilter.Add(1)
-	return d.DataPlane.CreateFilter(ctx, pod, name, shape)
+	return d.DataPlane.CreateFilter(ctx, pod, name, owner, shape)
 }
 
 func (d *callCounter) FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error) {
