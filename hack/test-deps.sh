@@ -3,8 +3,9 @@
 # in which a test opens the API documentation page (headless) to check that it lists and calls
 # the endpoints, redis-tools, whose redis-cli a test drives the RESP port with, and python3-redis
 # (redis-py), with which a test runs the docs' Python example against it; Debian's python3 must
-# import it, whatever other python3 comes first on the PATH; and strace, under which a test
-# watches the binary make every acknowledged write durable. Under CI those tests fail rather than
+# import it, whatever other python3 comes first on the PATH; strace, under which a test
+# watches the binary make every acknowledged write durable; and iproute2 and iptables, with which
+# test/faults partitions pods in network namespaces. Under CI those tests fail rather than
 # skip without them, so a missing install cannot pass unnoticed. CHROMIUM, if set, names a browser
 # to use instead.
 set -euo pipefail
@@ -14,6 +15,8 @@ command -v chromium >/dev/null || command -v chromium-browser >/dev/null || [[ -
 command -v redis-cli >/dev/null || missing+=(redis-tools)
 /usr/bin/python3 -c "import redis" 2>/dev/null || missing+=(python3-redis)
 command -v strace >/dev/null || missing+=(strace)
+command -v ip >/dev/null || missing+=(iproute2)
+command -v iptables >/dev/null || missing+=(iptables)
 ((${#missing[@]})) || exit 0
 
 sudo=()
