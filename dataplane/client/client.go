@@ -155,6 +155,10 @@ func hasCode(err error, code int) bool {
 // a missing or mistyped field, a value out of range, an invalid filter name.
 func IsBadParameter(err error) bool { return hasCode(err, wire.CodeBadParameter) }
 
+// IsOtherOwner reports whether a DeleteOwned found the filter made by another owner (code 15, HTTP
+// 409).
+func IsOtherOwner(err error) bool { return hasCode(err, wire.CodeOtherOwner) }
+
 // IsNotFound reports whether the filter does not exist or has expired (code 2, HTTP 404).
 func IsNotFound(err error) bool { return hasCode(err, wire.CodeFilterNotFound) }
 
@@ -224,6 +228,14 @@ func (c *Client) ListDetails(ctx context.Context) ([]wire.ListedFilter, error) {
 // Delete removes the filter name; deleting an absent filter succeeds.
 func (c *Client) Delete(ctx context.Context, name string) error {
 	_, err := c.do(ctx, http.MethodDelete, wire.FilterPath(name), nil, nil)
+	return err
+}
+
+// DeleteOwned deletes the filter only if owner made it (its create named that owner), here and,
+// by replication, on the pod's peers: a filter this pod lacks is an error IsNotFound tells, one of
+// another owner an error IsOtherOwner tells.
+func (c *Client) DeleteOwned(ctx context.Context, name, owner string) error {
+	_, err := c.do(ctx, http.MethodDelete, wire.FilterPath(name)+"?"+wire.OwnerParam+"="+url.QueryEscape(owner), nil, nil)
 	return err
 }
 

@@ -181,12 +181,17 @@ func ownerText(id filter.OwnerID) string {
 	return uuid.UUID(id).String()
 }
 
-// ownerOf reads the create's owner: a UUID other than the nil one, which would name no one.
+// ownerOf reads the create's owner.
 func ownerOf(b body) (filter.OwnerID, error) {
 	text, err := b.string("owner")
 	if err != nil {
 		return filter.OwnerID{}, err
 	}
+	return parseOwner(text)
+}
+
+// parseOwner reads an owner: a UUID other than the nil one, which would name no one.
+func parseOwner(text string) (filter.OwnerID, error) {
 	id, err := uuid.Parse(text)
 	if err != nil || id == uuid.Nil {
 		return filter.OwnerID{}, invalidParameter("owner", fmt.Sprintf("must be a UUID other than the nil one, got %q", text))
@@ -250,10 +255,38 @@ func (s *Server) deleteFilter(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if raw := c.QueryParam(wire.OwnerParam); raw != "" {
+		if err := s.madeBy(name, raw); err != nil {
+			return err
+		}
+	}
 	if err := s.Writes.Delete(c.Request().Context(), level, name); err != nil {
 		return writeError(err, false)
 	}
 	return c.NoContent(http.StatusOK)
+}
+
+// madeBy checks that the filter name was made by the owner raw names, for a delete that names it:
+// another of the same name (made since) is left, and a filter this pod lacks is not deleted from
+// the peers either, since their filter of that name cannot be told apart from here: a 404 says
+// so, for the caller to ask another pod.
+func (s *Server) madeBy(name, raw string) error {
+	owner, err := parseOwner(raw)
+	if err != nil {
+		return err
+	}
+	f, err := s.Store.Get(name)
+	if err != nil {
+		return engineError(err, false)
+	}
+	if has := f.Options().Owner; has != owner {
+		made := "without an owner"
+		if !has.IsZero() {
+			made = "by owner " + ownerText(has)
+		}
+		return &apiError{http.StatusConflict, wire.CodeOtherOwner, fmt.Sprintf("filter %q was made %s, not by %s; it is left", name, made, ownerText(owner))}
+	}
+	return nil
 }
 
 // lookup finds the filter named in the path, after the body has been validated.

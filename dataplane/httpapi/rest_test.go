@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -138,6 +139,37 @@ func TestCreateKeepsItsOwner(t *testing.T) {
 			t.Errorf("PUT %s: %q, want %q", body, msg, want)
 		}
 	}
+}
+
+// A delete that names an owner takes only the filter that owner made.
+func TestDeleteOfAnOwnersFilter(t *testing.T) {
+	t.Parallel()
+	s := dataplane.Handlers(t, nil)
+	const owner, other = "37e7e58f-edbd-4441-9d81-b2b3bc8ae93c", "0d7c5d2a-54a0-4c4e-8a37-6a1f2f1f0b9e"
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/mine", `{"owner":"`+owner+`"}`).WantJSON(t, http.StatusCreated, new(wire.Filter))
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/theirs", `{"owner":"`+other+`"}`).WantJSON(t, http.StatusCreated, new(wire.Filter))
+	s.Send(t, http.MethodPut, "/v1/bloomfilter/nobodys", `{}`).WantJSON(t, http.StatusCreated, new(wire.Filter))
+
+	for name, want := range map[string]string{
+		"theirs":  `filter "theirs" was made by owner ` + other + `, not by ` + owner + `; it is left`,
+		"nobodys": `filter "nobodys" was made without an owner, not by ` + owner + `; it is left`,
+	} {
+		err := s.Client.DeleteOwned(t.Context(), name, owner)
+		if e, ok := errors.AsType[*client.Error](err); !ok || !client.IsOtherOwner(err) || e.Status != http.StatusConflict || e.Message != want {
+			t.Errorf("DeleteOwned(%s): %v, want 409 %q", name, err, want)
+		}
+		dataplane.Get(t, s, name) // still there
+	}
+	if err := s.Client.DeleteOwned(t.Context(), "mine", owner); err != nil {
+		t.Fatalf("DeleteOwned(mine): %v", err)
+	}
+	if _, err := s.Client.Get(t.Context(), "mine"); !client.IsNotFound(err) {
+		t.Errorf("after DeleteOwned: %v, want not found", err)
+	}
+	if err := s.Client.DeleteOwned(t.Context(), "absent", owner); !client.IsNotFound(err) {
+		t.Errorf("DeleteOwned of a filter the pod lacks: %v, want not found", err)
+	}
+	s.Send(t, http.MethodDelete, "/v1/bloomfilter/theirs?owner=tenant-a", "").WantError(t, http.StatusBadRequest, wire.CodeBadParameter)
 }
 
 var timeFormat = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)

@@ -16,6 +16,7 @@ const (
 	CodeUnauthorized      = 10 // HTTP 401: a request to the internal port without the cluster's bearer token
 	CodeFilterExists      = 11 // HTTP 409: a create with failIfExists found the filter
 	CodeNotJournaled      = 12 // HTTP 507: the update log cannot be written (the data directory's volume is full or failing)
+	CodeOtherOwner        = 15 // HTTP 409: a delete that names an owner found the filter made by another, and left it
 )
 
 // ErrorBody is the body of every non-2xx answer.

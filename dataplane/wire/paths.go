@@ -60,6 +60,10 @@ func FilterPath(name string) string { return FiltersPath + "/" + url.PathEscape(
 // FilterOpPath is the path of an operation on the filter name.
 func FilterOpPath(name string, op FilterOp) string { return FilterPath(name) + "/" + string(op) }
 
+// OwnerParam names, on a DELETE of FilterPath, the owner the filter must have for the delete to
+// take it (its create's owner, a UUID).
+const OwnerParam = "owner"
+
 // NameParam is the parameter of the route templates that holds a filter's name, still
 // percent-encoded.
 const NameParam = "name"
