@@ -33,7 +33,8 @@ import (
 	"github.com/bloomery/bloomery/dataplane/wire"
 )
 
-// filterFinalizer removes the filter from the pods before its BloomFilter goes away.
+// filterFinalizer removes the filter from the pods before its BloomFilter goes away, where the
+// copies' owner marks cannot (orphans.go).
 const filterFinalizer = "bloomery.io/filter-cleanup"
 
 // BloomFilterReconciler makes a filter exist on every pod of its cluster and reports what the
@@ -73,6 +74,8 @@ type BloomFilterReconciler struct {
 	// watch polls the pods for their filters' statuses (statuswatch.go); nil, as in a reconciler
 	// built without SetupWithManager, has every pass call the pods.
 	watch *statusWatch
+	// deleted holds the BloomFilters seen deleted whose copies are to go (orphans.go).
+	deleted deletedFilters
 }
 
 func (r *BloomFilterReconciler) dataPlane() DataPlane { return dataPlaneOr(r.DataPlane) }
@@ -106,7 +109,7 @@ func (r *BloomFilterReconciler) podParallelism() int {
 // would only matter to an object that names a BloomFilter as a blocking owner, and none does.
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters,verbs=get;list;watch;update
 // +kubebuilder:rbac:groups=bloomery.io,resources=bloomfilters/status,verbs=update
-// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch
+// +kubebuilder:rbac:groups=bloomery.io,resources=bloomclusters,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch
@@ -115,8 +118,16 @@ func (r *BloomFilterReconciler) podParallelism() int {
 // Reconcile brings one BloomFilter's pods and status in line.
 func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var bf bloomeryv1alpha1.BloomFilter
-	if err := r.Client.Get(ctx, req.NamespacedName, &bf); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+	err := r.Client.Get(ctx, req.NamespacedName, &bf)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	orphansErr := r.dropOrphans(ctx, req.NamespacedName, bf.UID)
+	if err != nil { // not found: what is left is its copies
+		return ctrl.Result{}, orphansErr
+	}
+	if orphansErr != nil {
+		log.FromContext(ctx).Info("Deleting the filter of a BloomFilter that is gone from the pods failed; will retry", "error", orphansErr.Error())
 	}
 	if r.own.behind(&bf) {
 		return ctrl.Result{RequeueAfter: cacheLagRetry}, nil
@@ -136,6 +147,9 @@ func (r *BloomFilterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if countsChanged && perr == nil {
 		r.countsWritten.Store(bf.UID, time.Now())
 	}
+	if orphansErr != nil && (result.RequeueAfter == 0 || result.RequeueAfter > orphansRetry) {
+		result.RequeueAfter = orphansRetry
+	}
 	return statusPatched(ctx, "BloomFilter", &bf, result, err, perr)
 }
 
@@ -146,14 +160,6 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 		setCondition(&bf.Status.Conditions, gen, ConditionProgressing, metav1.ConditionFalse, ReasonPaused,
 			"Reconciliation is paused by the "+PauseAnnotation+" annotation")
 		return ctrl.Result{}, nil
-	}
-	if !controllerutil.ContainsFinalizer(bf, filterFinalizer) {
-		// Update, not patch: a concurrent change of the object must make this pass retry.
-		controllerutil.AddFinalizer(bf, filterFinalizer)
-		if err := r.Client.Update(ctx, bf); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer to BloomFilter: %w", err)
-		}
-		r.own.wrote(bf)
 	}
 	bf.Status.ObservedGeneration = gen
 	cluster, err := r.clusterOf(ctx, bf)
@@ -194,6 +200,14 @@ func (r *BloomFilterReconciler) reconcile(ctx context.Context, bf *bloomeryv1alp
 		return ctrl.Result{}, err
 	}
 	observed := r.ensureOnPods(ctx, bf, pods, shape, token, podTLS)
+	if marksDisagree(bf, observed) && !controllerutil.ContainsFinalizer(bf, filterFinalizer) {
+		// Update, not patch: a concurrent change of the object must make this pass retry.
+		controllerutil.AddFinalizer(bf, filterFinalizer)
+		if err := r.Client.Update(ctx, bf); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding finalizer to BloomFilter: %w", err)
+		}
+		r.own.wrote(bf)
+	}
 	r.report(bf, cluster, observed)
 	return ctrl.Result{RequeueAfter: r.resync()}, nil
 }
@@ -279,7 +293,7 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, bf *bloomeryv1al
 	if errors.Is(err, ErrFilterNotFound) && ready {
 		// Only on a Ready pod: one still catching up from its peers may lack a filter they hold,
 		// and it would refuse the create anyway.
-		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, bf.UID, shape)
+		f, o.created, err = r.dataPlane().CreateFilter(ctx, addr, name, ownerMark(bf), shape)
 		r.watch.createdOnPod(pod, name, f, err)
 	}
 	switch {
@@ -292,6 +306,11 @@ func (r *BloomFilterReconciler) observePod(ctx context.Context, bf *bloomeryv1al
 		return o
 	}
 	o.filter = f
+	if owner := types.UID(f.Owner); owner != "" && owner != bf.UID {
+		// A deleted BloomFilter's, which dropOrphans deletes before the next pass creates this one.
+		o.waiting, o.status.Message = true, fmt.Sprintf("holds a filter of this name made for another BloomFilter (UID %s), which is to be deleted", owner)
+		return o
+	}
 	if !shape.Matches(f) {
 		o.mismatch = true
 		o.status.Message = fmt.Sprintf("holds a filter of another shape (capacity %d, fpp %v, scalable %v, partitions %d); it is left alone",
@@ -409,18 +428,14 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 		return ctrl.Result{}, nil
 	}
 	logger := log.FromContext(ctx)
+	// Under Retain its copies may carry its mark, made before the policy changed: they must
+	// outlive it.
+	cleanUp := r.markRetainedCopies
 	if bf.Spec.DeletionPolicy != bloomeryv1alpha1.Retain {
-		failed, err := r.deleteFromPods(ctx, bf)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		if len(failed) > 0 {
-			if time.Since(bf.DeletionTimestamp.Time) < r.deleteGiveUp() {
-				return ctrl.Result{}, fmt.Errorf("deleting the filter from pods %s: will retry", strings.Join(failed, ", "))
-			}
-			r.events().Eventf(bf, nil, corev1.EventTypeWarning, "DeleteIncomplete", "Delete",
-				"Gave up deleting the filter from pods %s after %v; they may still hold it", strings.Join(failed, ", "), r.deleteGiveUp())
-		}
+		cleanUp = r.deleteOrGiveUp
+	}
+	if err := cleanUp(ctx, bf); err != nil {
+		return ctrl.Result{}, err
 	}
 	controllerutil.RemoveFinalizer(bf, filterFinalizer)
 	if err := r.Client.Update(ctx, bf); err != nil {
@@ -432,6 +447,21 @@ func (r *BloomFilterReconciler) finalize(ctx context.Context, bf *bloomeryv1alph
 	r.own.removedFinalizer(bf, filterFinalizer)
 	logger.Info("Finalized BloomFilter", "deletionPolicy", bf.Spec.DeletionPolicy)
 	return ctrl.Result{}, nil
+}
+
+// deleteOrGiveUp deletes the filter from the pods, and fails while some pod fails, until
+// DeleteGiveUp after the deletion began: then it records that it gave up on them.
+func (r *BloomFilterReconciler) deleteOrGiveUp(ctx context.Context, bf *bloomeryv1alpha1.BloomFilter) error {
+	failed, err := r.deleteFromPods(ctx, bf)
+	if err != nil || len(failed) == 0 {
+		return err
+	}
+	if time.Since(bf.DeletionTimestamp.Time) < r.deleteGiveUp() {
+		return fmt.Errorf("deleting the filter from pods %s: will retry", strings.Join(failed, ", "))
+	}
+	r.events().Eventf(bf, nil, corev1.EventTypeWarning, "DeleteIncomplete", "Delete",
+		"Gave up deleting the filter from pods %s after %v; they may still hold it", strings.Join(failed, ", "), r.deleteGiveUp())
+	return nil
 }
 
 // deleteFromPods deletes the filter on every pod that has an address and returns the pods that
@@ -470,7 +500,7 @@ func (r *BloomFilterReconciler) deleteFromPods(ctx context.Context, bf *bloomery
 			continue
 		}
 		g.Go(func() error {
-			if err := r.dataPlane().DeleteFilter(ctx, addr, bf.Name); err != nil {
+			if _, err := r.dataPlane().DeleteFilter(ctx, addr, bf.Name, ""); err != nil {
 				mu.Lock()
 				failed = append(failed, addr.Name)
 				mu.Unlock()
@@ -534,7 +564,7 @@ func (r *BloomFilterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(predicate.Or(r.own.caughtUpEvents(), userIntentChanged))).
+		For(&bloomeryv1alpha1.BloomFilter{}, builder.WithPredicates(predicate.Or(r.deleted.recorder(), r.own.caughtUpEvents(), userIntentChanged))).
 		WatchesRawSource(source.Channel(r.watch.requeue, &handler.EnqueueRequestForObject{})).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 			cluster, ok := clusterOfPod(o)

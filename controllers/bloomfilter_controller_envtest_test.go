@@ -308,8 +308,9 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 	createBloomFilter(t, ns, "users", "c")
 
 	bf := waitCondition(t, ns, "users", ConditionReady, metav1.ConditionTrue, "all 3 pods")
-	if !slices.Contains(bf.Finalizers, filterFinalizer) {
-		t.Errorf("finalizers %v, want %s", bf.Finalizers, filterFinalizer)
+	// Its copies carry its UID: it needs no finalizer.
+	if len(bf.Finalizers) > 0 {
+		t.Errorf("finalizers %v, want none", bf.Finalizers)
 	}
 	if want := "http://c." + ns + ".svc:8080/v1/bloomfilter/users"; bf.Status.URL != want {
 		t.Errorf("url %q, want %q", bf.Status.URL, want)
@@ -570,8 +571,22 @@ func TestBloomFilterDeletion(t *testing.T) {
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "deleted", "c")
 	createBloomFilter(t, ns, "retained", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.DeletionPolicy = bloomeryv1alpha1.Retain })
-	waitCondition(t, ns, "deleted", ConditionReady, metav1.ConditionTrue, "")
-	waitCondition(t, ns, "retained", ConditionReady, metav1.ConditionTrue, "")
+	deleted := waitCondition(t, ns, "deleted", ConditionReady, metav1.ConditionTrue, "")
+	retained := waitCondition(t, ns, "retained", ConditionReady, metav1.ConditionTrue, "")
+	// Under Delete its copies carry its UID, under Retain none: neither needs a finalizer.
+	for _, bf := range []*bloomeryv1alpha1.BloomFilter{deleted, retained} {
+		if len(bf.Finalizers) > 0 {
+			t.Errorf("%s has finalizers %v, want none", bf.Name, bf.Finalizers)
+		}
+	}
+	for _, p := range pods {
+		if f, err := p.client.Get(t.Context(), "deleted"); err != nil || f.Owner != string(deleted.UID) {
+			t.Errorf("pod %s holds %+v, %v; want the filter owned by %s", p.name, f, err, deleted.UID)
+		}
+		if f, err := p.client.Get(t.Context(), "retained"); err != nil || f.Owner != "" {
+			t.Errorf("pod %s holds %+v, %v; want the retained filter without an owner", p.name, f, err)
+		}
+	}
 
 	for _, name := range []string{"deleted", "retained"} {
 		if err := k8s.Delete(t.Context(), getBloomFilter(t, ns, name)); err != nil {
@@ -579,12 +594,125 @@ func TestBloomFilterDeletion(t *testing.T) {
 		}
 		waitGone(t, ns, name)
 	}
+	waitCopies(t, pods, "deleted", false)
 	for _, p := range pods {
-		if _, err := p.client.Get(t.Context(), "deleted"); !client.IsNotFound(err) {
-			t.Errorf("pod %s still holds the deleted filter: %v", p.name, err)
-		}
 		if _, err := p.client.Get(t.Context(), "retained"); err != nil {
 			t.Errorf("pod %s lost the retained filter: %v", p.name, err)
+		}
+	}
+}
+
+// waitCopies waits until every pod holds the filter name, or none does.
+func waitCopies(t *testing.T, pods []*fakePod, name string, held bool) {
+	t.Helper()
+	await.Until(t, 20*time.Second, fmt.Sprintf("filter %s held %v on every pod", name, held), func() (bool, string) {
+		for _, p := range pods {
+			f, err := p.client.Get(t.Context(), name)
+			if (err == nil) != held {
+				return false, fmt.Sprintf("pod %s: %+v, %v", p.name, f, err)
+			}
+		}
+		return true, ""
+	})
+}
+
+// The copies of a BloomFilter that went while no operator saw it go (stopped, or the pod did not
+// answer) are deleted once the pods' polls list them: those that carry a UID no BloomFilter of
+// their name has. A copy without an owner, or of a BloomFilter retained, stays.
+func TestCopiesOfABloomFilterThatIsGoneAreDeleted(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	const gone, retained = "0d7c5d2a-54a0-4c4e-8a37-6a1f2f1f0b9e", "5b0f4a8e-2c71-4d0e-9f3a-3e2d1c0b9a87"
+	modify(t, &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}, func(c *bloomeryv1alpha1.BloomCluster) {
+		c.Annotations = map[string]string{retainedAnnotationPrefix + retained: "kept"}
+	})
+	for _, p := range pods {
+		for name, owner := range map[string]string{"orphan": gone, "kept": retained, "theirs": ""} {
+			if _, _, err := p.client.Create(t.Context(), name, client.CreateOptions{Owner: owner}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "users", "c") // its passes start the pods' polls
+	waitCondition(t, ns, "users", ConditionReady, metav1.ConditionTrue, "")
+
+	waitCopies(t, pods, "orphan", false)
+	for _, name := range []string{"kept", "theirs", "users"} {
+		waitCopies(t, pods, name, true)
+	}
+}
+
+// A BloomFilter deleted and made again under its name gets new copies: those of the one deleted
+// carry its UID, and go first.
+func TestABloomFilterMadeAgainGetsItsOwnCopies(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "f", "c")
+	first := waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "")
+	if err := pods[0].client.MultiSet(t.Context(), "f", []string{"old"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := k8s.Delete(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, ns, "f")
+	createBloomFilter(t, ns, "f", "c")
+	second := getBloomFilter(t, ns, "f")
+	await.Until(t, 20*time.Second, "the new BloomFilter's copies on every pod", func() (bool, string) {
+		for _, p := range pods {
+			if f, err := p.client.Get(t.Context(), "f"); err != nil || f.Owner != string(second.UID) {
+				return false, fmt.Sprintf("pod %s: %+v, %v", p.name, f, err)
+			}
+		}
+		return true, ""
+	})
+	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "")
+	if present, err := pods[0].client.Check(t.Context(), "f", "old"); err != nil || present {
+		t.Errorf("the new filter holds a value of the one deleted: %v, %v", present, err)
+	}
+}
+
+// A BloomFilter whose policy becomes Retain after its copies were made with its UID gets the
+// finalizer, and its deletion records the copies as retained on the cluster: they stay, where the
+// copies of a BloomFilter deleted beside it go.
+func TestRetainAfterTheCopiesWereMadeKeepsThem(t *testing.T) {
+	t.Parallel()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	startFilterReconciler(t, ns)
+	createBloomFilter(t, ns, "kept", "c")
+	createBloomFilter(t, ns, "dropped", "c")
+	kept := waitCondition(t, ns, "kept", ConditionReady, metav1.ConditionTrue, "")
+	waitCondition(t, ns, "dropped", ConditionReady, metav1.ConditionTrue, "")
+	modify(t, kept, func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.DeletionPolicy = bloomeryv1alpha1.Retain })
+	waitFor(t, &bloomeryv1alpha1.BloomFilter{}, ns, "kept", func(bf *bloomeryv1alpha1.BloomFilter) (bool, string) {
+		return slices.Contains(bf.Finalizers, filterFinalizer), fmt.Sprintf("finalizers %v", bf.Finalizers)
+	})
+
+	for _, name := range []string{"kept", "dropped"} {
+		if err := k8s.Delete(t.Context(), getBloomFilter(t, ns, name)); err != nil {
+			t.Fatal(err)
+		}
+		waitGone(t, ns, name)
+	}
+	var cluster bloomeryv1alpha1.BloomCluster
+	if err := k8s.Get(t.Context(), types.NamespacedName{Namespace: ns, Name: "c"}, &cluster); err != nil {
+		t.Fatal(err)
+	}
+	if got := cluster.Annotations[retainedAnnotationPrefix+string(kept.UID)]; got != "kept" {
+		t.Errorf("cluster annotations %v, want %s%s: kept", cluster.Annotations, retainedAnnotationPrefix, kept.UID)
+	}
+	waitCopies(t, pods, "dropped", false)
+	for _, p := range pods {
+		if f, err := p.client.Get(t.Context(), "kept"); err != nil || f.Owner != string(kept.UID) {
+			t.Errorf("pod %s holds %+v, %v; want the retained filter, still owned by %s", p.name, f, err, kept.UID)
 		}
 	}
 }
@@ -594,11 +722,17 @@ func TestBloomFilterDeletionNeverHangs(t *testing.T) {
 	ns := newNamespace(t)
 	createCluster(t, ns, "gone", 1)
 	pod := addPod(t, ns, "gone", "gone-0")
+	// A filter the BloomFilter adopts carries no owner: the BloomFilter gets the finalizer.
+	if _, _, err := pod.client.Create(t.Context(), "stuck", client.CreateOptions{ExpectedInsertions: new(uint64(10_000)), FPP: new(0.001)}); err != nil {
+		t.Fatal(err)
+	}
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "orphan", "gone")
 	createBloomFilter(t, ns, "stuck", "gone")
 	waitCondition(t, ns, "orphan", ConditionReady, metav1.ConditionTrue, "")
-	waitCondition(t, ns, "stuck", ConditionReady, metav1.ConditionTrue, "")
+	if stuck := waitCondition(t, ns, "stuck", ConditionReady, metav1.ConditionTrue, ""); !slices.Contains(stuck.Finalizers, filterFinalizer) {
+		t.Fatalf("a BloomFilter that adopted a filter has finalizers %v, want %s", stuck.Finalizers, filterFinalizer)
+	}
 
 	// The pod stops answering: the delete retries, then gives up after DeleteGiveUp.
 	pod.kill(t)

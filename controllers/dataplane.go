@@ -107,8 +107,11 @@ type DataPlane interface {
 	// since version (wire.FilterStatuses); with wait above zero it is a long poll that answers
 	// once the pod's version differs from version, or after wait.
 	FilterStatuses(ctx context.Context, pod Pod, version string, wait time.Duration) (wire.FilterStatuses, error)
-	// DeleteFilter removes the filter from the pod; absent is success.
-	DeleteFilter(ctx context.Context, pod Pod, name string) error
+	// DeleteFilter removes the filter from the pod, absent being success. With an owner it removes
+	// it only if that owner made it, from the pod and, by replication, from its peers, and reports
+	// whether it did: a pod that lacks it, or holds another's, removes nothing. A pod from before
+	// owners removes it whoever made it.
+	DeleteFilter(ctx context.Context, pod Pod, name string, owner types.UID) (bool, error)
 	// GetMembership returns the membership the pod holds: epoch 0 and no members if it was
 	// never told.
 	GetMembership(ctx context.Context, pod Pod) (wire.Membership, error)
@@ -234,10 +237,19 @@ func (d *HTTPDataPlane) FilterStatuses(ctx context.Context, pod Pod, version str
 }
 
 // DeleteFilter implements DataPlane.
-func (d *HTTPDataPlane) DeleteFilter(ctx context.Context, pod Pod, name string) error {
+func (d *HTTPDataPlane) DeleteFilter(ctx context.Context, pod Pod, name string, owner types.UID) (bool, error) {
 	ctx, cancel := d.bounded(ctx)
 	defer cancel()
-	return d.client(pod).Delete(ctx, name)
+	if owner == "" {
+		return true, d.client(pod).Delete(ctx, name)
+	}
+	switch err := d.client(pod).DeleteOwned(ctx, name, string(owner)); {
+	case client.IsNotFound(err), client.IsOtherOwner(err):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return true, nil
 }
 
 // GetMembership implements DataPlane.

@@ -55,6 +55,7 @@ type podKey struct {
 // podPoll is the poll of one pod, guarded by statusWatch.mu.
 type podPoll struct {
 	addr     Pod       // how to call it, as the last pass that read it found it
+	cluster  string    // the BloomCluster it serves
 	lastRead time.Time // when a pass last read it
 	// fresh is set while the last poll answered: statuses is then what the pod holds, at most a
 	// second behind a change (the pod's own polling of its filters) plus the time to answer.
@@ -107,7 +108,8 @@ func (w *statusWatch) status(pod *corev1.Pod, addr Pod, name string) (st wire.Fi
 				delete(w.pods, other) // the pod it replaced: its poll ends
 			}
 		}
-		p = &podPoll{addr: addr, requeued: map[string]wire.FilterStatus{}, readDirect: map[string]struct{}{}}
+		cluster, _ := clusterOfPod(pod)
+		p = &podPoll{addr: addr, cluster: cluster.Name, requeued: map[string]wire.FilterStatus{}, readDirect: map[string]struct{}{}}
 		w.pods[key] = p
 		if w.ctx != nil {
 			go w.poll(w.ctx, key)
@@ -125,6 +127,29 @@ func (w *statusWatch) status(pod *corev1.Pod, addr Pod, name string) (st wire.Fi
 	}
 	st, held = p.statuses[name]
 	return st, held, true
+}
+
+// heldCopy is a pod's copy of a filter, as the pod's poll last saw it.
+type heldCopy struct {
+	pod     Pod
+	cluster string
+	status  wire.FilterStatus
+}
+
+// holders are the copies of the filter name on the pods of namespace whose polls are fresh.
+func (w *statusWatch) holders(namespace, name string) []heldCopy {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []heldCopy
+	for key, p := range w.pods {
+		if st, held := p.statuses[name]; key.namespace == namespace && p.fresh && held {
+			out = append(out, heldCopy{pod: p.addr, cluster: p.cluster, status: st})
+		}
+	}
+	return out
 }
 
 // createdOnPod tells the watch that a pass created the filter name on pod, which answered st, or

@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // retainedFilter stays on the pods when its BloomFilter is deleted.
@@ -35,11 +38,18 @@ func TestDeletedFilterLeavesEveryPod(t *testing.T) {
 	apis := n.apis(podNames(sampleReplicas)...)
 	kept := apis[0].addValues("kept", "kept", 10)
 
-	n.run("delete", "bloomfilter", "users", "kept") // waits for the operator's finalizer
-	for _, api := range apis {
-		if status, body := api.filter("users"); status != http.StatusNotFound {
-			t.Errorf("GET users on pod %s after its BloomFilter was deleted: %d %v, want 404", api.pod, status, body)
+	n.run("delete", "bloomfilter", "users", "kept")
+	// Neither has a finalizer: the operator deletes the copies that carry the UID of users once it
+	// is gone.
+	await.Until(t, waitTimeout, "users gone from every pod", func() (bool, string) {
+		for _, api := range apis {
+			if status, body := api.filter("users"); status != http.StatusNotFound {
+				return false, fmt.Sprintf("GET users on pod %s: %d %v", api.pod, status, body)
+			}
 		}
+		return true, ""
+	})
+	for _, api := range apis {
 		if status, body := api.filter("kept"); status != http.StatusOK {
 			t.Errorf("GET kept (deletionPolicy Retain) on pod %s after its BloomFilter was deleted: %d %v, want 200", api.pod, status, body)
 		}

@@ -54,6 +54,7 @@
   verbs:
   - get
   - list
+  - patch
   - watch
 - apiGroups:
   - bloomery.io
