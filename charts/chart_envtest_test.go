@@ -72,10 +72,7 @@ func run(t *testing.T, dir, name string, args ...string) []byte {
 func helmTemplate(t *testing.T, args ...string) []*unstructured.Unstructured {
 	t.Helper()
 	helm := tool(t, "HELM", "helm")
-	// The API server of the tests, like any from Kubernetes 1.36 on, serves the admission policies
-	// the chart renders only where they are served.
-	base := []string{"template", "bloomery", chartDir, "--namespace", releaseNamespace,
-		"--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy"}
+	base := []string{"template", "bloomery", chartDir, "--namespace", releaseNamespace}
 	return decode(t, run(t, ".", helm, append(base, args...)...))
 }
 
@@ -409,16 +406,6 @@ func TestChartDefaultsMatchKustomize(t *testing.T) {
 			t.Fatalf("%d containers, want 1", len(cs))
 		}
 		return cs[0].(map[string]any)
-	}
-	// The admission policy: the same rules and mutation, under the install's name.
-	for _, kind := range []string{"MutatingAdmissionPolicy"} {
-		cp, kp := find(chart, kind), find(kust, kind)
-		if len(cp) != 1 || len(kp) != 1 {
-			t.Fatalf("%s: %d in the chart, %d in the kustomize install; want one each", kind, len(cp), len(kp))
-		}
-		if !reflect.DeepEqual(cp[0].Object["spec"], kp[0].Object["spec"]) {
-			t.Errorf("%s's spec differs:\nchart:     %v\nkustomize: %v", kind, cp[0].Object["spec"], kp[0].Object["spec"])
-		}
 	}
 	cc, kc := container(chart), container(kust)
 	for _, field := range []string{"securityContext", "livenessProbe", "readinessProbe", "ports", "resources"} {

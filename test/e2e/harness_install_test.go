@@ -20,9 +20,8 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// The operator runs as installed: as a ServiceAccount with the RBAC of config/rbac, and with the
-// admission policy of config/admission, applied with the namespace and name prefix config/default
-// gives them.
+// The operator runs as installed: as a ServiceAccount with the RBAC of config/rbac, applied with
+// the namespace and name prefix config/default gives it.
 const (
 	// operatorNamespace is the install's namespace: the ServiceAccount's, the lease's.
 	operatorNamespace = "bloomery-system"
@@ -39,25 +38,23 @@ const (
 	tokenLifetime = 6 * time.Hour
 )
 
-// installOperator applies config/rbac and config/admission as config/default does (its namespace,
-// its name prefix), in the namespace it creates first: the ServiceAccount, the ClusterRole
-// generated from the markers and its binding, the leader election Role, the metrics auth and
-// reader ClusterRoles, and the admission policy that gives BloomFilters their finalizer. It
-// returns a kubeconfig that authenticates as the ServiceAccount.
+// installOperator applies config/rbac as config/default does (its namespace, its name prefix), in
+// the namespace it creates first: the ServiceAccount, the ClusterRole generated from the markers
+// and its binding, the leader election Role, the metrics auth and reader ClusterRoles. It returns
+// a kubeconfig that authenticates as the ServiceAccount.
 func (hs *harness) installOperator() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
 	if _, _, err := hs.kubectl.run(ctx, "", "create", "namespace", operatorNamespace); err != nil {
 		return "", err
 	}
-	config := filepath.Join(hs.root, "config")
 	overlay, err := kustomizeOverlay(filepath.Join(hs.workDir, "install"), operatorNamespace, installPrefix,
-		filepath.Join(config, "rbac"), filepath.Join(config, "admission"))
+		filepath.Join(hs.root, "config", "rbac"))
 	if err != nil {
 		return "", err
 	}
 	if _, _, err := hs.kubectl.run(ctx, "", "apply", "-k", overlay); err != nil {
-		return "", fmt.Errorf("installing config/rbac and config/admission: %w", err)
+		return "", fmt.Errorf("installing config/rbac: %w", err)
 	}
 	return hs.accountKubeconfig(operatorNamespace, operatorAccount, tokenLifetime)
 }

@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"cmp"
-	"context"
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
-	"github.com/bloomery/bloomery/internal/await"
 )
 
 // benchOperatorEnv holds the numbers of filters of the operator's scale benchmark, comma-separated
@@ -26,9 +23,6 @@ const benchOperatorEnv = "E2E_BENCH_OPERATOR"
 
 // benchAPIServerEnv holds the numbers of filters of TestAPIServerScale (make bench-operator-floor).
 const benchAPIServerEnv = "E2E_BENCH_APISERVER"
-
-// finalizerPolicy is config/admission's policy, and its binding, as installed.
-const finalizerPolicy = installPrefix + "filter-finalizer"
 
 // scaleTimeout bounds each phase of the benchmark: far past its targets, so that a slow run still
 // reports its numbers.
@@ -49,8 +43,7 @@ func TestOperatorScale(t *testing.T) {
 
 // TestAPIServerScale is the floor under the operator's scale benchmark, not a test: for each number
 // of filters it creates and deletes that many BloomFilters as TestOperatorScale does, with the
-// operator stopped and the admission policy unbound, so that the API server does nothing for them
-// but the benchmark's own requests.
+// operator stopped, so that the API server does nothing for them but the benchmark's own requests.
 //
 //	make bench-operator-floor            # 1,000 and 10,000 filters
 func TestAPIServerScale(t *testing.T) {
@@ -66,32 +59,8 @@ func TestAPIServerScale(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	// The policy would give the filters a finalizer that nothing then removes.
-	n.run("delete", "mutatingadmissionpolicybinding", finalizerPolicy)
-	t.Cleanup(func() {
-		// The install's overlay, applied again, binds it again.
-		ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
-		defer cancel()
-		if _, _, err := h.kubectl.run(ctx, "", "apply", "-k", filepath.Join(h.workDir, "install")); err != nil {
-			t.Error(err)
-		}
-	})
 	api := scaleClient(t)
 	watch := watchScaleFilters(t, api, n.name)
-	// The API server drops a policy from its informer a moment after the binding goes: a filter
-	// created in between would keep its finalizer.
-	await.Until(t, 30*time.Second, "a BloomFilter created without a finalizer", func() (bool, string) {
-		out, err := n.tryStdin(`{"apiVersion": "bloomery.io/v1alpha1", "kind": "BloomFilter", "metadata": {"generateName": "probe-"},
-			"spec": {"clusterRef": {"name": "example"}, "capacity": 1000, "falsePositiveRate": "0.01"}}`,
-			"create", "-f", "-", "-o", "jsonpath={.metadata.name} {.metadata.finalizers}")
-		if err != nil {
-			t.Fatal(err)
-		}
-		name, finalizers, _ := strings.Cut(out, " ")
-		n.run("patch", "bloomfilter", name, "--type", "merge", "-p", `{"metadata": {"finalizers": null}}`)
-		n.run("delete", "bloomfilter", name)
-		return finalizers == "", "created with finalizers " + finalizers
-	})
 	for _, filters := range sizes {
 		created := time.Now()
 		createScaleFilters(t, api, n.name, filters)

@@ -210,8 +210,7 @@ func TestNamespacedOperator(t *testing.T) {
 	// Made before the operator starts: had it watched the namespace, its first pass would have
 	// found the cluster.
 	other.run("apply", "-k", other.samplesOverlay(onePodPatch))
-	// What the API server made of them: the install's admission policy gives the BloomFilter its
-	// finalizer as it is created, and no operator may write either after that.
+	// As they were made: no operator may write either after that.
 	objects := []string{"bloomcluster/example", "bloomfilter/users"}
 	versions := map[string]string{}
 	for _, object := range objects {
