@@ -46,7 +46,10 @@ func scaleClient(t *testing.T) dynamic.Interface {
 }
 
 // scaleName is the name of the benchmark's i-th BloomFilter.
-func scaleName(i int) string { return fmt.Sprintf("scale-%05d", i) }
+func scaleName(i int) string { return fmt.Sprintf("%s%05d", scalePrefix, i) }
+
+// scalePrefix begins the name of every filter of the benchmark.
+const scalePrefix = "scale-"
 
 // scaleFilter is the benchmark's i-th BloomFilter.
 func scaleFilter(i int) *unstructured.Unstructured {

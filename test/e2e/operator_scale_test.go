@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
 	"strconv"
@@ -14,6 +16,8 @@ import (
 	"time"
 
 	"github.com/bloomery/bloomery/dataplane/metrics/metricstest"
+	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // benchOperatorEnv holds the numbers of filters of the operator's scale benchmark, comma-separated
@@ -151,9 +155,39 @@ func measureOperatorScale(t *testing.T, filters int) {
 	gone := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters gone", filters), func(exist, _ int) bool {
 		return exist == 0
 	}).Sub(deleted)
+	apiWritten := writes.perFilter(apiWrites(n), filters)
+	// The BloomFilters go at once; their copies, which the operator then deletes, are measured too.
+	await.Until(t, scaleTimeout, fmt.Sprintf("the copies of all %d BloomFilters gone from the pods", filters), func() (bool, string) {
+		for _, p := range pods {
+			if left := p.scaleCopies(); left > 0 {
+				return false, fmt.Sprintf("pod %s holds %d", p.pod, left)
+			}
+		}
+		return true, ""
+	})
+	copiesGone := time.Since(deleted)
 	stopProfiling()
-	t.Logf("%d filters: deletes sent in %v, all gone after %v; API writes until then: %s", filters,
-		requested.Round(time.Millisecond), gone.Round(time.Millisecond), writes.perFilter(apiWrites(n), filters))
+	t.Logf("%d filters: deletes sent in %v, all gone after %v, and their copies from the pods after %v; API writes until then: %s", filters,
+		requested.Round(time.Millisecond), gone.Round(time.Millisecond), copiesGone.Round(time.Millisecond), apiWritten)
+}
+
+// scaleCopies counts the benchmark's filters the pod holds.
+func (p podAPI) scaleCopies() int {
+	status, body, err := p.call(http.MethodGet, wire.ListPath, nil)
+	if err != nil || status != http.StatusOK {
+		p.t.Fatalf("listing the filters of pod %s: %d %s %v", p.pod, status, body, err)
+	}
+	var names []string
+	if err := json.Unmarshal(body, &names); err != nil {
+		p.t.Fatalf("listing the filters of pod %s: %v", p.pod, err)
+	}
+	n := 0
+	for _, name := range names {
+		if strings.HasPrefix(name, scalePrefix) {
+			n++
+		}
+	}
+	return n
 }
 
 // processCPU reads the CPU time, user and system, that process pid used so far.
