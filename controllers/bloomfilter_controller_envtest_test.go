@@ -344,9 +344,7 @@ func TestBloomFilterOnEveryPod(t *testing.T) {
 // takes partitions in a create.
 func TestBloomFilterWithPartitions(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "split", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.Partitions = new(int32(4)) })
 
@@ -483,9 +481,7 @@ func awaitMorePasses(t *testing.T, dp *passCounter, name string, n int) {
 
 func TestBloomFilterComesBackOnARestartedPod(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "f", "c")
 	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
@@ -527,9 +523,7 @@ func TestExpiryWorksAsRotation(t *testing.T) {
 
 func TestBloomFilterDegradedNamesThePodThatStopsAnswering(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "f", "c")
 	waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "all 2 pods")
@@ -565,9 +559,7 @@ func TestBloomFilterShapeMismatchIsReportedNotOverwritten(t *testing.T) {
 
 func TestBloomFilterDeletion(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "deleted", "c")
 	createBloomFilter(t, ns, "retained", "c", func(bf *bloomeryv1alpha1.BloomFilter) { bf.Spec.DeletionPolicy = bloomeryv1alpha1.Retain })
@@ -602,6 +594,14 @@ func TestBloomFilterDeletion(t *testing.T) {
 	}
 }
 
+// twoPodCluster makes a namespace holding the cluster c of two pods, c-0 and c-1.
+func twoPodCluster(t *testing.T) (string, []*fakePod) {
+	t.Helper()
+	ns := newNamespace(t)
+	createCluster(t, ns, "c", 2)
+	return ns, []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+}
+
 // waitCopies waits until every pod holds the filter name, or none does.
 func waitCopies(t *testing.T, pods []*fakePod, name string, held bool) {
 	t.Helper()
@@ -621,9 +621,7 @@ func waitCopies(t *testing.T, pods []*fakePod, name string, held bool) {
 // their name has. A copy without an owner, or of a BloomFilter retained, stays.
 func TestCopiesOfABloomFilterThatIsGoneAreDeleted(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	const gone, retained = "0d7c5d2a-54a0-4c4e-8a37-6a1f2f1f0b9e", "5b0f4a8e-2c71-4d0e-9f3a-3e2d1c0b9a87"
 	modify(t, &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: ns}}, func(c *bloomeryv1alpha1.BloomCluster) {
 		c.Annotations = map[string]string{retainedAnnotationPrefix + retained: "kept"}
@@ -649,9 +647,7 @@ func TestCopiesOfABloomFilterThatIsGoneAreDeleted(t *testing.T) {
 // carry its UID, and go first.
 func TestABloomFilterMadeAgainGetsItsOwnCopies(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "f", "c")
 	first := waitCondition(t, ns, "f", ConditionReady, metav1.ConditionTrue, "")
@@ -683,9 +679,7 @@ func TestABloomFilterMadeAgainGetsItsOwnCopies(t *testing.T) {
 // copies of a BloomFilter deleted beside it go.
 func TestRetainAfterTheCopiesWereMadeKeepsThem(t *testing.T) {
 	t.Parallel()
-	ns := newNamespace(t)
-	createCluster(t, ns, "c", 2)
-	pods := []*fakePod{addPod(t, ns, "c", "c-0"), addPod(t, ns, "c", "c-1")}
+	ns, pods := twoPodCluster(t)
 	startFilterReconciler(t, ns)
 	createBloomFilter(t, ns, "kept", "c")
 	createBloomFilter(t, ns, "dropped", "c")

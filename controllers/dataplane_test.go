@@ -69,16 +69,7 @@ func TestCreateFilterSendsPartitionsAndOwner(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(wire.Filter{Name: "f", Partitions: 4})
 	}))
-	t.Cleanup(srv.Close)
-	u, err := url.Parse(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port, err := strconv.Atoi(u.Port())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pod := Pod{Name: "c-0", IP: u.Hostname(), Port: port, Token: worldToken}
+	pod := podServedBy(t, srv)
 	dp := NewHTTPDataPlane(5 * time.Second)
 	base := FilterShape{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2}
 	for _, partitions := range []int{4, 0} {
@@ -123,6 +114,18 @@ func TestCreateFilterOnAPodFromBeforeOwners(t *testing.T) {
 		w.WriteHeader(http.StatusCreated)
 		_ = json.NewEncoder(w).Encode(wire.Filter{Name: "f", ExpectedInsertions: 1000, Partitions: 1})
 	}))
+	f, created, err := NewHTTPDataPlane(5*time.Second).CreateFilter(t.Context(), podServedBy(t, srv), "f", testOwner, FilterShape{Capacity: 1000, FPP: 0.01})
+	if err != nil || !created || f.ExpectedInsertions != 1000 || f.Owner != "" {
+		t.Fatalf("CreateFilter: %+v, %v, %v; want the filter created without an owner", f, created, err)
+	}
+	if n := creates.Load(); n != 2 {
+		t.Errorf("%d creates reached the pod, want 2: one with the owner, one without", n)
+	}
+}
+
+// podServedBy is the pod c-0 as srv serves it; srv closes with the test.
+func podServedBy(t *testing.T, srv *httptest.Server) Pod {
+	t.Helper()
 	t.Cleanup(srv.Close)
 	u, err := url.Parse(srv.URL)
 	if err != nil {
@@ -132,14 +135,7 @@ func TestCreateFilterOnAPodFromBeforeOwners(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pod := Pod{Name: "c-0", IP: u.Hostname(), Port: port, Token: worldToken}
-	f, created, err := NewHTTPDataPlane(5*time.Second).CreateFilter(t.Context(), pod, "f", testOwner, FilterShape{Capacity: 1000, FPP: 0.01})
-	if err != nil || !created || f.ExpectedInsertions != 1000 || f.Owner != "" {
-		t.Fatalf("CreateFilter: %+v, %v, %v; want the filter created without an owner", f, created, err)
-	}
-	if n := creates.Load(); n != 2 {
-		t.Errorf("%d creates reached the pod, want 2: one with the owner, one without", n)
-	}
+	return Pod{Name: "c-0", IP: u.Hostname(), Port: port, Token: worldToken}
 }
 
 // testOwner is the UID of the BloomFilter the creates above are made for.
