@@ -66,16 +66,22 @@ func TestAPIServerScale(t *testing.T) {
 	api := scaleClient(t)
 	watch := watchScaleFilters(t, api, n.name)
 	for _, filters := range sizes {
+		creating := beginPhase(n, fmt.Sprintf("%d filters created, the API server alone", filters))
 		created := time.Now()
 		createScaleFilters(t, api, n.name, filters)
 		all := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters", filters), func(exist, _ int) bool {
 			return exist == filters
 		}).Sub(created)
+		creating.end()
+		creating.log(t, n)
+		deleting := beginPhase(n, fmt.Sprintf("%d filters deleted, the API server alone", filters))
 		deleted := time.Now()
 		deleteScaleFilters(t, api, n.name, filters)
 		gone := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters gone", filters), func(exist, _ int) bool {
 			return exist == 0
 		}).Sub(deleted)
+		deleting.end()
+		deleting.log(t, n)
 		t.Logf("%d filters, the API server alone: all created after %v, all gone after %v", filters, all.Round(time.Millisecond), gone.Round(time.Millisecond))
 	}
 }
@@ -108,7 +114,7 @@ func measureOperatorScale(t *testing.T, filters int) {
 	api := scaleClient(t)
 	watch := watchScaleFilters(t, api, n.name)
 
-	writes := apiWrites(n)
+	writes, creating := apiWrites(n), beginPhase(n, fmt.Sprintf("%d filters created until all Ready", filters))
 	profiled := profiledProcesses(t, operator)
 	stopProfiling := profilePhase(t, profiled, fmt.Sprintf("ready-%d", filters))
 	created := time.Now()
@@ -117,8 +123,10 @@ func measureOperatorScale(t *testing.T, filters int) {
 	ready := watch.await(t, scaleTimeout, fmt.Sprintf("all %d BloomFilters Ready", filters), func(_, ready int) bool {
 		return ready == filters
 	}).Sub(created)
+	creating.end()
 	stopProfiling()
 	t.Logf("%d filters: API writes while they were created, until all Ready: %s", filters, writes.perFilter(apiWrites(n), filters))
+	creating.log(t, n)
 
 	pods := n.apis(podNames(sampleReplicas)...)
 	cpuBefore, apiBefore := processCPU(t, pid), apiRequestsByKind(n)
@@ -147,7 +155,7 @@ func measureOperatorScale(t *testing.T, filters int) {
 		cpu, 100*cpu/60, apiPerMinute, (perFilter+polls)/minutes/60/float64(len(pods)), perFilter, polls, rss/(1<<20))
 	t.Logf("%d filters: the quiet minute's API requests, by verb and resource: %s", filters, apiAfter.since(apiBefore))
 
-	writes = apiWrites(n)
+	writes, deleting := apiWrites(n), beginPhase(n, fmt.Sprintf("%d filters deleted until their copies were gone", filters))
 	stopProfiling = profilePhase(t, profiled, fmt.Sprintf("gone-%d", filters))
 	deleted := time.Now()
 	deleteScaleFilters(t, api, n.name, filters)
@@ -166,9 +174,46 @@ func measureOperatorScale(t *testing.T, filters int) {
 		return true, ""
 	})
 	copiesGone := time.Since(deleted)
+	deleting.end()
 	stopProfiling()
 	t.Logf("%d filters: deletes sent in %v, all gone after %v, and their copies from the pods after %v; API writes until then: %s", filters,
 		requested.Round(time.Millisecond), gone.Round(time.Millisecond), copiesGone.Round(time.Millisecond), apiWritten)
+	deleting.log(t, n)
+}
+
+// phase is a phase of a scale benchmark, and what the machine had done when it began: the API
+// requests answered, the watchers the API server closed, and the CPU every process used.
+type phase struct {
+	name          string
+	requests      requestCounts
+	closed        float64
+	cpu, cpuAtEnd machineCPU
+}
+
+func beginPhase(n namespace, name string) *phase {
+	return &phase{name: name, requests: apiRequestsByKind(n), closed: closedWatchers(n), cpu: readMachineCPU()}
+}
+
+// closedWatchers counts the watches of BloomFilters the API server closed because their clients
+// did not take the events as fast as they came (each reopens from where it was).
+func closedWatchers(n namespace) float64 {
+	n.t.Helper()
+	var total float64
+	for _, m := range apiMetrics(n).Samples("apiserver_terminated_watchers_total", "resource", "bloomfilters") {
+		total += m.GetCounter().GetValue()
+	}
+	return total
+}
+
+// end reads the CPU used: at once when the phase ends, before the benchmark does more.
+func (p *phase) end() { p.cpuAtEnd = readMachineCPU() }
+
+// log logs what the phase cost, by process, and the API requests answered since it began.
+func (p *phase) log(t *testing.T, n namespace) {
+	t.Helper()
+	t.Logf("%s: CPU %s", p.name, p.cpuAtEnd.since(p.cpu))
+	t.Logf("%s: API requests %s; watches of BloomFilters closed as too slow: %.0f", p.name,
+		apiRequestsByKind(n).since(p.requests), closedWatchers(n)-p.closed)
 }
 
 // scaleCopies counts the benchmark's filters the pod holds.
