@@ -27,6 +27,11 @@ const (
 	// statusesRetry and statusesRetryMax bound the back-off between failed polls of a pod.
 	statusesRetry    = time.Second
 	statusesRetryMax = 30 * time.Second
+	// statusesInterval is the least time between the starts of two polls of a pod. A pod answers
+	// at once when its filters changed since the version the poll holds: while thousands are
+	// created or deleted that is every answer, and each cost the pod a look at all its filters,
+	// most of its CPU (10,000 filters on three pods). The pod looks once a second in any case.
+	statusesInterval = time.Second
 )
 
 // statusWatch long-polls the statuses of every pod that a pass of a filter asked it about.
@@ -38,6 +43,8 @@ type statusWatch struct {
 	// idle is how long a pod's poll goes on after the last pass that read it: a pod that no
 	// filter's pass reads any more (its cluster has no filters, or it is gone) stops being polled.
 	idle time.Duration
+	// interval is the least time between the starts of two polls of a pod (statusesInterval).
+	interval time.Duration
 	// requeue receives the BloomFilters to pass again, the source of the filter controller.
 	requeue chan event.GenericEvent
 
@@ -74,7 +81,7 @@ type podPoll struct {
 }
 
 func newStatusWatch(dataPlane func() DataPlane, wait, idle time.Duration) *statusWatch {
-	return &statusWatch{dataPlane: dataPlane, wait: wait, idle: idle, requeue: make(chan event.GenericEvent, 1024), pods: map[podKey]*podPoll{}}
+	return &statusWatch{dataPlane: dataPlane, wait: wait, idle: idle, interval: statusesInterval, requeue: make(chan event.GenericEvent, 1024), pods: map[podKey]*podPoll{}}
 }
 
 // Start runs the polls until ctx ends (manager.Runnable): those of the pods that passes asked for
@@ -188,7 +195,11 @@ func (w *statusWatch) poll(ctx context.Context, key podKey) {
 		addr, version := p.addr, p.version
 		w.mu.Unlock()
 
+		started := time.Now()
 		got, err := w.dataPlane().FilterStatuses(ctx, addr, version, w.wait)
+		if ctx.Err() != nil {
+			return // the operator stops: a poll cut short is no failure of the pod
+		}
 		if err != nil {
 			if w.failed(key, addr) {
 				logger.Info("Polling the pod's filter statuses failed; filters' passes call it until a poll answers", "error", err.Error())
@@ -202,6 +213,10 @@ func (w *statusWatch) poll(ctx context.Context, key podKey) {
 		}
 		retry = statusesRetry
 		w.answered(key, addr, got)
+		select {
+		case <-ctx.Done():
+		case <-time.After(w.interval - time.Since(started)):
+		}
 	}
 }
 

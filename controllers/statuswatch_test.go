@@ -1,8 +1,11 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -10,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bloomery/bloomery/dataplane/wire"
+	"github.com/bloomery/bloomery/internal/await"
 )
 
 // What a pod's poll requeues: the filters whose status a pass would write anew.
@@ -94,5 +98,36 @@ func TestACreatedFilterIsRequeuedOnlyIfItChanged(t *testing.T) {
 	w.answered(key, addr, wire.FilterStatuses{Version: "v3", Changes: true, Filters: []wire.FilterStatus{grown}})
 	if got := requeued(); !slices.Equal(got, []string{"f"}) {
 		t.Errorf("after f changed on the pod: %v requeued, want f", got)
+	}
+}
+
+// changingPod answers every poll at once with a new version, as a pod does while filters are
+// created on it without pause, and counts the polls.
+type changingPod struct {
+	DataPlane
+	polls atomic.Int64
+}
+
+func (d *changingPod) FilterStatuses(context.Context, Pod, string, time.Duration) (wire.FilterStatuses, error) {
+	n := d.polls.Add(1)
+	return wire.FilterStatuses{Version: strconv.FormatInt(n, 10)}, nil
+}
+
+// A pod whose every answer is a change is polled at most once per interval, not as fast as it
+// answers: each answer costs the pod a look at all its filters.
+func TestAPodIsPolledAtMostOncePerInterval(t *testing.T) {
+	pod := &changingPod{}
+	w := newStatusWatch(func() DataPlane { return pod }, time.Second, time.Minute)
+	w.interval = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	go func() { _ = w.Start(ctx) }()
+	w.status(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-0", UID: "u"}}, Pod{Name: "c-0", IP: "192.0.2.1", Port: 8090}, "f")
+	await.Until(t, 10*time.Second, "the first poll", func() (bool, string) { return pod.polls.Load() > 0, "" })
+	const window = time.Second
+	before := pod.polls.Load()
+	time.Sleep(window)
+	if got, most := pod.polls.Load()-before, int64(window/w.interval)+1; got > most {
+		t.Errorf("%d polls in %v of a pod that answers every one at once, want at most %d (one per %v)", got, window, most, w.interval)
 	}
 }
