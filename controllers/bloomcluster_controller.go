@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -389,13 +390,6 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Recorder == nil {
 		r.Recorder = mgr.GetEventRecorder("bloomcluster-controller")
 	}
-	clusterOfFilter := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		bf, ok := o.(*bloomeryv1alpha1.BloomFilter)
-		if !ok {
-			return nil
-		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}}}
-	})
 	// A pod that gets an IP, restarts (and forgets its membership) or goes away changes what
 	// the membership step does.
 	podsCluster := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -405,11 +399,6 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: cluster}}
 	})
-	// The count of filters changes only when one is created or deleted (clusterRef is
-	// immutable); their frequent status updates must not requeue the cluster.
-	filterCountChanged := predicate.Funcs{
-		UpdateFunc: func(event.UpdateEvent) bool { return false },
-	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&bloomeryv1alpha1.BloomCluster{}, builder.WithPredicates(predicate.Or(r.own.caughtUpEvents(), userIntentChanged))).
 		Owns(&corev1.Secret{}).
@@ -423,11 +412,35 @@ func (r *BloomClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Owns(&rbacv1.RoleBinding{}).
 		// Every renewal starts the lease's clock (observeLeases); only a change of holder needs a pass.
 		Owns(&coordinationv1.Lease{}, builder.WithPredicates(r.observeLeases())).
-		Watches(&bloomeryv1alpha1.BloomFilter{}, clusterOfFilter, builder.WithPredicates(filterCountChanged)).
+		Watches(&bloomeryv1alpha1.BloomFilter{}, countFilters).
 		Watches(&corev1.Pod{}, podsCluster).
 		// A claim that reaches its new size clears VolumesResizing; claims carry the pods' labels.
 		Watches(&corev1.PersistentVolumeClaim{}, podsCluster).
 		WithOptions(controller.Options{MaxConcurrentReconciles: max(r.MaxConcurrentReconciles, 1)}).
 		Named("bloomcluster").
 		Complete(r)
+}
+
+// filterCountDelay is how long the pass that counts a BloomFilter created or deleted waits after
+// it: the creates and deletes of that second are counted by one pass. With thousands at once, a
+// pass came every 200 ms, and each read every filter of the cluster and wrote the cluster's status.
+const filterCountDelay = time.Second
+
+// countFilters enqueues the cluster of a BloomFilter created or deleted, filterCountDelay later.
+// An update enqueues nothing: the count changes only when a filter comes or goes (clusterRef is
+// immutable), and the filters' frequent status updates must not requeue the cluster.
+var countFilters = handler.Funcs{
+	CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		countLater(e.Object, q)
+	},
+	DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		countLater(e.Object, q)
+	},
+}
+
+func countLater(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	if bf, ok := o.(*bloomeryv1alpha1.BloomFilter); ok {
+		// A request already waiting keeps its earlier time: the waits merge.
+		q.AddAfter(reconcile.Request{NamespacedName: types.NamespacedName{Namespace: bf.Namespace, Name: bf.Spec.ClusterRef.Name}}, filterCountDelay)
+	}
 }

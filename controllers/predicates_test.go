@@ -1,13 +1,17 @@
 package controllers
 
 import (
+	"fmt"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	bloomeryv1alpha1 "github.com/bloomery/bloomery/api/v1alpha1"
 )
@@ -93,5 +97,31 @@ func TestTokenSecretChanged(t *testing.T) {
 	}
 	if got, ok := clusterOfTokenSecret(base); !ok || got.Name != "c" || got.Namespace != "ns" {
 		t.Errorf("clusterOfTokenSecret = %v, %v; want ns/c", got, ok)
+	}
+}
+
+// The creates and deletes of BloomFilters of a cluster within filterCountDelay bring one pass of
+// it, after the delay; their status updates bring none.
+func TestFilterCountsMergeIntoOnePass(t *testing.T) {
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx := t.Context()
+	for i := range 100 {
+		bf := &bloomeryv1alpha1.BloomFilter{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("f%d", i)}}
+		bf.Spec.ClusterRef.Name = "c"
+		countFilters.Create(ctx, event.CreateEvent{Object: bf}, q)
+		countFilters.Update(ctx, event.UpdateEvent{ObjectOld: bf, ObjectNew: bf}, q)
+		countFilters.Delete(ctx, event.DeleteEvent{Object: bf}, q)
+	}
+	if n := q.Len(); n != 0 {
+		t.Fatalf("%d passes queued at once, want none before %v", n, filterCountDelay)
+	}
+	got, _ := q.Get() // waits for the delay
+	if want := (reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "c"}}); got != want {
+		t.Fatalf("the pass is of %v, want %v", got, want)
+	}
+	q.Done(got)
+	if n := q.Len(); n != 0 {
+		t.Errorf("%d more passes queued after the first, want the 200 events merged into one", n)
 	}
 }
