@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -81,6 +80,17 @@ func (d *recordingDataPlane) served() []string {
 	return slices.Clone(d.requests)
 }
 
+// servedCount counts the requests served of method and path.
+func (d *recordingDataPlane) servedCount(method, path string) int {
+	n := 0
+	for _, r := range d.served() {
+		if r == method+" "+path {
+			n++
+		}
+	}
+	return n
+}
+
 func (d *recordingDataPlane) servedWithoutToken() []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -98,6 +108,25 @@ func (d *recordingDataPlane) port(t *testing.T) int32 {
 		t.Fatal(err)
 	}
 	return int32(port)
+}
+
+// worldStatefulSetRef makes a pod one of the fake world's StatefulSet.
+var worldStatefulSetRef = metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "c", UID: "sts-uid", Controller: new(true)}
+
+// worldPod is a Ready pod of cluster "c" in the fake world, served by dp, with owners.
+func worldPod(t *testing.T, name string, dp *recordingDataPlane, owners ...metav1.OwnerReference) *corev1.Pod {
+	t.Helper()
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: selectorLabels("c"), OwnerReferences: owners},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name:  containerName,
+			Ports: []corev1.ContainerPort{{Name: internalPortName, ContainerPort: dp.port(t)}},
+		}}},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "127.0.0.1",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
+		},
+	}
 }
 
 // fakeFilterWorld is a fake API server holding a cluster "c" of one ready pod of its
@@ -118,18 +147,7 @@ func fakeFilterWorld(t *testing.T, dp *recordingDataPlane, funcs interceptor.Fun
 			t.Fatal(err)
 		}
 	}
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "c-0", Namespace: ns, Labels: selectorLabels("c"),
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{
-			Name:  containerName,
-			Ports: []corev1.ContainerPort{{Name: internalPortName, ContainerPort: dp.port(t)}},
-		}}},
-		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "127.0.0.1",
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-		},
-	}
+	pod := worldPod(t, "c-0", dp, worldStatefulSetRef)
 	bf := &bloomeryv1alpha1.BloomFilter{
 		ObjectMeta: metav1.ObjectMeta{Name: "f", Namespace: ns},
 		Spec: bloomeryv1alpha1.BloomFilterSpec{
@@ -487,27 +505,13 @@ func TestBloomFilterWithoutToken(t *testing.T) {
 // the token; nor does one of the StatefulSet whose name is not <statefulset>-<ordinal>.
 func TestBloomFilterIgnoresPodsItsStatefulSetDoesNotOwn(t *testing.T) {
 	dp, intruder := startRecordingDataPlane(t), startRecordingDataPlane(t)
-	pod := func(name string, owners []metav1.OwnerReference) *corev1.Pod {
-		return &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Labels: selectorLabels("c"), OwnerReferences: owners},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name:  containerName,
-				Ports: []corev1.ContainerPort{{Name: internalPortName, ContainerPort: intruder.port(t)}},
-			}}},
-			Status: corev1.PodStatus{
-				Phase: corev1.PodRunning, PodIP: "127.0.0.1",
-				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}},
-			},
-		}
-	}
-	stsRef := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "c", UID: "sts-uid", Controller: new(true)}
-	otherSts := stsRef
+	otherSts := worldStatefulSetRef
 	otherSts.UID = "another-uid"
 	k := fakeFilterWorld(t, dp, interceptor.Funcs{},
-		pod("c-1", nil), // labelled by hand
-		pod("c-2", []metav1.OwnerReference{otherSts}),
-		pod("c-x", []metav1.OwnerReference{stsRef}),
-		pod("c-03", []metav1.OwnerReference{stsRef}),
+		worldPod(t, "c-1", intruder), // labelled by hand
+		worldPod(t, "c-2", intruder, otherSts),
+		worldPod(t, "c-x", intruder, worldStatefulSetRef),
+		worldPod(t, "c-03", intruder, worldStatefulSetRef),
 	)
 	if _, err := (&BloomFilterReconciler{Client: k}).Reconcile(t.Context(), filterRequest); err != nil {
 		t.Fatal(err)
@@ -521,5 +525,45 @@ func TestBloomFilterIgnoresPodsItsStatefulSetDoesNotOwn(t *testing.T) {
 	}
 	if len(bf.Status.Pods) != 1 || bf.Status.Pods[0].Pod != "c-0" || !bf.Status.Pods[0].Present {
 		t.Errorf("status.pods %+v, want c-0 alone, holding the filter", bf.Status.Pods)
+	}
+}
+
+// replicatedWorld is the fake world with pods c-0, c-1 and c-2 of the cluster, served by dps in
+// turn (which do not replicate to each other), and the cluster's membership of the pods members.
+func replicatedWorld(t *testing.T, dps []*recordingDataPlane, members ...string) client.Client {
+	t.Helper()
+	cluster := &bloomeryv1alpha1.BloomCluster{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "cluster-uid"}}
+	for _, m := range members {
+		cluster.Status.Members = append(cluster.Status.Members, bloomeryv1alpha1.ClusterMember{Pod: m, URL: "http://127.0.0.1"})
+	}
+	return fakeFilterWorld(t, dps[0], interceptor.Funcs{}, cluster,
+		worldPod(t, "c-1", dps[1], worldStatefulSetRef), worldPod(t, "c-2", dps[2], worldStatefulSetRef))
+}
+
+// The copies of a BloomFilter deleted go from the members by one delete, sent to the first that
+// takes it, which replicates it; a pod outside the membership gets its own.
+func TestOneDeleteServesTheMembers(t *testing.T) {
+	dps := []*recordingDataPlane{startRecordingDataPlane(t), startRecordingDataPlane(t), startRecordingDataPlane(t)}
+	k := replicatedWorld(t, dps, "c-0", "c-1")
+	r := &BloomFilterReconciler{Client: k}
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
+	}
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(t.Context(), &bf); err != nil {
+		t.Fatal(err)
+	}
+	r.deleted.recorder().Delete(event.DeleteEvent{Object: &bf})
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
+	}
+	remove := wire.InternalPath(wire.FilterPath("f"))
+	for i, want := range []int{1, 0, 1} {
+		if got := dps[i].servedCount(http.MethodDelete, remove); got != want {
+			t.Errorf("pod c-%d was sent %d deletes, want %d: %q", i, got, want, dps[i].served())
+		}
 	}
 }

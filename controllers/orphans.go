@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -204,12 +205,15 @@ func (r *BloomFilterReconciler) dropOrphans(ctx context.Context, key types.Names
 }
 
 // dropDeleted deletes the copies that carry the mark of a BloomFilter seen deleted from the pods of
-// its cluster, one after the other: a pod's delete reaches its peers, which then have nothing left
-// to delete, where deletes sent at once would each be made and replicated. Under Retain it records
-// them as retained instead, if there are any. The pods take a delete only from the owner its copy
+// its cluster. The members of the cluster's membership, when it has more than one, replicate to
+// each other: the first member that takes the delete passes it to the others, which are not
+// asked (they would have nothing left to delete). The watch expects them to lose their copies: a
+// copy the replication misses is requeued by its pod's poll, and the holders' pass of dropOrphans
+// deletes it. A pod outside the membership is asked for itself. Under Retain it records the copies
+// as retained instead, if there are any. The pods take a delete only from the owner its copy
 // names: one of a BloomFilter made since under the name stays.
 func (r *BloomFilterReconciler) dropDeleted(ctx context.Context, name string, gone deletedFilter) error {
-	pods, err := r.clusterPods(ctx, gone.cluster)
+	pods, members, err := r.clusterPods(ctx, gone.cluster)
 	if err != nil {
 		return err
 	}
@@ -222,14 +226,27 @@ func (r *BloomFilterReconciler) dropDeleted(ctx context.Context, name string, go
 		return nil
 	}
 	var errs []error
+	replicated := false // a member took the delete
 	for _, p := range pods {
+		member := replicatingMember(members, p.pod.Name)
+		if replicated && member {
+			r.watch.deletedOnPod(p.pod, name)
+			continue
+		}
 		deleted, err := r.dataPlane().DeleteFilter(ctx, p.addr, name, gone.uid)
 		if deleted {
 			r.deleted.droppedCopiesOf(gone.uid, time.Now())
+			replicated = replicated || member
 		}
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// replicatingMember reports whether pod is a member of a membership of more than one pod, whose
+// writes reach the other members by replication.
+func replicatingMember(members []bloomeryv1alpha1.ClusterMember, pod string) bool {
+	return len(members) > 1 && slices.ContainsFunc(members, func(m bloomeryv1alpha1.ClusterMember) bool { return m.Pod == pod })
 }
 
 // clusterPod is a pod of a cluster and how to call it.
@@ -238,24 +255,24 @@ type clusterPod struct {
 	addr Pod
 }
 
-// clusterPods are the pods of cluster that have an address. The pods are the cache's own: they
-// are read, never written.
-func (r *BloomFilterReconciler) clusterPods(ctx context.Context, key types.NamespacedName) ([]clusterPod, error) {
+// clusterPods are the pods of cluster that have an address, and the members of its membership.
+// Both are the cache's own: they are read, never written.
+func (r *BloomFilterReconciler) clusterPods(ctx context.Context, key types.NamespacedName) ([]clusterPod, []bloomeryv1alpha1.ClusterMember, error) {
 	var cluster bloomeryv1alpha1.BloomCluster
 	if err := r.Client.Get(ctx, key, &cluster, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, client.IgnoreNotFound(err) // without a cluster, its pods went with it
+		return nil, nil, client.IgnoreNotFound(err) // without a cluster, its pods went with it
 	}
 	token, err := clusterToken(ctx, r.Client, &cluster)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	podTLS, err := r.tlsSecrets.get(ctx, r.apiReader(), &cluster)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pods, _, err := sharedClusterPods(ctx, r.Client, &cluster)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []clusterPod
 	for i := range pods {
@@ -263,7 +280,7 @@ func (r *BloomFilterReconciler) clusterPods(ctx context.Context, key types.Names
 			out = append(out, clusterPod{pod: &pods[i], addr: addr})
 		}
 	}
-	return out, nil
+	return out, cluster.Status.Members, nil
 }
 
 // isRetained reports whether cluster records the copies that carry owner's mark as retained.

@@ -180,6 +180,20 @@ func (w *statusWatch) createdOnPod(pod *corev1.Pod, name string, st wire.FilterS
 	}
 }
 
+// deletedOnPod tells the watch that the filter name is to leave pod by replication from a peer
+// that took its delete: if the pod's answers still list it, the next that carries every filter
+// requeues it, as for a status that changed since the watch last requeued it.
+func (w *statusWatch) deletedOnPod(pod *corev1.Pod, name string) {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if p, ok := w.pods[podKey{pod.Namespace, pod.Name, pod.UID}]; ok {
+		delete(p.requeued, name)
+	}
+}
+
 // poll long-polls one pod until no pass has read it for idle, or ctx ends.
 func (w *statusWatch) poll(ctx context.Context, key podKey) {
 	logger := log.FromContext(ctx).WithValues("namespace", key.namespace, "pod", key.name)

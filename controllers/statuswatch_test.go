@@ -131,3 +131,28 @@ func TestAPodIsPolledAtMostOncePerInterval(t *testing.T) {
 		t.Errorf("%d polls in %v of a pod that answers every one at once, want at most %d (one per %v)", got, window, most, w.interval)
 	}
 }
+
+// A copy a pass expects to leave its pod by replication (a peer took its delete) is requeued by
+// the pod's next answer that carries every filter, if it still lists it: the pass then deletes it
+// from that pod.
+func TestACopyLeftByTheReplicationIsRequeued(t *testing.T) {
+	w := newStatusWatch(nil, time.Second, time.Minute)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c-1", UID: "u"}}
+	addr := Pod{Name: "c-1", IP: "192.0.2.1", Port: 8090}
+	key := podKey{"ns", "c-1", "u"}
+	w.status(pod, addr, "f")
+	w.ctx = t.Context()
+	held := wire.FilterStatus{Name: "f", ExpectedInsertions: 1000, FPP: 0.01, Partitions: 1, PartitionsHeld: 1, PartitionsOwned: 1}
+	w.answered(key, addr, wire.FilterStatuses{Version: "v1", Filters: []wire.FilterStatus{held}})
+	<-w.requeue // the first answer's
+
+	w.answered(key, addr, wire.FilterStatuses{Version: "v1", Filters: []wire.FilterStatus{held}})
+	if len(w.requeue) != 0 {
+		t.Fatal("an answer that lists f unchanged requeued it")
+	}
+	w.deletedOnPod(pod, "f")
+	w.answered(key, addr, wire.FilterStatuses{Version: "v1", Filters: []wire.FilterStatus{held}})
+	if len(w.requeue) != 1 {
+		t.Errorf("the answer that still lists f after its delete went to a peer requeued %d filters, want f", len(w.requeue))
+	}
+}
