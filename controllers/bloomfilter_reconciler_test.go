@@ -424,18 +424,7 @@ func TestBloomFilterCallsCarryTheToken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var bf bloomeryv1alpha1.BloomFilter
-	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Delete(t.Context(), &bf); err != nil {
-		t.Fatal(err)
-	}
-	// What the controller's watch of BloomFilters records of the delete, then the pass it brings.
-	r.deleted.recorder().Delete(event.DeleteEvent{Object: &bf})
-	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
-		t.Fatal(err)
-	}
+	deleteAndPass(t, r, k)
 
 	served := dp.served()
 	for _, want := range []string{
@@ -454,6 +443,23 @@ func TestBloomFilterCallsCarryTheToken(t *testing.T) {
 	}
 	if without := dp.servedWithoutToken(); len(without) > 0 {
 		t.Errorf("requests without the cluster's token: %q", without)
+	}
+}
+
+// deleteAndPass deletes the world's BloomFilter "f", tells r what the controller's watch of
+// BloomFilters records of the delete, and runs the pass it brings.
+func deleteAndPass(t *testing.T, r *BloomFilterReconciler, k client.Client) {
+	t.Helper()
+	var bf bloomeryv1alpha1.BloomFilter
+	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Delete(t.Context(), &bf); err != nil {
+		t.Fatal(err)
+	}
+	r.deleted.recorder().Delete(event.DeleteEvent{Object: &bf})
+	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -549,17 +555,7 @@ func TestOneDeleteServesTheMembers(t *testing.T) {
 	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
 		t.Fatal(err)
 	}
-	var bf bloomeryv1alpha1.BloomFilter
-	if err := k.Get(t.Context(), filterRequest.NamespacedName, &bf); err != nil {
-		t.Fatal(err)
-	}
-	if err := k.Delete(t.Context(), &bf); err != nil {
-		t.Fatal(err)
-	}
-	r.deleted.recorder().Delete(event.DeleteEvent{Object: &bf})
-	if _, err := r.Reconcile(t.Context(), filterRequest); err != nil {
-		t.Fatal(err)
-	}
+	deleteAndPass(t, r, k)
 	remove := wire.InternalPath(wire.FilterPath("f"))
 	for i, want := range []int{1, 0, 1} {
 		if got := dps[i].servedCount(http.MethodDelete, remove); got != want {
