@@ -95,6 +95,9 @@ func TestTheEndOfAMoveWritesToThePreviousOwnersUntilEveryMemberHoldsIt(t *testin
 			t.Fatal(err)
 		}
 	}
+	if !a.Membership().EndingMove {
+		t.Errorf("a answers %+v while its peers hold no membership, want endingMove", a.Membership())
+	}
 	rt := a.Route("f", 4)
 	for p := range 4 {
 		if w := slices.Sorted(slices.Values(rt.Writers(p))); !slices.Equal(w, []string{"a", "b", "c"}) || !rt.Keeps(p) {
@@ -166,4 +169,48 @@ func TestTheEndOfAMoveReleasesOnceEveryMemberHoldsIt(t *testing.T) {
 		held := filters["b"].HeldPartitions()
 		return held == 0 && slices.Equal(w, []string{"a", "c"}), ""
 	})
+	if m := nodes["a"].Membership(); m.EndingMove {
+		t.Errorf("a answers %+v once every member holds the membership, want no endingMove", m)
+	}
+}
+
+// Each member learns at its own moment that every member holds the membership ending a move. b,
+// a previous owner that learnt it, keeps the partitions it no longer owns while a still says it
+// writes to the move's writers: a's writes, counted over b's answers, would fail otherwise.
+// Once a no longer says so, b releases them.
+func TestTheEndOfAMoveKeepsThePartitionsWhileAMemberStillWritesToThem(t *testing.T) {
+	net := peer.NewNetwork()
+	var mu sync.Mutex
+	aEnding := true
+	joinFake(net, "a", &fakePeer{apply: allApplied, membership: func() wire.Membership {
+		mu.Lock()
+		defer mu.Unlock()
+		return wire.Membership{Epoch: 3, EndingMove: aEnding}
+	}}, nil)
+	joinFake(net, "c", &fakePeer{apply: allApplied, membership: func() wire.Membership { return wire.Membership{Epoch: 3} }}, nil)
+	store := filter.NewStore(filter.Limits{}, nil)
+	b := newNode(t, net, "b", Options{Store: store, Timeout: 100 * time.Millisecond})
+	f, _, err := store.Create("f", filter.Options{Capacity: 1000, FPP: 0.01, Scalable: true, Growth: 2, Tightening: 0.8, Partitions: 4}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, epoch := range []uint64{2, 3} {
+		if err := b.SetMembership(moveMembership("b", epoch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	await.True(t, 30*time.Second, "b learns that every member holds epoch 3", func() bool { return !b.Membership().EndingMove })
+	// Two more questions to a: b has since heard a say that it still writes to the move's
+	// writers. Had b not listened, it would have released the partitions after one.
+	asked := net.Calls("b", "a")
+	await.True(t, 30*time.Second, "b asks a twice more, or releases", func() bool {
+		return net.Calls("b", "a") >= asked+2 || f.HeldPartitions() < 4
+	})
+	if held := f.HeldPartitions(); held != 4 {
+		t.Fatalf("b holds %d of 4 partitions while a still writes to it, want all", held)
+	}
+	mu.Lock()
+	aEnding = false
+	mu.Unlock()
+	await.True(t, 30*time.Second, "b releases the partitions it no longer owns", func() bool { return f.HeldPartitions() == 0 })
 }

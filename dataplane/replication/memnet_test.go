@@ -17,10 +17,11 @@ import (
 func member(name string) wire.Member { return wire.Member{Name: name, URL: "http://" + name + ":8090"} }
 
 // fakePeer is a peer that a test scripts: batches of writes go to apply (nil: every write
-// applied) and its inventory is inventory's (nil: empty).
+// applied), and its inventory and membership are those of inventory and membership (nil: empty).
 type fakePeer struct {
-	apply     func(ops []peer.Op) ([]peer.Outcome, error)
-	inventory func() wire.Inventory
+	apply      func(ops []peer.Op) ([]peer.Outcome, error)
+	inventory  func() wire.Inventory
+	membership func() wire.Membership
 }
 
 func (f *fakePeer) Apply(ops []peer.Op) ([]peer.Outcome, error) {
@@ -37,8 +38,14 @@ func (f *fakePeer) Inventory() wire.Inventory {
 	return f.inventory()
 }
 
+func (f *fakePeer) Membership() wire.Membership {
+	if f.membership == nil {
+		return wire.Membership{}
+	}
+	return f.membership()
+}
+
 func (*fakePeer) CheckRoom(string, filter.Options) error { return nil }
-func (*fakePeer) Membership() wire.Membership            { return wire.Membership{} }
 func (*fakePeer) SetMembership(wire.Membership) error    { return nil }
 func (*fakePeer) PlacementStatus() wire.PlacementStatus  { return wire.PlacementStatus{} }
 

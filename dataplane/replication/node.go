@@ -157,12 +157,15 @@ func (n *Node) Membership() wire.Membership {
 	if known, _ := n.members.Known(); !known {
 		return wire.Membership{Members: []wire.Member{}}
 	}
-	return n.members.Get()
+	m := n.members.Get()
+	m.EndingMove = n.writesToEndedMove(m.Epoch)
+	return m
 }
 
 // SetMembership installs a membership (see Membership.Set) and starts and stops the senders to
 // peers accordingly.
 func (n *Node) SetMembership(m wire.Membership) error {
+	m.EndingMove = false // the pod's own answer, not the operator's to tell
 	before := n.members.Get()
 	if n.opts.PodName != "" && m.Self != n.opts.PodName {
 		return fmt.Errorf("self: this pod is %q, not %q", n.opts.PodName, m.Self)

@@ -32,6 +32,9 @@ type placedState struct {
 	// member may still hold it (endMove); endedBy is 0 when there is none.
 	ended   wire.Membership
 	endedBy uint64
+	// keptBy is the epoch of the membership that ended a move while some member may still
+	// write to that move's writers (endMove), 0 when none: until then no partition is released.
+	keptBy uint64
 	// arranging serializes arrangeFilter, so that one working from an older route cannot hold a
 	// partition after one working from the newer route released it.
 	arranging sync.Mutex
@@ -125,7 +128,7 @@ func (n *Node) arrangeFilter(f *filter.Filter) {
 			if _, err := f.Hold(p); err != nil {
 				n.opts.Log.Error("Could not hold a partition placed on this pod", "filter", f.Name(), "partition", p, "error", err.Error())
 			}
-		case !keep && f.Holds(p) && rt.previous == nil:
+		case !keep && f.Holds(p) && rt.previous == nil && n.releasing():
 			freed := f.Release(p)
 			n.opts.Log.Info("Released a partition placed on other pods", "filter", f.Name(), "partition", p, "bytes", freed)
 		}
@@ -257,10 +260,15 @@ func (n *Node) endingMove(before, m wire.Membership) bool {
 	if !endsMove(before, m) {
 		return false
 	}
-	n.placed.mu.Lock()
-	defer n.placed.mu.Unlock()
-	n.placed.ended, n.placed.endedBy = before, m.Epoch
+	n.placed.recordEnded(before, m.Epoch)
 	return true
+}
+
+// recordEnded records ended as the moving membership that the one of epoch by ended.
+func (s *placedState) recordEnded(ended wire.Membership, by uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended, s.endedBy, s.keptBy = ended, by, by
 }
 
 // endsMove reports whether m ends the move of before, or replaces it with another.
@@ -268,21 +276,68 @@ func endsMove(before, m wire.Membership) bool {
 	return before.Previous != nil && m.Epoch > before.Epoch && placedMembership(m)
 }
 
-// endMove waits until every member holds m's epoch, then lets writes go to m's owners alone and
-// releases the partitions this pod no longer owns. A newer membership ends the wait: its routes
-// no longer keep the writers of the move ended.
+// writesToEndedMove reports whether this pod, holding the membership of epoch, still writes to
+// the writers of the move that membership ended.
+func (n *Node) writesToEndedMove(epoch uint64) bool {
+	n.placed.mu.Lock()
+	defer n.placed.mu.Unlock()
+	return n.placed.endedBy != 0 && n.placed.endedBy == epoch
+}
+
+// releasing reports whether arrange may release the partitions this pod no longer keeps.
+func (n *Node) releasing() bool {
+	n.placed.mu.Lock()
+	defer n.placed.mu.Unlock()
+	return n.placed.keptBy == 0
+}
+
+// endMove ends the move that m ended, in two steps. Once every member holds m's epoch, no member
+// reads from the move's writers any more: writes go to m's owners alone. But each member learns
+// that at its own moment, and one that has not yet still writes to those writers and counts their
+// answers, so the partitions this pod no longer owns are released only once every member says it
+// no longer does (wire.Membership.EndingMove), and the writes it sent before are answered. A
+// newer membership ends the first wait (its routes no longer keep the writers of the move ended)
+// but not the second: the copies are kept until no member writes to them.
 func (n *Node) endMove(m wire.Membership) {
-	if err := n.awaitEpoch(n.ctx, m, true); err != nil {
+	err := n.awaitEpoch(n.ctx, m, func(behind string) {
+		n.opts.Log.Info("Waiting for every member to hold the membership before ending the move", "epoch", m.Epoch, "behind", behind)
+	})
+	n.placed.mu.Lock()
+	ended := err == nil && n.placed.endedBy == m.Epoch
+	if ended {
+		n.placed.endedBy, n.placed.routes = 0, nil // the routes computed while it was in force
+	}
+	n.placed.mu.Unlock()
+	if ended {
+		n.opts.Log.Info("Every member holds the membership that ends the move; writes go to its owners alone", "epoch", m.Epoch)
+	}
+	kept := func() bool {
+		n.placed.mu.Lock()
+		defer n.placed.mu.Unlock()
+		return n.placed.keptBy == m.Epoch
+	}
+	err = n.awaitMembers(n.ctx, m,
+		func(held wire.Membership) bool { return held.Epoch < m.Epoch || held.EndingMove },
+		func() bool { return !kept() },
+		func(behind string) {
+			n.opts.Log.Info("Waiting for every member to stop writing to the partitions the move ended", "epoch", m.Epoch, "behind", behind)
+		})
+	if err != nil {
 		return
 	}
+	select {
+	case <-n.ctx.Done():
+		return
+	case <-time.After(n.opts.Timeout):
+	}
 	n.placed.mu.Lock()
-	if n.placed.endedBy != m.Epoch {
+	if n.placed.keptBy != m.Epoch { // a newer end of a move keeps them now
 		n.placed.mu.Unlock()
 		return
 	}
-	n.placed.endedBy, n.placed.routes = 0, nil // the routes computed while it was in force
+	n.placed.keptBy = 0
 	n.placed.mu.Unlock()
-	n.opts.Log.Info("Every member holds the membership that ends the move; writes go to its owners alone", "epoch", m.Epoch)
+	n.opts.Log.Info("No member writes to the writers of the move ended any more; releasing the partitions this pod no longer owns", "epoch", m.Epoch)
 	n.arrange()
 }
 
@@ -339,7 +394,10 @@ func (n *Node) move(ctx context.Context, m wire.Membership) {
 // enough to go on (a previous owner that does not answer is down, and what it alone held comes
 // back with it through anti-entropy).
 func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, partitions int, err error) {
-	if err := n.awaitEpoch(ctx, m, false); err != nil {
+	err = n.awaitEpoch(ctx, m, func(behind string) {
+		n.opts.Log.Info("Waiting for every member to hold the membership before pulling", "epoch", m.Epoch, "behind", behind)
+	})
+	if err != nil {
 		return 0, 0, err
 	}
 	// A write routed by the previous placement just before a pod took the new one may still be
@@ -389,33 +447,39 @@ func (n *Node) pullMoved(ctx context.Context, m wire.Membership) (pulled int64, 
 	return pulled, partitions, nil
 }
 
-// awaitEpoch waits until every member reports m's epoch or a later one, before the end of a move
-// (ending) or a pull.
-func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership, ending bool) error {
+// awaitEpoch waits until every member holds m's epoch or a later one, while m is the membership
+// held.
+func (n *Node) awaitEpoch(ctx context.Context, m wire.Membership, waiting func(behind string)) error {
+	return n.awaitMembers(ctx, m,
+		func(held wire.Membership) bool { return held.Epoch < m.Epoch },
+		func() bool { return n.members.Get().Epoch != m.Epoch },
+		waiting)
+}
+
+// awaitMembers asks every other member for its membership once a second until none is behind,
+// telling waiting which are, or until over says the wait no longer matters.
+func (n *Node) awaitMembers(ctx context.Context, m wire.Membership, behind func(held wire.Membership) bool, over func() bool, waiting func(behind string)) error {
 	for {
-		var behind []string
-		for _, member := range m.Members {
-			if member.Name == m.Self {
+		now := n.members.Get()
+		var late []string
+		for _, member := range now.Members {
+			if member.Name == now.Self {
 				continue
 			}
 			cctx, cancel := context.WithTimeout(ctx, n.opts.Timeout)
 			held, err := n.peer(member).Membership(cctx)
 			cancel()
-			if err != nil || held.Epoch < m.Epoch {
-				behind = append(behind, member.Name)
+			if err != nil || behind(held) {
+				late = append(late, member.Name)
 			}
 		}
-		if len(behind) == 0 {
+		if len(late) == 0 {
 			return nil
 		}
-		if n.members.Get().Epoch != m.Epoch {
-			return fmt.Errorf("membership moved past epoch %d", m.Epoch)
+		if over() {
+			return fmt.Errorf("stopped waiting for the members at epoch %d: no longer needed", m.Epoch)
 		}
-		if ending {
-			n.opts.Log.Info("Waiting for every member to hold the membership before ending the move", "epoch", m.Epoch, "behind", strings.Join(behind, ","))
-		} else {
-			n.opts.Log.Info("Waiting for every member to hold the membership before pulling", "epoch", m.Epoch, "behind", strings.Join(behind, ","))
-		}
+		waiting(strings.Join(late, ","))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

@@ -74,9 +74,7 @@ func (n *Node) Remember(file string) error {
 	}
 	ends := kept.EndedMove != nil && endsMove(*kept.EndedMove, m)
 	if ends {
-		n.placed.mu.Lock()
-		n.placed.ended, n.placed.endedBy = *kept.EndedMove, m.Epoch
-		n.placed.mu.Unlock()
+		n.placed.recordEnded(*kept.EndedMove, m.Epoch)
 	}
 	if !n.opts.AwaitMembership {
 		if err := n.SetMembership(m); err != nil {

@@ -52,6 +52,10 @@ type Membership struct {
 	// check-and-sets to the previous owners, which hold everything; each pod pulls what it newly
 	// owns from them and reports it in PlacementStatus.
 	Previous *Placement `json:"previous,omitempty"`
+	// EndingMove is set in a pod's answer while it holds a membership that ended a move and
+	// still sends writes to that move's writers, as it does until every member holds the
+	// membership: the partitions those writers no longer own are kept until no member does.
+	EndingMove bool `json:"endingMove,omitempty"`
 }
 
 // Placement places each partition of each filter on ReplicationFactor of the Owners, chosen by
