@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -431,6 +432,15 @@ func parseLength(b []byte) (int, bool) {
 	return n, true
 }
 
+// multibulkSize is how many bytes the command of args takes as a multibulk.
+func multibulkSize(args [][]byte) int64 {
+	size := int64(len("*\r\n") + len(strconv.Itoa(len(args))))
+	for _, a := range args {
+		size += int64(len("$\r\n\r\n")+len(strconv.Itoa(len(a)))) + int64(len(a))
+	}
+	return size
+}
+
 // inline decodes a command typed as a line of words, as telnet sends it.
 func (rd *reader) inline(b []byte, lim limits) ([][]byte, error) {
 	i := bytes.IndexByte(b[:min(len(b), inlineMax)], '\n')
@@ -450,8 +460,10 @@ func (rd *reader) inline(b []byte, lim limits) ([][]byte, error) {
 	if len(words) > lim.args {
 		return nil, argsRefused(len(words), lim)
 	}
-	// A line's words are arguments like any others: the same limits hold.
-	if int64(i+1) > lim.command {
+	// A line's words are arguments like any others: the same limits hold, on the line and on
+	// the command it stands for, so that a command passes typed as a line only if it would as a
+	// multibulk.
+	if int64(i+1) > lim.command || multibulkSize(words) > lim.command {
 		return nil, commandRefused(lim)
 	}
 	for _, w := range words {
