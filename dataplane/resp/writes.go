@@ -103,12 +103,17 @@ func (s *Server) addPlaced(ctx context.Context, name string, create *filter.Opti
 	return present, false, err
 }
 
-// awaitFilter waits for the filter name, just created at its home, to reach this pod.
+// awaitFilter waits for the filter name, just created at its home, to reach this pod. One that
+// reached it already expired (a load's header may give a validity of nanoseconds) is not waited
+// for: it will not come back.
 func (s *Server) awaitFilter(ctx context.Context, name string) (*filter.Filter, error) {
 	for {
 		f, err := s.opts.Store.Get(name)
 		if !isNotFound(err) {
 			return f, err
+		}
+		if _, here := s.opts.Store.Lookup(name); here {
+			return nil, errorf("the filter expired as soon as it was created: %v", err)
 		}
 		select {
 		case <-ctx.Done():
