@@ -58,7 +58,10 @@ func (h Holds) holds(partition int) bool { return h == nil || h(partition) }
 // All holds every partition.
 var All Holds
 
-func newFilter(s *Store, name string, opts Options, created time.Time, holds Holds) (*Filter, error) {
+// newFilter makes a filter created at created that came to this store at arrived: its sliding
+// expiry counts from the later of the two. A local create arrives as it is created; a replica
+// made after its creation has its own time to live here.
+func newFilter(s *Store, name string, opts Options, created, arrived time.Time, holds Holds) (*Filter, error) {
 	shape, err := opts.LayerShape(0)
 	if err != nil {
 		return nil, err
@@ -67,7 +70,7 @@ func newFilter(s *Store, name string, opts Options, created time.Time, holds Hol
 	if err != nil {
 		return nil, err
 	}
-	f.lastAccess.Store(max(f.created.UnixNano(), s.clock().UnixNano()))
+	f.lastAccess.Store(max(f.created.UnixNano(), arrived.UnixNano()))
 	f.journaledAccess.Store(f.created.UnixNano())
 	for _, p := range f.partList() {
 		if p == nil {

@@ -237,6 +237,17 @@ func TestExpiry(t *testing.T) {
 	}
 }
 
+// A filter created here, never accessed, expires its sliding period after its creation, however
+// long its making took: each read of this store's clock is a millisecond later than the last.
+func TestASlidingFilterCountsFromItsCreation(t *testing.T) {
+	var now time.Time
+	s := NewStore(Limits{}, func() time.Time { now = now.Add(time.Millisecond); return now })
+	f := mustCreate(t, s, "sliding", Options{Capacity: 10, FPP: 0.01, ValidAfterAccess: time.Minute})
+	if d := f.Expiry().Sub(f.Created()); d != time.Minute {
+		t.Errorf("expiry - created = %s, want 1m", d)
+	}
+}
+
 func TestCreateOverExpiredFilterBeforePurge(t *testing.T) {
 	clock := newFakeClock()
 	s := NewStore(Limits{}, clock.Now)

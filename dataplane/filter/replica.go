@@ -133,7 +133,7 @@ func (s *Store) CreateReplica(name string, opts Options, created time.Time, hold
 	if err := s.roomFor(name); err != nil {
 		return false, err
 	}
-	fresh, err := newFilter(s, name, opts, created, holds)
+	fresh, err := newFilter(s, name, opts, created, s.clock(), holds)
 	if err != nil {
 		return false, err
 	}
@@ -175,7 +175,7 @@ func (s *Store) Merge(st State) (MergeResult, error) {
 	installed := !ok || f.Generation() < generation
 	if installed {
 		defer s.changes.Unlock()
-		fresh, err := newFilter(s, st.Name, st.Options, st.Created, st.holds)
+		fresh, err := newFilter(s, st.Name, st.Options, st.Created, s.clock(), st.holds)
 		if err != nil {
 			return MergeResult{}, err
 		}

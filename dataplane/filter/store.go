@@ -220,7 +220,8 @@ func (s *Store) CreateHolding(name string, opts Options, overwrite bool, holds H
 	if err := s.roomFor(name); err != nil {
 		return nil, false, err
 	}
-	fresh, err := newFilter(s, name, opts, s.nextCreated(name), holds)
+	at := s.nextCreated(name)
+	fresh, err := newFilter(s, name, opts, at, at, holds)
 	if err != nil {
 		return nil, false, err
 	}
